@@ -1,0 +1,45 @@
+# bkaudit developer entry points. `make test` and `make demo` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
+
+.PHONY: test lint format proto java-deps venv demo bench-metadata clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+java-deps:
+	scripts/install_java_deps.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+## The whole suite: environment, ZooKeeper server, lint, every test.
+test: venv java-deps lint
+	$(PY) -m pytest -q tests
+
+## Regenerate bklib/proto/*_pb2.py from our .proto files.
+proto: venv
+	scripts/gen_proto.sh
+
+## The main story on the embedded sandbox.
+demo: venv java-deps
+	$(PY) -m jobs.cli demo
+
+bench-metadata: venv java-deps
+	$(PY) bench/metadata_scan.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,206 @@
+"""The ledger metadata model, with the validation BookKeeper applies on every build and parse."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from bklib.errors import CorruptMetadataError
+
+INVALID_ENTRY_ID = -1
+
+# Java's regex is [a-zA-Z0-9:-_.\-]+ where ":-_" is the range 0x3A..0x5F, so ;<=>?@[\]^ pass too.
+_BOOKIE_ID_RE = re.compile(r"^[a-zA-Z0-9\x3a-\x5f.\-]+$")
+
+
+def is_valid_bookie_id(bookie_id: str) -> bool:
+    """True if BookKeeper's ``BookieId.validateBookieId`` would accept ``bookie_id``."""
+    return bool(_BOOKIE_ID_RE.match(bookie_id)) and bookie_id.lower() != "readonly"
+
+
+class LedgerState(IntEnum):
+    """``LedgerMetadataFormat.State`` numbers."""
+
+    OPEN = 1
+    IN_RECOVERY = 2
+    CLOSED = 3
+
+
+class DigestType(IntEnum):
+    """``LedgerMetadataFormat.DigestType`` numbers (the metadata numbering, not the API's)."""
+
+    CRC32 = 1
+    HMAC = 2
+    CRC32C = 3
+    DUMMY = 4
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One ensemble: the bookies holding entries from ``first_entry_id`` until the next segment."""
+
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """Ledger metadata as BookKeeper 4.17 stores it in ZooKeeper.
+
+    ``last_entry_id`` and ``length`` are meaningful only when CLOSED; for OPEN and IN_RECOVERY
+    they are -1 and 0, as BookKeeper keeps them in memory and writes them.
+    ``ctime`` is the creation time in ms; ``store_ctime`` says whether it is written back
+    (it is when the znode carried it, otherwise it came from the znode's Stat).
+    """
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    segments: tuple[Segment, ...]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = INVALID_ENTRY_ID
+    length: int = 0
+    digest_type: DigestType | None = DigestType.CRC32C
+    password: bytes | None = b""
+    ctime: int | None = None
+    store_ctime: bool = False
+    custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
+    ctoken: int = 0
+    format_version: int = 3
+
+    def __post_init__(self) -> None:
+        # Accept lists for convenience; keep the stored value immutable.
+        segs = tuple(
+            s if isinstance(s, Segment) else Segment(int(s[0]), tuple(s[1])) for s in self.segments
+        )
+        segs = tuple(Segment(s.first_entry_id, tuple(s.ensemble)) for s in segs)
+        object.__setattr__(self, "segments", segs)
+        object.__setattr__(self, "state", LedgerState(self.state))
+        if self.digest_type is not None:
+            object.__setattr__(self, "digest_type", DigestType(self.digest_type))
+        object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
+
+    # ---- validation -------------------------------------------------------------------------
+
+    def validate(self) -> LedgerMetadata:
+        """Raise CorruptMetadataError if BookKeeper would reject this metadata; return self."""
+
+        def bad(msg: str) -> CorruptMetadataError:
+            return CorruptMetadataError(msg, ledger_id=self.ledger_id)
+
+        if self.ledger_id < 0:
+            raise bad(f"negative ledger id {self.ledger_id}")
+        e, wq, aq = self.ensemble_size, self.write_quorum, self.ack_quorum
+        if not (e >= wq >= aq >= 1):
+            raise bad(f"need ensemble >= write quorum >= ack quorum >= 1, got E={e} WQ={wq} AQ={aq}")
+        if not self.segments:
+            raise bad("no ensembles")
+        prev = None
+        for seg in self.segments:
+            if prev is not None and seg.first_entry_id <= prev:
+                raise bad(f"segment keys not strictly increasing: {seg.first_entry_id} after {prev}")
+            prev = seg.first_entry_id
+            if len(seg.ensemble) != e:
+                raise bad(
+                    f"segment at entry {seg.first_entry_id} has {len(seg.ensemble)} bookies, "
+                    f"ensemble size is {e}"
+                )
+            for b in seg.ensemble:
+                if not is_valid_bookie_id(b):
+                    raise bad(f"invalid bookie id {b!r} in segment at entry {seg.first_entry_id}")
+        if (self.password is None) != (self.digest_type is None):
+            raise bad("password and digest type must be both present or both absent")
+        if self.state != LedgerState.CLOSED and (
+            self.last_entry_id != INVALID_ENTRY_ID or self.length != 0
+        ):
+            raise bad(f"{self.state.name} ledger must have lastEntryId -1 and length 0")
+        if self.state == LedgerState.CLOSED and self.last_entry_id < INVALID_ENTRY_ID:
+            raise bad(f"closed ledger with lastEntryId {self.last_entry_id}")
+        if self.format_version not in (1, 2, 3):
+            raise bad(f"unknown metadata format version {self.format_version}")
+        return self
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state == LedgerState.CLOSED
+
+    @property
+    def last_segment(self) -> Segment:
+        return self.segments[-1]
+
+    def segment_index_for(self, entry_id: int) -> int:
+        """Index of the segment holding ``entry_id`` (the floor entry of the ensembles map)."""
+        keys = [s.first_entry_id for s in self.segments]
+        i = bisect.bisect_right(keys, entry_id) - 1
+        return max(i, 0)
+
+    def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
+        return self.segments[self.segment_index_for(entry_id)].ensemble
+
+    def segment_last_entry_id(self, index: int, lac: int | None = None) -> int:
+        """Last entry id covered by segment ``index``.
+
+        A middle segment ends before the next one starts. The last segment ends at
+        ``last_entry_id`` when CLOSED, otherwise at ``lac`` (the caller's view of the LAC;
+        -1 if unknown). The result may be below the first entry id: an empty segment.
+        """
+        if index + 1 < len(self.segments):
+            return self.segments[index + 1].first_entry_id - 1
+        if self.is_closed:
+            return self.last_entry_id
+        return INVALID_ENTRY_ID if lac is None else lac
+
+    def bookies(self) -> set[str]:
+        """Every bookie named in any segment."""
+        return {b for s in self.segments for b in s.ensemble}
+
+    # ---- transforms (pure; callers CAS the result) --------------------------------------------
+
+    def replace(self, **changes: object) -> LedgerMetadata:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def with_bookies_replaced(
+        self, first_entry_id: int, mapping: Mapping[str, str]
+    ) -> LedgerMetadata:
+        """Re-replication's in-place rewrite: in the segment keyed ``first_entry_id`` map old
+        bookies to new ones, keeping positions; cToken becomes 0 as in BookKeeper."""
+        segs = []
+        found = False
+        for s in self.segments:
+            if s.first_entry_id == first_entry_id:
+                found = True
+                s = Segment(s.first_entry_id, tuple(mapping.get(b, b) for b in s.ensemble))
+            segs.append(s)
+        if not found:
+            raise CorruptMetadataError(
+                f"no segment starts at entry {first_entry_id}", ledger_id=self.ledger_id
+            )
+        return self.replace(segments=tuple(segs), ctoken=0)
+
+    def with_new_segment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> LedgerMetadata:
+        """Writer/recovery ensemble change: append a segment, or replace the last one when it
+        already starts at ``first_entry_id``."""
+        segs = list(self.segments)
+        if first_entry_id < segs[-1].first_entry_id:
+            raise CorruptMetadataError(
+                f"new segment at {first_entry_id} below last segment "
+                f"{segs[-1].first_entry_id}",
+                ledger_id=self.ledger_id,
+            )
+        if first_entry_id == segs[-1].first_entry_id:
+            segs[-1] = Segment(first_entry_id, tuple(ensemble))
+        else:
+            segs.append(Segment(first_entry_id, tuple(ensemble)))
+        return self.replace(segments=tuple(segs), ctoken=0)
+
+    def closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
+        return self.replace(
+            state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length, ctoken=0
+        )

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real ZooKeeper server for the whole session, one chroot per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from bklib.zkserver import ZooKeeperServer
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper server process on a free loopback port. Never skipped: a missing
+    ZooKeeper or Java is a test failure."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_chroot(zk_server: ZooKeeperServer) -> Iterator[str]:
+    """A connect string ``host:port/chroot`` private to this test; wiped afterwards."""
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    admin = KazooClient(hosts=zk_server.connect_string, timeout=10)
+    admin.start(timeout=15)
+    admin.ensure_path(chroot)
+    try:
+        yield f"{zk_server.connect_string}{chroot}"
+    finally:
+        admin.delete(chroot, recursive=True)
+        admin.stop()
+        admin.close()
+
+
+@pytest.fixture
+def zk(zk_chroot: str) -> Iterator[KazooClient]:
+    """A started kazoo client inside this test's chroot."""
+    client = KazooClient(hosts=zk_chroot, timeout=10)
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
