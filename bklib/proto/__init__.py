@@ -1,0 +1,1 @@
+"""Generated protobuf code for our own .proto files, and wire framing."""
