@@ -21,6 +21,7 @@ class BKError(Exception):
         bookie: str | None = None,
         path: str | None = None,
     ) -> None:
+        self.reason = message or type(self).__name__
         self.ledger_id = ledger_id
         self.entry_id = entry_id
         self.bookie = bookie

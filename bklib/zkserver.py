@@ -114,7 +114,8 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ZooKeeperUnavailable(
-                    f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}/zookeeper.log"
+                    f"ZooKeeper exited with {self.proc.returncode}; "
+                    f"see {self.data_dir}/zookeeper.log"
                 )
             with contextlib.suppress(OSError):
                 # ruok answers imok before the server can serve; srvr shows Mode: once it can.

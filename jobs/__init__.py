@@ -1,1 +1,1 @@
-"""bkaudit's Spark jobs and command line. Extract, transform and load are kept in separate modules."""
+"""bkaudit's Spark jobs and command line; extract, transform and load kept apart."""

@@ -97,13 +97,17 @@ class LedgerMetadata:
             raise bad(f"negative ledger id {self.ledger_id}")
         e, wq, aq = self.ensemble_size, self.write_quorum, self.ack_quorum
         if not (e >= wq >= aq >= 1):
-            raise bad(f"need ensemble >= write quorum >= ack quorum >= 1, got E={e} WQ={wq} AQ={aq}")
+            raise bad(
+                f"need ensemble >= write quorum >= ack quorum >= 1, got E={e} WQ={wq} AQ={aq}"
+            )
         if not self.segments:
             raise bad("no ensembles")
         prev = None
         for seg in self.segments:
             if prev is not None and seg.first_entry_id <= prev:
-                raise bad(f"segment keys not strictly increasing: {seg.first_entry_id} after {prev}")
+                raise bad(
+                    f"segment keys not strictly increasing: {seg.first_entry_id} after {prev}"
+                )
             prev = seg.first_entry_id
             if len(seg.ensemble) != e:
                 raise bad(
@@ -190,8 +194,7 @@ class LedgerMetadata:
         segs = list(self.segments)
         if first_entry_id < segs[-1].first_entry_id:
             raise CorruptMetadataError(
-                f"new segment at {first_entry_id} below last segment "
-                f"{segs[-1].first_entry_id}",
+                f"new segment at {first_entry_id} below last segment {segs[-1].first_entry_id}",
                 ledger_id=self.ledger_id,
             )
         if first_entry_id == segs[-1].first_entry_id:

@@ -1,0 +1,101 @@
+"""Reading bookie registrations and cookies (``available``, ``available/readonly``, ``cookies``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from bklib.errors import CorruptMetadataError
+from bklib.meta import paths
+from bklib.meta.formats import BookieServiceInfo, Cookie, decode_service_info, parse_cookie
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BookieRegistration:
+    """One registered bookie: its id, whether it is read-only, and its published endpoints
+    (None when the registration data could not be decoded; ``error`` says why)."""
+
+    bookie_id: str
+    readonly: bool
+    info: BookieServiceInfo | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BookieRegistry:
+    """A snapshot of ``available``: writable and read-only bookies, and the parent cversion
+    (BookKeeper's version of the bookie set)."""
+
+    writable: dict[str, BookieRegistration] = field(default_factory=dict)
+    readonly: dict[str, BookieRegistration] = field(default_factory=dict)
+    cversion: int = -1
+
+    def all(self) -> dict[str, BookieRegistration]:
+        return {**self.readonly, **self.writable}
+
+    def is_available(self, bookie_id: str) -> bool:
+        """Read-only bookies are available (they serve reads); only unregistered ones are lost."""
+        return bookie_id in self.writable or bookie_id in self.readonly
+
+
+def _read_one(zk: KazooClient, path: str, bookie_id: str, readonly: bool) -> BookieRegistration:
+    data, _ = zk.get(path)  # NoNodeError propagates: the caller skips a vanished bookie
+    try:
+        return BookieRegistration(bookie_id, readonly, decode_service_info(data, bookie_id))
+    except Exception as exc:  # corrupt registration data must not hide the bookie
+        log.warning("bookie %s: unreadable registration at %s: %s", bookie_id, path, exc)
+        return BookieRegistration(bookie_id, readonly, None, f"{path}: {exc}")
+
+
+def list_bookies(zk: KazooClient, root: str = "/ledgers") -> BookieRegistry:
+    """Read every writable and read-only registration with its service info."""
+    avail = paths.join(root, "available")
+    try:
+        children, stat = zk.get_children(avail, include_data=True)
+    except NoNodeError:
+        return BookieRegistry()
+    writable: dict[str, BookieRegistration] = {}
+    for child in children:
+        if child == "readonly":
+            continue
+        try:
+            writable[child] = _read_one(zk, paths.join(avail, child), child, False)
+        except NoNodeError:  # went away while we listed
+            continue
+    readonly: dict[str, BookieRegistration] = {}
+    ro_path = paths.join(avail, "readonly")
+    try:
+        ro_children = zk.get_children(ro_path)
+    except NoNodeError:
+        ro_children = []
+    for child in ro_children:
+        try:
+            readonly[child] = _read_one(zk, paths.join(ro_path, child), child, True)
+        except NoNodeError:
+            continue
+    return BookieRegistry(writable, readonly, stat.cversion)
+
+
+def read_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> tuple[Cookie, int]:
+    """A bookie's cookie and its znode version. Raises NoNodeError if it has none."""
+    path = paths.join(root, "cookies", bookie_id)
+    data, stat = zk.get(path)
+    try:
+        return parse_cookie(data), stat.version
+    except Exception as exc:
+        raise CorruptMetadataError(
+            f"unreadable cookie: {exc}", bookie=bookie_id, path=path
+        ) from exc
+
+
+def list_cookie_bookies(zk: KazooClient, root: str = "/ledgers") -> list[str]:
+    """Every bookie that ever joined the cluster (BookKeeper's Auditor's "known bookies")."""
+    try:
+        return sorted(zk.get_children(paths.join(root, "cookies")))
+    except NoNodeError:
+        return []

@@ -1,0 +1,362 @@
+"""Ledger metadata znode bytes <-> LedgerMetadata, as BookKeeper 4.17's LedgerMetadataSerDe.
+
+Every znode starts with ``BookieMetadataFormatVersion\\t<v>\\n``. Version 3 is a varint32-delimited
+binary ``LedgerMetadataFormat``, version 2 its text format, version 1 a legacy line format we
+only read. The version read is kept in ``LedgerMetadata.format_version`` and written back, as
+BookKeeper does, so a v2 ledger stays v2 across updates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError, EncodeError
+
+from bklib.errors import CompatibilityError, CorruptMetadataError
+from bklib.meta.model import (
+    INVALID_ENTRY_ID,
+    DigestType,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+)
+from bklib.proto.formats_pb2 import LedgerMetadataFormat
+
+__all__ = [
+    "CURRENT_FORMAT_VERSION",
+    "HEADER_PREFIX",
+    "decode_metadata",
+    "encode_metadata",
+    "metadata_header",
+]
+
+HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
+CURRENT_FORMAT_VERSION = 3
+
+# BookKeeper reads at most this many bytes after the prefix, the newline included.
+_MAX_VERSION_DIGITS = 10
+# v1 marks IN_RECOVERY as a "closed" line with this entry id.
+_V1_IN_RECOVERY_ENTRY_ID = -102
+_V1_CLOSED_TAG = "CLOSED"
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+# BufferedReader.readLine's line terminators.
+_JAVA_LINE_RE = re.compile(r"\r\n|\r|\n")
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+# Builds the error to raise, so the ledger id is attached in one place.
+_BadFn = Callable[[str], CorruptMetadataError]
+
+
+def metadata_header(version: int) -> bytes:
+    """The header line BookKeeper writes before metadata of format ``version``."""
+    return HEADER_PREFIX + str(version).encode("ascii") + b"\n"
+
+
+# ---- decoding ---------------------------------------------------------------------------------
+
+
+def decode_metadata(
+    data: bytes, ledger_id: int, *, znode_ctime_ms: int | None = None
+) -> LedgerMetadata:
+    """Parse a ledger znode's data as BookKeeper's reader would.
+
+    ``znode_ctime_ms`` (the znode's Stat ctime) becomes ``ctime`` when the metadata does not
+    carry one. Any malformed or invalid input raises CorruptMetadataError naming the ledger.
+    """
+
+    def bad(msg: str) -> CorruptMetadataError:
+        return CorruptMetadataError(msg, ledger_id=ledger_id)
+
+    data = bytes(data)
+    version, pos = _read_header(data, bad)
+    if version == 1:
+        md = _decode_v1(data[pos:], ledger_id, znode_ctime_ms, bad)
+    else:
+        msg = _parse_v3(data, pos, bad) if version == 3 else _parse_v2(data[pos:], bad)
+        md = _from_proto(msg, ledger_id, version, znode_ctime_ms, bad)
+    return md.validate()
+
+
+def _read_header(data: bytes, bad: _BadFn) -> tuple[int, int]:
+    """Return (format version, offset of the body)."""
+    if not data.startswith(HEADER_PREFIX):
+        for i, want in enumerate(HEADER_PREFIX):
+            if i >= len(data) or data[i] != want:
+                raise bad(f"ledger metadata header corrupt at byte {i}")
+    start = len(HEADER_PREFIX)
+    end = data.find(b"\n", start, start + _MAX_VERSION_DIGITS)
+    if end < 0:
+        raise bad("cannot find the end of the metadata format version in the header")
+    raw = data[start:end]
+    try:
+        version = _java_int(raw.decode("ascii"), _INT32)
+    except (UnicodeDecodeError, ValueError):
+        raise bad(f"unparsable metadata format version {raw!r}") from None
+    if version not in (1, 2, 3):
+        raise bad(f"metadata format version {version} not supported (expected 1 to 3)")
+    return version, end + 1
+
+
+def _parse_v3(data: bytes, pos: int, bad: _BadFn) -> LedgerMetadataFormat:
+    size, pos = _read_varint32(data, pos, bad)
+    body = data[pos : pos + size]
+    if len(body) < size:
+        raise bad(f"truncated v3 metadata: length prefix {size}, only {len(body)} bytes follow")
+    # Bytes after the delimited message are ignored, as BookKeeper does.
+    msg = LedgerMetadataFormat()
+    try:
+        msg.MergeFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise bad(f"undecodable v3 metadata: {exc}") from None
+    return msg
+
+
+def _read_varint32(data: bytes, pos: int, bad: _BadFn) -> tuple[int, int]:
+    """Read the length prefix like protobuf-java's readRawVarint32 from a stream.
+
+    Up to 10 bytes are allowed (a negative int32 is written sign-extended); only the low
+    32 bits count.
+    """
+    value = 0
+    for i in range(10):
+        if pos + i >= len(data):
+            raise bad("truncated v3 metadata: missing or incomplete length prefix")
+        b = data[pos + i]
+        value |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            value &= 0xFFFFFFFF
+            if value >= 2**31:
+                raise bad(f"negative v3 length prefix {value - 2**32}")
+            return value, pos + i + 1
+    raise bad("malformed varint length prefix in v3 metadata")
+
+
+def _parse_v2(body: bytes, bad: _BadFn) -> LedgerMetadataFormat:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"v2 metadata is not UTF-8: {exc}") from None
+    msg = LedgerMetadataFormat()
+    try:
+        # Merge, not Parse: protobuf-java's TextFormat.merge lets a repeated singular field
+        # overwrite the earlier value instead of failing.
+        text_format.Merge(text, msg)
+    except (text_format.ParseError, ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"unparsable v2 metadata text: {exc}") from None
+    return msg
+
+
+def _from_proto(
+    msg: LedgerMetadataFormat,
+    ledger_id: int,
+    version: int,
+    znode_ctime_ms: int | None,
+    bad: _BadFn,
+) -> LedgerMetadata:
+    missing = msg.FindInitializationErrors()
+    if missing:
+        raise bad(f"missing required field(s): {', '.join(missing)}")
+    state = LedgerState(msg.state)
+    if state == LedgerState.CLOSED:
+        last_entry_id, length = msg.lastEntryId, msg.length
+    else:
+        # BookKeeper ignores what an unclosed ledger stores here.
+        last_entry_id, length = INVALID_ENTRY_ID, 0
+    if msg.HasField("password"):
+        password: bytes | None = msg.password
+        # An absent digestType reads as proto2's default, the first value: CRC32.
+        digest: DigestType | None = DigestType(msg.digestType)
+    else:
+        password, digest = None, None
+    custom: dict[str, bytes] = {}
+    for entry in msg.customMetadata:
+        key = _pb_str(entry.key)
+        if key in custom:
+            # 4.17 collects these with Collectors.toMap, which throws on a duplicate key.
+            raise bad(f"duplicate custom metadata key {key!r}")
+        custom[key] = entry.value
+    if msg.HasField("ctime"):
+        ctime, store_ctime = msg.ctime, True
+    else:
+        ctime, store_ctime = znode_ctime_ms, False
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        ensemble_size=msg.ensembleSize,
+        write_quorum=msg.quorumSize,
+        ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
+        segments=tuple(
+            Segment(s.firstEntryId, tuple(_pb_str(m) for m in s.ensembleMember))
+            for s in msg.segment
+        ),
+        state=state,
+        last_entry_id=last_entry_id,
+        length=length,
+        digest_type=digest,
+        password=password,
+        ctime=ctime,
+        store_ctime=store_ctime,
+        custom_metadata=custom,
+        ctoken=msg.cToken,
+        format_version=version,
+    )
+
+
+def _pb_str(value: str | bytes) -> str:
+    # Python protobuf hands back bytes for a proto2 string that is not UTF-8; protobuf-java
+    # decodes it with replacement characters, so do the same (validation then judges it).
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def _decode_v1(
+    body: bytes, ledger_id: int, znode_ctime_ms: int | None, bad: _BadFn
+) -> LedgerMetadata:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"v1 metadata is not UTF-8: {exc}") from None
+    lines = _JAVA_LINE_RE.split(text) if text else []
+    if lines and lines[-1] == "":  # a final terminator does not start another line
+        lines.pop()
+    if len(lines) < 3:
+        raise bad(f"v1 metadata has {len(lines)} line(s), need quorum, ensemble and length")
+    try:
+        write_quorum = _java_int(lines[0], _INT32)
+        ensemble_size = _java_int(lines[1], _INT32)
+        stored_length = _java_int(lines[2], _INT64)
+    except ValueError as exc:
+        raise bad(f"bad number in v1 metadata: {exc}") from None
+    state, last_entry_id, length = LedgerState.OPEN, INVALID_ENTRY_ID, 0
+    segments: list[Segment] = []
+    for line in lines[3:]:
+        parts = _java_split_tab(line)
+        if len(parts) < 2:
+            raise bad(f"v1 metadata line {line!r} has no tab-separated fields")
+        try:
+            entry_id = _java_int(parts[0], _INT64)
+        except ValueError as exc:
+            raise bad(f"bad entry id in v1 metadata line {line!r}: {exc}") from None
+        if parts[1] == _V1_CLOSED_TAG:
+            # The reader stops at the first CLOSED line; anything after it is ignored.
+            if entry_id == _V1_IN_RECOVERY_ENTRY_ID:
+                state = LedgerState.IN_RECOVERY
+            else:
+                state, last_entry_id, length = LedgerState.CLOSED, entry_id, stored_length
+            break
+        segments.append(Segment(entry_id, tuple(parts[1:])))
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        ensemble_size=ensemble_size,
+        write_quorum=write_quorum,
+        ack_quorum=write_quorum,
+        segments=tuple(segments),
+        state=state,
+        last_entry_id=last_entry_id,
+        length=length,
+        digest_type=None,
+        password=None,
+        ctime=znode_ctime_ms,
+        store_ctime=False,
+        format_version=1,
+    )
+
+
+def _java_int(s: str, bounds: tuple[int, int]) -> int:
+    """Integer.parseInt / Long.parseLong: ASCII digits, optional sign, no spaces, in range."""
+    if not _INT_RE.fullmatch(s):
+        raise ValueError(f"not an integer: {s!r}")
+    v = int(s)
+    if not bounds[0] <= v <= bounds[1]:
+        raise ValueError(f"out of range: {s}")
+    return v
+
+
+def _java_split_tab(line: str) -> list[str]:
+    """String.split("\\t"): trailing empty strings are dropped; without a tab, [line]."""
+    if "\t" not in line:
+        return [line]
+    parts = line.split("\t")
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+# ---- encoding ---------------------------------------------------------------------------------
+
+
+def encode_metadata(md: LedgerMetadata) -> bytes:
+    """The znode bytes BookKeeper would write for ``md`` in ``md.format_version`` (2 or 3).
+
+    Raises CorruptMetadataError for metadata BookKeeper would refuse to write, and
+    CompatibilityError for format version 1, which this library only reads.
+    """
+    md.validate()
+    version = md.format_version
+    if version == 1:
+        raise CompatibilityError(
+            "writing ledger metadata format version 1 is not supported", ledger_id=md.ledger_id
+        )
+    msg = _to_proto(md, with_ctoken=version == 3)
+    try:
+        if version == 3:
+            body = msg.SerializeToString()
+            return metadata_header(3) + _varint(len(body)) + body
+        # as_utf8=False: like protobuf-java's printer, escape non-ASCII bytes as octal.
+        text = text_format.MessageToString(msg, as_utf8=False)
+        return metadata_header(2) + text.encode("ascii")
+    except (EncodeError, ValueError, UnicodeEncodeError) as exc:
+        raise CorruptMetadataError(
+            f"cannot serialise metadata: {exc}", ledger_id=md.ledger_id
+        ) from None
+
+
+def _to_proto(md: LedgerMetadata, *, with_ctoken: bool) -> LedgerMetadataFormat:
+    def bad(msg: str) -> CorruptMetadataError:
+        return CorruptMetadataError(msg, ledger_id=md.ledger_id)
+
+    if md.password is None or md.digest_type is None:
+        # Java would hit a null digest type here: v1-era metadata without a password cannot
+        # be written as v2/v3.
+        raise bad("metadata without password and digest type cannot be written as v2/v3")
+    if md.store_ctime and md.ctime is None:
+        raise bad("store_ctime is set but ctime is None")
+    closed = md.state == LedgerState.CLOSED
+    msg = LedgerMetadataFormat()
+    try:
+        msg.quorumSize = md.write_quorum
+        msg.ensembleSize = md.ensemble_size
+        msg.length = md.length if closed else 0
+        msg.lastEntryId = md.last_entry_id if closed else INVALID_ENTRY_ID
+        msg.state = int(md.state)
+        for seg in md.segments:
+            s = msg.segment.add()
+            s.ensembleMember.extend(seg.ensemble)
+            s.firstEntryId = seg.first_entry_id
+        msg.digestType = int(md.digest_type)
+        msg.password = bytes(md.password)
+        msg.ackQuorumSize = md.ack_quorum
+        if md.store_ctime and md.ctime is not None:
+            msg.ctime = md.ctime
+        for key, value in md.custom_metadata.items():
+            msg.customMetadata.add(key=key, value=bytes(value))
+        if with_ctoken:
+            msg.cToken = md.ctoken
+    except (ValueError, TypeError) as exc:
+        raise bad(f"value out of range for the metadata format: {exc}") from None
+    return msg
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)

@@ -1,0 +1,323 @@
+"""Ledger metadata in ZooKeeper, in BookKeeper's own layout, through kazoo.
+
+Creates are ``create`` (never ``setData``); updates are compare-and-set on the znode's data
+version; on a version conflict the caller's transform is re-applied to freshly read metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+
+from bklib.errors import (
+    CompatibilityError,
+    CorruptMetadataError,
+    LedgerExistsError,
+    LedgerIdOverflowError,
+    MetadataVersionError,
+    NoSuchLedgerOnMetadataServerError,
+    ZKError,
+)
+from bklib.meta import paths
+from bklib.meta.formats import LedgerLayout, encode_layout, parse_layout
+from bklib.meta.model import LedgerMetadata
+from bklib.meta.paths import LayoutKind
+from bklib.meta.serde import decode_metadata, encode_metadata
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_ROOT = "/ledgers"
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[T]):
+    """A value read from ZooKeeper with the data version a CAS must present."""
+
+    value: T
+    version: int
+
+
+def connect(
+    hosts: str,
+    *,
+    timeout: float = 30.0,
+    auth: str | None = None,
+    read_only: bool = False,
+) -> KazooClient:
+    """Start a kazoo client. ``hosts`` may carry a chroot (``h1:2181,h2:2181/chroot``);
+    ``auth`` is ``user:password`` for ZooKeeper digest auth."""
+    client = KazooClient(
+        hosts=hosts,
+        timeout=timeout,
+        auth_data=[("digest", auth)] if auth else None,
+        read_only=read_only,
+    )
+    try:
+        client.start(timeout=timeout)
+    except Exception as exc:
+        client.close()
+        raise ZKError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
+    return client
+
+
+class LedgerStore:
+    """Ledger metadata, id generation and cluster znodes under one ledgers root."""
+
+    def __init__(
+        self, zk: KazooClient, root: str = DEFAULT_ROOT, kind: LayoutKind | None = None
+    ) -> None:
+        self.zk = zk
+        self.root = root.rstrip("/") or "/"
+        self._kind = kind
+
+    # ---- cluster layout --------------------------------------------------------------------
+
+    def read_layout(self) -> LedgerLayout | None:
+        try:
+            data, _ = self.zk.get(paths.join(self.root, "LAYOUT"))
+        except NoNodeError:
+            return None
+        return parse_layout(data)
+
+    @property
+    def kind(self) -> LayoutKind:
+        """The ledger manager in force: from LAYOUT, else BookKeeper's default (hierarchical)."""
+        if self._kind is None:
+            layout = self.read_layout()
+            self._kind = (
+                LayoutKind.from_factory(layout.factory_class) if layout else LayoutKind.HIERARCHICAL
+            )
+        return self._kind
+
+    def ensure_layout(self, kind: LayoutKind = LayoutKind.HIERARCHICAL) -> LedgerLayout:
+        """Create LAYOUT if missing, as the first BookKeeper client would; on a race re-read
+        and require the same manager."""
+        wanted = LedgerLayout(2, kind.factory_class, 1)
+        path = paths.join(self.root, "LAYOUT")
+        try:
+            self.zk.create(path, encode_layout(wanted), makepath=True)
+            self._kind = kind
+            return wanted
+        except NodeExistsError:
+            existing = self.read_layout()
+            assert existing is not None
+            if LayoutKind.from_factory(existing.factory_class) is not kind:
+                raise CompatibilityError(
+                    f"configured layout {kind.value} does not match existing layout "
+                    f"{existing.factory_class}",
+                    path=path,
+                ) from None
+            self._kind = kind
+            return existing
+
+    def init_cluster(self, kind: LayoutKind = LayoutKind.HIERARCHICAL) -> str:
+        """Like ``bookkeeper shell initnewcluster``: root, available, readonly, INSTANCEID and
+        LAYOUT. Idempotent; returns the instance id."""
+        for p in ("", "available", "available/readonly"):
+            self.zk.ensure_path(paths.join(self.root, p) if p else self.root)
+        iid_path = paths.join(self.root, "INSTANCEID")
+        try:
+            instance_id = str(uuid.uuid4())
+            self.zk.create(iid_path, instance_id.encode())
+        except NodeExistsError:
+            instance_id = self.zk.get(iid_path)[0].decode()
+        self.ensure_layout(kind)
+        return instance_id
+
+    def instance_id(self) -> str | None:
+        try:
+            return self.zk.get(paths.join(self.root, "INSTANCEID"))[0].decode()
+        except NoNodeError:
+            return None
+
+    # ---- paths and listing -----------------------------------------------------------------
+
+    def path_for(self, ledger_id: int) -> str:
+        return paths.ledger_path(self.root, ledger_id, self.kind)
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(path))
+        except NoNodeError:  # raced with a delete: an empty directory
+            return []
+
+    def list_ledger_ids(self) -> Iterator[int]:
+        """Every ledger id, in ascending order within each tree: the short hierarchical tree,
+        then the long one (or the flat children). Special znodes are never ledgers."""
+        top = self._children(self.root)
+        flat = [c for c in top if paths.FLAT_LEAF_RE.match(c)]
+        for name in flat:
+            yield int(name[1:])
+        for l1 in (c for c in top if paths.SHORT_TOP_RE.match(c)):
+            for l2 in self._children(paths.join(self.root, l1)):
+                if not paths.LEVEL_RE.match(l2):
+                    continue
+                for leaf in self._children(paths.join(self.root, l1, l2)):
+                    if paths.LEAF_RE.match(leaf):
+                        yield int(l1 + l2 + leaf[1:])
+        for l1 in (c for c in top if paths.LONG_TOP_RE.match(c)):
+            yield from self._walk_long(paths.join(self.root, l1), l1, depth=1)
+
+    def _walk_long(self, path: str, prefix: str, depth: int) -> Iterator[int]:
+        for child in self._children(path):
+            if depth < 4 and paths.LEVEL_RE.match(child):
+                yield from self._walk_long(paths.join(path, child), prefix + child, depth + 1)
+            elif depth == 4 and paths.LEAF_RE.match(child):
+                yield int(prefix + child[1:])
+
+    # ---- id generation ---------------------------------------------------------------------
+
+    def _short_id(self, parent: str) -> int:
+        node = self.zk.create(
+            paths.join(parent, "ID-"), b"", ephemeral=True, sequence=True, makepath=True
+        )
+        try:
+            self.zk.delete(node)
+        except KazooException as exc:  # the id is ours either way; the node dies with the session
+            log.warning("could not delete id node %s: %s", node, exc)
+        value = int(node.rsplit("ID-", 1)[1])
+        if value < 0 or value >= paths.SHORT_ID_LIMIT:
+            raise LedgerIdOverflowError(f"id {value} from {parent} overflows 31 bits", path=node)
+        return value
+
+    def generate_ledger_id(self) -> int:
+        """A new ledger id from the same znodes Java clients use, so ids never collide."""
+        if self.kind is LayoutKind.FLAT:
+            return self._short_id(self.root)
+        long_root = paths.join(self.root, "idgen-long")
+        if not self.zk.exists(long_root):
+            try:
+                return self._short_id(paths.join(self.root, "idgen"))
+            except LedgerIdOverflowError:
+                self.zk.ensure_path(long_root)
+        return self._long_id(long_root)
+
+    def _long_id(self, long_root: str) -> int:
+        while True:
+            hobs = sorted(int(c[4:]) for c in self._children(long_root) if c.startswith("HOB-"))
+            if not hobs:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(paths.join(long_root, "HOB-0000000001"), b"")
+                continue
+            high = hobs[-1]
+            try:
+                low = self._short_id(paths.join(long_root, f"HOB-{high:010d}"))
+            except LedgerIdOverflowError:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(paths.join(long_root, f"HOB-{high + 1:010d}"), b"")
+                continue
+            for old in hobs[:-3]:  # BookKeeper keeps the newest few; pruning is best effort
+                with contextlib.suppress(KazooException):
+                    self.zk.delete(paths.join(long_root, f"HOB-{old:010d}"), recursive=True)
+            return (high << 32) | low
+
+    # ---- ledger CRUD and CAS -----------------------------------------------------------------
+
+    def create_ledger(self, md: LedgerMetadata) -> Versioned[LedgerMetadata]:
+        """Create the ledger's znode (parents made on demand). An existing node with the same
+        cToken is our own earlier attempt and counts as success."""
+        path = self.path_for(md.ledger_id)
+        data = encode_metadata(md)
+        try:
+            self.zk.create(path, data, makepath=True)
+            return Versioned(md, 0)
+        except NodeExistsError:
+            existing = self.read_ledger(md.ledger_id)
+            if md.format_version >= 3 and existing.value.ctoken == md.ctoken and md.ctoken != 0:
+                return existing
+            raise LedgerExistsError(
+                "ledger already exists", ledger_id=md.ledger_id, path=path
+            ) from None
+
+    def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        path = self.path_for(ledger_id)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            raise NoSuchLedgerOnMetadataServerError(
+                "no metadata", ledger_id=ledger_id, path=path
+            ) from None
+        return Versioned(decode_at(path, data, ledger_id, stat.ctime), stat.version)
+
+    def write_ledger(self, md: LedgerMetadata, expected_version: int) -> Versioned[LedgerMetadata]:
+        """One compare-and-set write. BADVERSION raises MetadataVersionError."""
+        path = self.path_for(md.ledger_id)
+        try:
+            stat = self.zk.set(path, encode_metadata(md), version=expected_version)
+        except BadVersionError:
+            raise MetadataVersionError(
+                f"version {expected_version} is stale", ledger_id=md.ledger_id, path=path
+            ) from None
+        except NoNodeError:
+            raise NoSuchLedgerOnMetadataServerError(
+                "deleted", ledger_id=md.ledger_id, path=path
+            ) from None
+        return Versioned(md, stat.version)
+
+    def update_ledger(
+        self,
+        ledger_id: int,
+        transform: Callable[[LedgerMetadata], LedgerMetadata | None],
+        *,
+        current: Versioned[LedgerMetadata] | None = None,
+        max_attempts: int = 100,
+    ) -> Versioned[LedgerMetadata]:
+        """BookKeeper's MetadataUpdateLoop. ``transform`` gets the freshest metadata and returns
+        the new value, or None when no change is needed any more (then the stored value is
+        returned without a write). On a version conflict it is re-applied to a fresh read, so
+        concurrent edits are never overwritten."""
+        cur = current if current is not None else self.read_ledger(ledger_id)
+        for _ in range(max_attempts):
+            new = transform(cur.value)
+            if new is None:
+                return cur
+            try:
+                return self.write_ledger(new, cur.version)
+            except MetadataVersionError:
+                log.info("ledger %d: metadata changed concurrently, re-applying", ledger_id)
+                cur = self.read_ledger(ledger_id)
+        raise MetadataVersionError(f"gave up after {max_attempts} conflicts", ledger_id=ledger_id)
+
+    def delete_ledger(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger znode (NONODE is success), then empty hierarchical parents."""
+        path = self.path_for(ledger_id)
+        try:
+            self.zk.delete(path, version=version)
+        except NoNodeError:
+            return
+        except BadVersionError:
+            raise MetadataVersionError(
+                f"version {version} is stale", ledger_id=ledger_id, path=path
+            ) from None
+        if self.kind in (LayoutKind.FLAT, LayoutKind.LEGACY_HIERARCHICAL):
+            return
+        parent = path.rsplit("/", 1)[0]
+        while parent != self.root and parent.startswith(self.root + "/"):
+            try:
+                self.zk.delete(parent)
+            except (NotEmptyError, NoNodeError):
+                break
+            parent = parent.rsplit("/", 1)[0]
+
+
+def decode_at(path: str, data: bytes, ledger_id: int, ctime_ms: int | None) -> LedgerMetadata:
+    """Decode metadata read from ``path``; a CorruptMetadataError then names the znode."""
+    try:
+        return decode_metadata(data, ledger_id, znode_ctime_ms=ctime_ms)
+    except CorruptMetadataError as exc:
+        raise CorruptMetadataError(exc.reason, ledger_id=ledger_id, path=path) from exc

@@ -1,0 +1,243 @@
+"""BookKeeper's under-replication znodes: marks, locks, the disable flag and the recovery delay.
+
+Same paths and data forms as ``ZkLedgerUnderreplicationManager``, so a Java Auditor,
+ReplicationWorker or ``bookkeeper shell listunderreplicated`` sees what we write and we see
+what they write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+from bklib.meta import paths
+from bklib.meta.formats import (
+    UR_LAYOUT_DATA,
+    check_ur_layout,
+    decode_lock_data,
+    decode_ur_ledger,
+    encode_lock_data,
+    encode_ur_ledger,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UnderReplicatedLedger:
+    ledger_id: int
+    missing_replicas: tuple[str, ...]
+    ctime_ms: int | None
+    version: int
+    lock_holder: str | None = None
+
+
+@dataclass(frozen=True)
+class UrLock:
+    """A held ledger lock, with the mark's version when it was taken (None if unmarked)."""
+
+    ledger_id: int
+    mark_version: int | None
+
+
+class UnderReplicationManager:
+    """Marks, locks and flags under ``<root>/underreplication``."""
+
+    def __init__(self, zk: KazooClient, root: str = "/ledgers", worker_id: str | None = None):
+        self.zk = zk
+        self.root = root.rstrip("/")
+        self.base = paths.ur_base(self.root)
+        # BookKeeper stores the worker's hostname in the lock, not a bookie id.
+        self.worker_id = worker_id or socket.gethostname()
+
+    def ensure_layout(self) -> None:
+        """Create the tree like the Java manager's constructor; reject unknown layouts."""
+        self.zk.ensure_path(self.base)
+        layout = paths.join(self.base, "LAYOUT")
+        try:
+            self.zk.create(layout, UR_LAYOUT_DATA)
+        except NodeExistsError:
+            check_ur_layout(self.zk.get(layout)[0])
+        self.zk.ensure_path(paths.join(self.base, "ledgers"))
+        self.zk.ensure_path(paths.join(self.base, "locks"))
+
+    # ---- marks -------------------------------------------------------------------------------
+
+    def mark_underreplicated(self, ledger_id: int, missing: Sequence[str]) -> bool:
+        """Publish ``missing`` replicas for a ledger, merging into an existing mark. Returns
+        True if anything was written (a mark that already lists them all is left alone)."""
+        path = paths.ur_ledger_path(self.root, ledger_id)
+        while True:
+            try:
+                self.zk.create(path, encode_ur_ledger(list(missing), _now_ms()), makepath=True)
+                log.info("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
+                return True
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue
+            replicas, _ = decode_ur_ledger(data)
+            added = [b for b in missing if b not in replicas]
+            if not added:
+                return False
+            try:
+                self.zk.set(path, encode_ur_ledger(replicas + added, _now_ms()), stat.version)
+                log.info("ledger %d: under-replication mark now also lists %s", ledger_id, added)
+                return True
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def get(self, ledger_id: int) -> UnderReplicatedLedger | None:
+        path = paths.ur_ledger_path(self.root, ledger_id)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None
+        replicas, ctime = decode_ur_ledger(data)
+        return UnderReplicatedLedger(
+            ledger_id, tuple(replicas), ctime, stat.version, self.lock_holder(ledger_id)
+        )
+
+    def list_underreplicated(self) -> Iterator[UnderReplicatedLedger]:
+        """Breadth-first walk like ``listunderreplicated``; every ``urL`` child is a ledger."""
+        queue = [paths.join(self.base, "ledgers")]
+        while queue:
+            node = queue.pop(0)
+            try:
+                children = sorted(self.zk.get_children(node))
+            except NoNodeError:
+                continue
+            for child in children:
+                m = paths.UR_NODE_RE.match(child) if child.startswith("urL") else None
+                if m:
+                    entry = self.get(int(m.group(1)))
+                    if entry is not None:
+                        yield entry
+                else:
+                    queue.append(paths.join(node, child))
+
+    # ---- locks -------------------------------------------------------------------------------
+
+    def lock_holder(self, ledger_id: int) -> str | None:
+        try:
+            return decode_lock_data(self.zk.get(paths.ur_lock_path(self.root, ledger_id))[0])
+        except NoNodeError:
+            return None
+
+    def try_acquire(self, ledger_id: int) -> UrLock | None:
+        """Take the ledger's ephemeral lock; None if someone (a Java ReplicationWorker or
+        another job) holds it. The mark's version is remembered for ``mark_replicated``."""
+        mark = self.zk.exists(paths.ur_ledger_path(self.root, ledger_id))
+        try:
+            self.zk.create(
+                paths.ur_lock_path(self.root, ledger_id),
+                encode_lock_data(self.worker_id),
+                ephemeral=True,
+                makepath=True,
+            )
+        except NodeExistsError:
+            return None
+        return UrLock(ledger_id, mark.version if mark is not None else None)
+
+    def poll_ledger_to_rereplicate(self) -> UrLock | None:
+        """A ReplicationWorker's acquire: random walk of the hex levels, skipping locked
+        ledgers; None when nothing is available."""
+        return self._walk_for_lock(paths.join(self.base, "ledgers"), depth=0)
+
+    def _walk_for_lock(self, node: str, depth: int) -> UrLock | None:
+        try:
+            children = self.zk.get_children(node)
+        except NoNodeError:
+            return None
+        random.shuffle(children)
+        for child in children:
+            if depth == 4:
+                m = paths.UR_NODE_RE.match(child)
+                if not m or self.zk.exists(paths.join(self.base, "locks", child)):
+                    continue
+                lock = self.try_acquire(int(m.group(1)))
+                if lock is not None and lock.mark_version is not None:
+                    return lock
+                if lock is not None:  # the mark vanished between listing and locking
+                    self.release(lock)
+            else:
+                found = self._walk_for_lock(paths.join(node, child), depth + 1)
+                if found is not None:
+                    return found
+        return None
+
+    def release(self, lock: UrLock) -> None:
+        """Drop the lock only (the ledger stays marked for another attempt)."""
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(paths.ur_lock_path(self.root, lock.ledger_id))
+
+    def mark_replicated(self, lock: UrLock) -> bool:
+        """Delete the mark only if its version is the one seen when the lock was taken (a
+        re-mark meanwhile survives), prune empty hex dirs, release the lock. Returns True if
+        the mark was removed."""
+        path = paths.ur_ledger_path(self.root, lock.ledger_id)
+        removed = False
+        try:
+            if lock.mark_version is not None:
+                self.zk.delete(path, version=lock.mark_version)
+                removed = True
+                parent = path.rsplit("/", 1)[0]
+                for _ in range(4):
+                    try:
+                        stat = self.zk.exists(parent)
+                        if stat is None:
+                            break
+                        self.zk.delete(parent, version=stat.version)
+                    except (NotEmptyError, NoNodeError, BadVersionError):
+                        break
+                    parent = parent.rsplit("/", 1)[0]
+        except BadVersionError:
+            log.info("ledger %d: re-marked while being repaired; mark kept", lock.ledger_id)
+        except NoNodeError:
+            pass
+        finally:
+            self.release(lock)
+        return removed
+
+    # ---- flags -------------------------------------------------------------------------------
+
+    def is_replication_enabled(self) -> bool:
+        """Autorecovery is disabled exactly while the ``disable`` znode exists."""
+        return self.zk.exists(paths.join(self.base, "disable")) is None
+
+    def disable_replication(self) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(paths.join(self.base, "disable"), b"", makepath=True)
+
+    def enable_replication(self) -> None:
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(paths.join(self.base, "disable"))
+
+    def get_lost_bookie_recovery_delay(self) -> int | None:
+        try:
+            return int(self.zk.get(paths.join(self.base, "lostBookieRecoveryDelay"))[0].decode())
+        except NoNodeError:
+            return None
+
+    def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        """Decimal text, ``setData(-1)`` like the shell (create if absent)."""
+        path = paths.join(self.base, "lostBookieRecoveryDelay")
+        data = str(int(seconds)).encode()
+        try:
+            self.zk.set(path, data, version=-1)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,94 @@
+"""Under-replication marks, locks and flags against a real ZooKeeper, in BookKeeper's layout."""
+
+from __future__ import annotations
+
+import pytest
+
+from bklib.errors import CompatibilityError
+from bklib.meta.store import connect
+from bklib.meta.underreplication import UnderReplicationManager
+
+
+@pytest.fixture
+def urm(zk):
+    m = UnderReplicationManager(zk, worker_id="worker-a")
+    m.ensure_layout()
+    return m
+
+
+def test_layout_created_like_java(zk, urm):
+    assert zk.get("/ledgers/underreplication/LAYOUT")[0] == b'type: "BASIC"\nversion: 1\n'
+    assert zk.exists("/ledgers/underreplication/ledgers")
+    assert zk.exists("/ledgers/underreplication/locks")
+
+
+def test_unknown_layout_refused(zk):
+    zk.create("/ledgers/underreplication/LAYOUT", b'type: "FANCY"\nversion: 1\n', makepath=True)
+    with pytest.raises(CompatibilityError):
+        UnderReplicationManager(zk).ensure_layout()
+
+
+def test_mark_merges_replicas(zk, urm):
+    assert urm.mark_underreplicated(5, ["10.0.0.7:3181"])
+    path = "/ledgers/underreplication/ledgers/0000/0000/0000/0005/urL0000000005"
+    data = zk.get(path)[0].decode()
+    assert 'replica: "10.0.0.7:3181"' in data and "ctime:" in data
+    assert not urm.mark_underreplicated(5, ["10.0.0.7:3181"])  # nothing new: no write
+    assert zk.get(path)[1].version == 0
+    assert urm.mark_underreplicated(5, ["10.0.0.7:3181", "10.0.0.8:3181"])
+    got = urm.get(5)
+    assert got.missing_replicas == ("10.0.0.7:3181", "10.0.0.8:3181")
+    assert got.version == 1
+
+
+def test_list_underreplicated_walks_every_mark(urm):
+    for lid, b in [(1, "a:1"), (70000, "b:1"), (4294967296, "c:1")]:
+        urm.mark_underreplicated(lid, [b])
+    listed = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
+    assert listed == {1: ("a:1",), 70000: ("b:1",), 4294967296: ("c:1",)}
+
+
+def test_lock_excludes_second_worker_and_dies_with_session(zk_chroot, zk, urm):
+    urm.mark_underreplicated(8, ["x:1"])
+    other_client = connect(zk_chroot)
+    other = UnderReplicationManager(other_client, worker_id="worker-b")
+    lock = other.try_acquire(8)
+    assert lock is not None and lock.mark_version == 0
+    assert urm.try_acquire(8) is None
+    assert urm.lock_holder(8) == "worker-b"
+    assert urm.poll_ledger_to_rereplicate() is None  # the only marked ledger is locked
+    # the holder dies: its ephemeral lock goes with its session
+    other_client.stop()
+    other_client.close()
+    again = urm.try_acquire(8)
+    assert again is not None
+    urm.release(again)
+
+
+def test_mark_replicated_only_if_unchanged(zk, urm):
+    urm.mark_underreplicated(9, ["x:1"])
+    lock = urm.try_acquire(9)
+    urm.mark_underreplicated(9, ["y:1"])  # an auditor re-marks meanwhile
+    assert not urm.mark_replicated(lock)
+    assert urm.get(9) is not None  # mark survives
+    assert urm.lock_holder(9) is None  # lock released anyway
+
+    lock = urm.poll_ledger_to_rereplicate()
+    assert lock is not None and lock.ledger_id == 9
+    assert urm.mark_replicated(lock)
+    assert urm.get(9) is None
+    # empty hex dirs pruned
+    assert zk.get_children("/ledgers/underreplication/ledgers") == []
+
+
+def test_disable_flag_and_recovery_delay(zk, urm):
+    assert urm.is_replication_enabled()
+    urm.disable_replication()
+    assert zk.get("/ledgers/underreplication/disable")[0] == b""
+    assert not urm.is_replication_enabled()
+    urm.enable_replication()
+    assert urm.is_replication_enabled()
+    assert urm.get_lost_bookie_recovery_delay() is None
+    urm.set_lost_bookie_recovery_delay(60)
+    assert zk.get("/ledgers/underreplication/lostBookieRecoveryDelay")[0] == b"60"
+    assert urm.get_lost_bookie_recovery_delay() == 60
