@@ -64,6 +64,8 @@ class ZooKeeperServer:
         self.host = host
         self.port = port or free_port(host)
         self.proc: subprocess.Popen[bytes] | None = None
+        # Detached servers (``bkaudit sandbox up``) must outlive the command that started them.
+        self.start_new_session = False
 
     @property
     def connect_string(self) -> str:
@@ -107,7 +109,11 @@ class ZooKeeperServer:
             str(cfg),
         ]
         self.proc = subprocess.Popen(
-            cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            cmd,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=self.start_new_session,
         )
         logf.close()
         deadline = time.monotonic() + timeout

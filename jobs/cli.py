@@ -1,5 +1,5 @@
-"""The ``bkaudit`` command line. Each command imports only what it needs, so the bookie and
-the metadata tools run without Spark."""
+"""The ``bkaudit`` command line. Each command imports only what it needs, so the bookie,
+the sandbox and the metadata tools run without Spark."""
 
 from __future__ import annotations
 
@@ -7,15 +7,110 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_SANDBOX_DIR = Path("sandbox-data")
+
+EPILOG = """examples:
+  bkaudit sandbox up --bookies 5          # ZooKeeper + 5 Python bookies on loopback
+  bkaudit sandbox status
+  bkaudit bookie --zk 127.0.0.1:2181 --port 3181 --data-dir /var/lib/bookie
+  bkaudit demo                            # the whole story on a throw-away sandbox
+  bkaudit sandbox down
+"""
+
+
+def _cmd_bookie(args: argparse.Namespace) -> int:
+    from bklib.bookie.main import main as bookie_main
+
+    return bookie_main(args.bookie_args)
+
+
+def _cmd_sandbox(args: argparse.Namespace) -> int:
+    from bklib.sandbox import Sandbox, SandboxError, detached_status, stop_detached
+
+    base = Path(args.dir)
+    try:
+        if args.action == "up":
+            if (base / "sandbox.json").exists():
+                print(f"a sandbox is already recorded in {base}; run `bkaudit sandbox down` first")
+                return 2
+            sb = Sandbox(base, num_bookies=args.bookies, detach=True, fault_injection=args.faults)
+            try:
+                sb.start()
+            except Exception:
+                sb.stop()
+                raise
+            sb.save_state()
+            print(f"ZooKeeper  {sb.zk_connect}")
+            for b in sb.bookies:
+                print(f"bookie     {b.bookie_id}  data {b.data_dir}  log {b.log_path}")
+            print(f"use: --zk {sb.zk_connect}")
+        elif args.action == "down":
+            stopped = stop_detached(base)
+            print("stopped: " + (", ".join(stopped) or "nothing was running"))
+        else:
+            st = detached_status(base)
+            print(f"ZooKeeper  {st['zk']}  {'serving' if st['zk_serving'] else 'DOWN'}")
+            for b in st["bookies"]:  # type: ignore[union-attr]
+                alive = "running" if b["alive"] else "STOPPED"
+                print(f"bookie     {b['id']:<22} {alive:<8} registered: {b['registered']}")
+    except SandboxError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from jobs.demo import run_demo
+
+    return run_demo(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bkaudit",
         description="Audit and repair Apache BookKeeper clusters.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "bookie",
+        help="run one Python bookie",
+        description="Run one BookKeeper 4.17-compatible Python bookie. "
+        "All arguments go to `python -m bklib.bookie` (see --help there).",
+        add_help=False,
+    )
+    p.add_argument("bookie_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_bookie)
+
+    p = sub.add_parser(
+        "sandbox",
+        help="start, stop or inspect a local cluster",
+        description="A local cluster on loopback: a real ZooKeeper and N Python bookies, kept "
+        "running after the command returns. State lives in --dir.",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--dir", default=str(DEFAULT_SANDBOX_DIR), help="data and state directory")
+    p.add_argument("--bookies", type=int, default=5, help="number of bookies (up)")
+    p.add_argument(
+        "--faults", action="store_true", help="enable the bookies' fault-injection admin port"
+    )
+    p.set_defaults(func=_cmd_sandbox)
+
+    p = sub.add_parser(
+        "demo",
+        help="run the whole story on a throw-away sandbox",
+        description="Start a sandbox, write a workload, lose a bookie, find what is "
+        "under-replicated, and clean up.",
+    )
+    p.add_argument("--dir", default=None, help="keep the sandbox data here (default: a temp dir)")
+    p.add_argument("--bookies", type=int, default=5)
+    p.add_argument("--ledgers", type=int, default=200)
+    p.set_defaults(func=_cmd_demo)
     return parser
 
 
@@ -26,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # connection chatter is noise to an operator
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
     if args.command is None:
         parser.print_help()
         return 2

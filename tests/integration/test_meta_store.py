@@ -240,3 +240,42 @@ def test_digest_auth_connect(zk_chroot):
     client.delete("/secured")
     client.stop()
     client.close()
+
+
+def test_store_works_again_after_session_expiry(zk_chroot):
+    """An expired session (a long GC pause, a partition) is survived: kazoo opens a new
+    session and the store's next operations succeed; nothing stored is lost."""
+    import contextlib
+    import time
+
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import KazooState
+
+    client = connect(zk_chroot, timeout=4)
+    try:
+        store = LedgerStore(client)
+        store.init_cluster()
+        store.create_ledger(make_md(1))
+        states = []
+        client.add_listener(states.append)
+        old_session = client.client_id[0]
+        # Closing a second connection that shares the session id expires the session.
+        ghost = KazooClient(hosts=zk_chroot, client_id=client.client_id)
+        ghost.start()
+        ghost.stop()
+        ghost.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if KazooState.LOST in states and client.connected:
+                break
+            with contextlib.suppress(Exception):
+                client.exists("/")  # provokes the server's SESSIONEXPIRED
+            time.sleep(0.1)
+        assert KazooState.LOST in states
+        assert client.client_id[0] != old_session
+        assert store.read_ledger(1).value.ledger_id == 1
+        store.update_ledger(1, lambda md: md.closed(0, 1))
+        assert store.read_ledger(1).value.is_closed
+    finally:
+        client.stop()
+        client.close()

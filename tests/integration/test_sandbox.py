@@ -1,0 +1,60 @@
+"""The sandbox: a real ZooKeeper and Python bookie processes, from the library and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from bklib.meta.registration import list_bookies
+from bklib.meta.store import LedgerStore, connect
+from bklib.sandbox import Sandbox
+
+
+def test_sandbox_in_a_chroot_registers_bookies_and_survives_restart(tmp_path, zk_chroot):
+    with Sandbox(tmp_path, num_bookies=3, external_zk=zk_chroot) as sb:
+        zk = connect(zk_chroot)
+        try:
+            reg = list_bookies(zk)
+            assert sorted(reg.writable) == sorted(sb.bookie_ids)
+            for bid in sb.bookie_ids:
+                assert reg.writable[bid].info.rpc_address() == ("127.0.0.1", int(bid.split(":")[1]))
+            assert zk.get("/ledgers/LAYOUT")[0].startswith(b"2\n")
+            assert LedgerStore(zk).instance_id() is not None
+            victim = sb.bookie_ids[1]
+            sb.stop_bookie(victim)
+            assert victim not in list_bookies(zk).writable
+            sb.restart_bookie(victim)
+            assert victim in list_bookies(zk).writable
+        finally:
+            zk.stop()
+            zk.close()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_sandbox_up_status_down(tmp_path):
+    d = str(tmp_path / "sb")
+    up = run_cli("sandbox", "up", "--dir", d, "--bookies", "2")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.count("bookie ") == 2
+        status = run_cli("sandbox", "status", "--dir", d)
+        assert status.returncode == 0, status.stderr
+        assert "serving" in status.stdout
+        assert status.stdout.count("registered: writable") == 2
+        again = run_cli("sandbox", "up", "--dir", d)
+        assert again.returncode == 2
+    finally:
+        down = run_cli("sandbox", "down", "--dir", d)
+    assert down.returncode == 0, down.stderr
+    assert "zookeeper" in down.stdout
+    gone = run_cli("sandbox", "status", "--dir", d)
+    assert gone.returncode == 2 and "no sandbox" in gone.stderr
