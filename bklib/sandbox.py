@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bklib.bookie.faults import AdminClient
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LedgerStore, connect
 from bklib.meta.underreplication import UnderReplicationManager
@@ -146,6 +147,10 @@ class BookieProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+    def admin(self) -> AdminClient:
+        """The fault-injection admin client (only with ``fault_injection=True``)."""
+        return AdminClient.for_data_dir(self.data_dir)
 
     def __enter__(self) -> BookieProcess:
         return self.start()

@@ -1,0 +1,677 @@
+"""One pipelined v3 protobuf connection to one bookie (asyncio).
+
+What a Java ``PerChannelBookieClient`` does, for a Python client (spec wire-protocol §1, §2, §7):
+
+* one TCP connection per bookie; requests are written as soon as they are issued and responses,
+  which a bookie sends in any order, are matched on (txnId, operation);
+* every operation has its own timeout (5 s by default, like ``addEntryTimeoutSec`` and
+  ``readEntryTimeoutSec``) raising :class:`~bklib.errors.BKTimeoutError`; a timeout does not
+  close the connection and a late reply is dropped;
+* when the connection drops, or the bookie sends a frame we refuse (too large, not a Response),
+  every outstanding request fails with :class:`ConnectionLostError`. That is an *unknown* outcome
+  (the bookie may or may not have applied the request), never a negative answer such as
+  NoSuchEntry;
+* the next request reconnects; consecutive connect failures back off exponentially, and requests
+  issued inside the back-off window fail fast with BookieHandleNotAvailableError instead of
+  hammering a dead host.
+
+Connecting is bounded by ``connect_timeout`` (BookKeeper's clientConnectTimeoutMillis), the
+request itself by the operation timeout. All coroutines must run on one event loop (the one the
+connection is first used on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bklib.errors import (
+    BKError,
+    BKTimeoutError,
+    BookieHandleNotAvailableError,
+    ClientClosedError,
+    IncorrectParameterError,
+    ReadError,
+    WriteError,
+)
+from bklib.proto import protocol_pb2 as pb
+from bklib.proto.framing import MAX_FRAME_SIZE, FramingError, encode_frame, read_frame
+from bklib.proto.status import error_for_status, is_write_op
+
+log = logging.getLogger(__name__)
+
+# BookKeeper marks high-priority v3 requests with this header priority (spec §7.1); the bookie
+# only tests priority > 0.
+HIGH_PRIORITY = 100
+# GetBookieInfoRequest.Flags: TOTAL_DISK_CAPACITY | FREE_DISK_SPACE, what the Java client asks.
+BOOKIE_INFO_ALL = 0x03
+# AddRequest.writeFlags bit for DEFERRED_SYNC (ack before fsync; FORCE_LEDGER makes it durable).
+WRITE_FLAG_DEFERRED_SYNC = 0x01
+
+AddressResolver = Callable[[bool], Awaitable[tuple[str, int]]]
+"""``await resolve(refresh)`` gives the (host, port) to dial; ``refresh`` asks it to bypass
+caches because the previous address failed or the connection dropped."""
+
+
+class ConnectionLostError(BookieHandleNotAvailableError):
+    """The connection closed while this request was outstanding.
+
+    The outcome is unknown: the bookie may have applied the request. Callers must treat it like a
+    missing reply (retry, or count the bookie as unavailable), never as a negative answer.
+    """
+
+
+class BadResponseError(ConnectionLostError):
+    """The bookie sent a frame we refuse (over the maximum size, or not a valid v3 Response), so
+    the connection was closed. Outcome unknown, like every ConnectionLostError."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Timeouts and limits of a bookie client; picklable, so it can be shipped to executors.
+
+    Defaults follow BookKeeper's ``ClientConfiguration`` (spec §7.5).
+    """
+
+    add_timeout: float = 5.0  # addEntryTimeoutSec
+    read_timeout: float = 5.0  # readEntryTimeoutSec: read, read LAC, write LAC, force, list
+    bookie_info_timeout: float = 5.0  # getBookieInfoTimeoutSecs
+    connect_timeout: float = 10.0  # clientConnectTimeoutMillis
+    max_frame_size: int = MAX_FRAME_SIZE  # nettyMaxFrameSizeBytes, both directions
+    reconnect_backoff_initial: float = 0.1  # first delay after a failed connect
+    reconnect_backoff_max: float = 10.0  # cap of the doubling delay
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A successful read: the stored entry bytes (section 4 layout, digest not yet verified) and
+    the bookie's known LAC when it reported one (``ReadResponse.maxLAC``; fence reads omit it)."""
+
+    body: bytes
+    max_lac: int | None = None
+
+
+@dataclass(frozen=True)
+class ReadLacResult:
+    """READ_LAC answer: the explicit LAC body (16 + D bytes, spec §4.4) if the bookie has one, and
+    its highest stored entry if it has any. The LAC is the max of the two (spec §6.4)."""
+
+    lac_body: bytes | None
+    last_entry_body: bytes | None
+
+
+@dataclass(frozen=True)
+class BookieInfo:
+    """GET_BOOKIE_INFO answer in bytes; None for a value the bookie did not send."""
+
+    total_disk_capacity: int | None
+    free_disk_space: int | None
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[pb.Response]
+    ledger_id: int | None
+    entry_id: int | None
+
+
+@dataclass
+class _Channel:
+    """One live TCP connection and the requests outstanding on it."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    address: tuple[str, int]
+    pending: dict[tuple[int, int], _Pending] = field(default_factory=dict)
+    closed: bool = False
+    reader_task: asyncio.Task[None] | None = None
+    drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+# Which Response sub-message carries each operation's own status.
+_SUB_RESPONSE = {
+    pb.READ_ENTRY: "readResponse",
+    pb.ADD_ENTRY: "addResponse",
+    pb.WRITE_LAC: "writeLacResponse",
+    pb.READ_LAC: "readLacResponse",
+    pb.GET_BOOKIE_INFO: "getBookieInfoResponse",
+    pb.FORCE_LEDGER: "forceLedgerResponse",
+    pb.GET_LIST_OF_ENTRIES_OF_LEDGER: "getListOfEntriesOfLedgerResponse",
+}
+
+
+class BookieConnection:
+    """The client side of one bookie: a single pipelined v3 connection, re-established on demand.
+
+    ``address`` is a fixed (host, port) or an :data:`AddressResolver`. Every error raised names
+    the bookie id and, where it applies, the ledger and entry.
+    """
+
+    def __init__(
+        self,
+        bookie_id: str,
+        address: tuple[str, int] | AddressResolver,
+        config: ClientConfig | None = None,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.config = config or ClientConfig()
+        if isinstance(address, tuple):
+            fixed = address
+
+            async def _fixed(refresh: bool) -> tuple[str, int]:
+                return fixed
+
+            self._resolve: AddressResolver = _fixed
+        else:
+            self._resolve = address
+        # Per-connection counter: matching is per connection, so ids need only be unique here.
+        # It survives reconnects so a reply can never be mistaken for a newer request's.
+        self._txn_ids = itertools.count(1)
+        self._channel: _Channel | None = None
+        self._connect_lock = asyncio.Lock()
+        self._closed = False
+        self._failures = 0  # consecutive failed connect attempts
+        self._retry_at = 0.0  # loop time before which no new connect is attempted
+        self._last_error: BKError | None = None
+        self._refresh_next = False  # bypass the resolver's cache on the next connect
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while a TCP connection is open."""
+        return self._channel is not None and not self._channel.closed
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called; every later request raises ClientClosedError."""
+        return self._closed
+
+    @property
+    def outstanding(self) -> int:
+        """Requests written and not yet answered, timed out or failed."""
+        return len(self._channel.pending) if self._channel is not None else 0
+
+    def retry_delay(self) -> float:
+        """Seconds until the next connect attempt is allowed (0 if one may be made now)."""
+        if self._failures == 0:
+            return 0.0
+        return max(0.0, self._retry_at - asyncio.get_running_loop().time())
+
+    # ---- connecting ----------------------------------------------------------------------------
+
+    def _backoff_delay(self) -> float:
+        cfg = self.config
+        delay = cfg.reconnect_backoff_initial * 2 ** (self._failures - 1)
+        return min(delay, cfg.reconnect_backoff_max)
+
+    async def _ensure_channel(self, ledger_id: int | None, entry_id: int | None) -> _Channel:
+        if self._closed:
+            raise ClientClosedError(
+                "bookie client closed",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        ch = self._channel
+        if ch is not None and not ch.closed:
+            return ch
+        async with self._connect_lock:
+            # Another request may have connected (or failed) while we waited for the lock.
+            ch = self._channel
+            if ch is not None and not ch.closed:
+                return ch
+            if self._closed:
+                raise ClientClosedError("bookie client closed", bookie=self.bookie_id)
+            loop = asyncio.get_running_loop()
+            if self._failures and loop.time() < self._retry_at:
+                last = self._last_error.reason if self._last_error else "connect failed"
+                raise BookieHandleNotAvailableError(
+                    f"bookie unavailable ({last}); next connect attempt in "
+                    f"{self._retry_at - loop.time():.2f}s",
+                    ledger_id=ledger_id,
+                    entry_id=entry_id,
+                    bookie=self.bookie_id,
+                )
+            try:
+                ch = await self._connect(ledger_id, entry_id)
+            except BKError as exc:
+                self._failures += 1
+                self._retry_at = loop.time() + self._backoff_delay()
+                self._last_error = exc
+                self._refresh_next = True
+                raise
+            self._failures = 0
+            self._last_error = None
+            self._channel = ch
+            return ch
+
+    async def _connect(self, ledger_id: int | None, entry_id: int | None) -> _Channel:
+        refresh, self._refresh_next = self._refresh_next, False
+        host, port = await self._resolve(refresh)
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), self.config.connect_timeout
+            )
+        except asyncio.TimeoutError:
+            raise BookieHandleNotAvailableError(
+                f"connect to {host}:{port} timed out after {self.config.connect_timeout}s",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            ) from None
+        except OSError as exc:
+            raise BookieHandleNotAvailableError(
+                f"cannot connect to {host}:{port}: {exc.strerror or exc}",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            ) from exc
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # Java's clientSockKeepalive defaults to true; asyncio already sets TCP_NODELAY.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        ch = _Channel(reader, writer, (host, port))
+        ch.reader_task = asyncio.get_running_loop().create_task(
+            self._read_loop(ch), name=f"bookie-reader-{self.bookie_id}"
+        )
+        log.debug("connected to bookie %s at %s:%d", self.bookie_id, host, port)
+        return ch
+
+    # ---- receiving -----------------------------------------------------------------------------
+
+    async def _read_loop(self, ch: _Channel) -> None:
+        reason: str
+        bad = False
+        try:
+            while True:
+                frame = await read_frame(ch.reader, self.config.max_frame_size)
+                resp = pb.Response()
+                try:
+                    resp.ParseFromString(frame)
+                except Exception as exc:  # DecodeError; any parse failure is equally fatal
+                    raise _Garbage(
+                        f"undecodable response frame of {len(frame)} bytes: {exc}"
+                    ) from exc
+                # upb does not enforce proto2 required fields (Java does, and drops the
+                # connection); an unknown StatusCode also lands here, as a missing status.
+                if not resp.IsInitialized():
+                    missing = ", ".join(resp.FindInitializationErrors())
+                    raise _Garbage(f"response missing required fields: {missing}")
+                self._dispatch(ch, resp)
+        except asyncio.IncompleteReadError as exc:
+            reason = "connection closed by bookie" + (
+                f" mid-frame ({len(exc.partial)} bytes read)" if exc.partial else ""
+            )
+        except FramingError as exc:
+            reason, bad = f"response refused: {exc.reason}", True
+        except _Garbage as exc:
+            reason, bad = f"response refused: {exc}", True
+        except asyncio.CancelledError:
+            reason = "connection closed by client"
+            self._fail_channel(ch, reason, bad=False)
+            raise
+        except OSError as exc:
+            reason = f"connection error: {exc.strerror or exc}"
+        except Exception as exc:  # a bug must not leave requests waiting for their timeouts
+            log.exception("bookie %s: reader failed", self.bookie_id)
+            reason, bad = f"client reader failed: {exc!r}", True
+        if bad:
+            log.warning("bookie %s: %s; closing the connection", self.bookie_id, reason)
+        self._fail_channel(ch, reason, bad=bad)
+
+    def _dispatch(self, ch: _Channel, resp: pb.Response) -> None:
+        key = (resp.header.txnId, resp.header.operation)
+        pending = ch.pending.pop(key, None)
+        if pending is None:
+            # A reply to a request that already timed out or was cancelled; Java drops them too.
+            log.debug("bookie %s: dropping unmatched response %s", self.bookie_id, key)
+            return
+        if not pending.future.done():
+            pending.future.set_result(resp)
+
+    def _fail_channel(self, ch: _Channel, reason: str, *, bad: bool) -> None:
+        """Close ``ch`` and fail everything outstanding on it (synchronously: no request can
+        register on a channel between the check of ``closed`` and this)."""
+        if ch.closed:
+            return
+        ch.closed = True
+        self._refresh_next = True  # the bookie may have moved; ask the registry again
+        with contextlib.suppress(Exception):
+            ch.writer.close()
+        cls = BadResponseError if bad else ConnectionLostError
+        pending, ch.pending = ch.pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(
+                    cls(
+                        f"{reason}; request outcome unknown",
+                        ledger_id=p.ledger_id,
+                        entry_id=p.entry_id,
+                        bookie=self.bookie_id,
+                    )
+                )
+
+    # ---- sending -------------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        op: int,
+        fill: Callable[[pb.Request], None],
+        *,
+        timeout: float,
+        ledger_id: int | None,
+        entry_id: int | None = None,
+        high_priority: bool = False,
+    ) -> Any:
+        """Send one request and return the operation's sub-response (status already EOK)."""
+        req = pb.Request()
+        req.header.version = pb.VERSION_THREE
+        req.header.operation = op
+        if high_priority:
+            # Java leaves priority absent for normal requests (spec §7.1).
+            req.header.priority = HIGH_PRIORITY
+        fill(req)
+        ch = await self._ensure_channel(ledger_id, entry_id)
+        txn = next(self._txn_ids)
+        req.header.txnId = txn
+        frame = encode_frame(req.SerializeToString())
+        if len(frame) > self.config.max_frame_size:
+            # The bookie would drop the connection, failing every other request on it.
+            raise IncorrectParameterError(
+                f"request frame of {len(frame)} bytes exceeds the {self.config.max_frame_size}-byte"
+                " maximum",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        fut: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+        key = (txn, op)
+        ch.pending[key] = _Pending(fut, ledger_id, entry_id)
+        try:
+            ch.writer.write(frame)
+            resp = await asyncio.wait_for(self._drain_and_wait(ch, fut), timeout)
+        except asyncio.TimeoutError:
+            raise BKTimeoutError(
+                f"{pb.OperationType.Name(op)} timed out after {timeout}s",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            ) from None
+        finally:
+            ch.pending.pop(key, None)
+        return self._check_status(resp, op, ledger_id=ledger_id, entry_id=entry_id)
+
+    async def _drain_and_wait(self, ch: _Channel, fut: asyncio.Future[pb.Response]) -> pb.Response:
+        async with ch.drain_lock:
+            # On a write error the reader task sees the same failure and fails ``fut`` for us.
+            with contextlib.suppress(OSError):
+                await ch.writer.drain()
+        return await fut
+
+    def _check_status(
+        self, resp: pb.Response, op: int, *, ledger_id: int | None, entry_id: int | None
+    ) -> Any:
+        name = _SUB_RESPONSE[op]
+        # Java uses the sub-response status only when the top level is EOK and the sub-message is
+        # present; otherwise the top-level status (spec §2.3).
+        if resp.status != pb.EOK:
+            raise error_for_status(
+                resp.status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
+            )
+        if not resp.HasField(name):
+            cls = WriteError if is_write_op(op) else ReadError
+            raise cls(
+                f"{pb.OperationType.Name(op)} answered EOK without {name}",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        sub = getattr(resp, name)
+        if sub.status != pb.EOK:
+            raise error_for_status(
+                sub.status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
+            )
+        return sub
+
+    # ---- operations ----------------------------------------------------------------------------
+
+    async def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+        high_priority: bool = False,
+        write_flags: int = 0,
+        timeout: float | None = None,
+    ) -> None:
+        """Store one entry. ``body`` is the digest-framed entry (bklib.digest).
+
+        Ledger recovery re-adds with ``recovery=True, high_priority=True``; re-replication uses
+        ``recovery=True`` alone (spec §7.2). A recovery add is accepted on a fenced ledger.
+        """
+
+        def fill(req: pb.Request) -> None:
+            a = req.addRequest
+            a.ledgerId = ledger_id
+            a.entryId = entry_id
+            a.masterKey = master_key
+            a.body = body
+            if recovery:
+                a.flag = pb.AddRequest.RECOVERY_ADD
+            if write_flags:
+                a.writeFlags = write_flags  # Java sets it only when non-empty
+
+        await self._call(
+            pb.ADD_ENTRY,
+            fill,
+            timeout=self.config.add_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            high_priority=high_priority,
+        )
+
+    async def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes | None = None,
+        high_priority: bool = False,
+        timeout: float | None = None,
+    ) -> ReadResult:
+        """Read one entry; ``entry_id=-1`` returns the highest entry the bookie stores.
+
+        ``fence=True`` fences the ledger on this bookie and needs ``master_key`` (a fencing
+        read-LAC sends no priority; a recovery read is fence + ``high_priority``). The key is sent
+        only with fencing reads, as Java does.
+        """
+        if fence and master_key is None:
+            raise IncorrectParameterError(
+                "a fencing read needs the master key",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+
+        def fill(req: pb.Request) -> None:
+            r = req.readRequest
+            r.ledgerId = ledger_id
+            r.entryId = entry_id
+            if fence:
+                r.flag = pb.ReadRequest.FENCE_LEDGER
+                r.masterKey = master_key or b""
+
+        sub = await self._call(
+            pb.READ_ENTRY,
+            fill,
+            timeout=self.config.read_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            high_priority=high_priority,
+        )
+        if not sub.HasField("body"):
+            # Only long-poll reads (not offered here) may succeed without a body.
+            raise ReadError(
+                "READ_ENTRY answered EOK without a body",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        return ReadResult(sub.body, sub.maxLAC if sub.HasField("maxLAC") else None)
+
+    async def read_lac(self, ledger_id: int, *, timeout: float | None = None) -> ReadLacResult:
+        """The bookie's explicit LAC body and last entry for ``ledger_id`` (v3 READ_LAC)."""
+
+        def fill(req: pb.Request) -> None:
+            req.readLacRequest.ledgerId = ledger_id
+
+        sub = await self._call(
+            pb.READ_LAC,
+            fill,
+            timeout=self.config.read_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+        )
+        return ReadLacResult(
+            sub.lacBody if sub.HasField("lacBody") else None,
+            sub.lastEntryBody if sub.HasField("lastEntryBody") else None,
+        )
+
+    async def write_lac(
+        self,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Store an explicit LAC. The bookie takes the value from ``body[8:16]`` (spec §6.5), so
+        ``body`` must be the digest-framed LAC body for ``lac``."""
+
+        def fill(req: pb.Request) -> None:
+            w = req.writeLacRequest
+            w.ledgerId = ledger_id
+            w.lac = lac
+            w.masterKey = master_key
+            w.body = body
+
+        await self._call(
+            pb.WRITE_LAC,
+            fill,
+            timeout=self.config.read_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+        )
+
+    async def force_ledger(self, ledger_id: int, *, timeout: float | None = None) -> None:
+        """Return once everything the bookie journaled earlier for ``ledger_id`` is fsynced."""
+
+        def fill(req: pb.Request) -> None:
+            req.forceLedgerRequest.ledgerId = ledger_id
+
+        await self._call(
+            pb.FORCE_LEDGER,
+            fill,
+            timeout=self.config.read_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+        )
+
+    async def list_entries(self, ledger_id: int, *, timeout: float | None = None) -> bytes:
+        """The raw ``availabilityOfEntriesOfLedger`` bytes (spec §6.8) for ``ledger_id``.
+
+        Java bookies on DbLedgerStorage never answer this; expect BKTimeoutError from them.
+        """
+
+        def fill(req: pb.Request) -> None:
+            req.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
+
+        sub = await self._call(
+            pb.GET_LIST_OF_ENTRIES_OF_LEDGER,
+            fill,
+            timeout=self.config.read_timeout if timeout is None else timeout,
+            ledger_id=ledger_id,
+        )
+        if not sub.HasField("availabilityOfEntriesOfLedger"):
+            raise ReadError(
+                "GET_LIST_OF_ENTRIES_OF_LEDGER answered EOK without availability bytes",
+                ledger_id=ledger_id,
+                bookie=self.bookie_id,
+            )
+        return sub.availabilityOfEntriesOfLedger
+
+    async def bookie_info(
+        self, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
+    ) -> BookieInfo:
+        """Disk capacity and free space (``requested`` is the Flags bitmask; Java sends 3)."""
+
+        def fill(req: pb.Request) -> None:
+            req.getBookieInfoRequest.requested = requested
+
+        sub = await self._call(
+            pb.GET_BOOKIE_INFO,
+            fill,
+            timeout=self.config.bookie_info_timeout if timeout is None else timeout,
+            ledger_id=None,
+        )
+        return BookieInfo(
+            sub.totalDiskCapacity if sub.HasField("totalDiskCapacity") else None,
+            sub.freeDiskSpace if sub.HasField("freeDiskSpace") else None,
+        )
+
+    # ---- shutdown ------------------------------------------------------------------------------
+
+    async def disconnect(self) -> None:
+        """Drop the current TCP connection (outstanding requests fail with ConnectionLostError);
+        the next request reconnects."""
+        ch = self._channel
+        if ch is None:
+            return
+        self._fail_channel(ch, "connection closed by client", bad=False)
+        await self._stop_reader(ch)
+
+    async def close(self) -> None:
+        """Close for good: outstanding requests fail, later ones raise ClientClosedError."""
+        self._closed = True
+        ch = self._channel
+        if ch is None:
+            return
+        if not ch.closed:
+            ch.closed = True
+            with contextlib.suppress(Exception):
+                ch.writer.close()
+            pending, ch.pending = ch.pending, {}
+            for p in pending.values():
+                if not p.future.done():
+                    p.future.set_exception(
+                        ClientClosedError(
+                            "bookie client closed with the request outstanding; outcome unknown",
+                            ledger_id=p.ledger_id,
+                            entry_id=p.entry_id,
+                            bookie=self.bookie_id,
+                        )
+                    )
+        await self._stop_reader(ch)
+
+    async def _stop_reader(self, ch: _Channel) -> None:
+        task = ch.reader_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await ch.writer.wait_closed()
+
+
+class _Garbage(Exception):
+    """Internal: a frame that is not a usable v3 Response."""

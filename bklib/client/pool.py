@@ -1,0 +1,508 @@
+"""Connections to many bookies by BookieId: an asyncio pool and a synchronous facade.
+
+:class:`BookieClientPool` keeps one :class:`~bklib.client.connection.BookieConnection` per bookie
+id, created on first use, with addresses resolved through ZooKeeper registrations
+(:class:`~bklib.client.resolver.BookieAddressResolver`) and re-resolved after a failure.
+
+:class:`SyncBookieClient` runs such a pool on an event loop in a private daemon thread so plain
+threads and Spark executor tasks can call it. It has no module-level state, starts its thread
+lazily, notices when it is used in a forked child (Spark's Python workers are forked) and starts
+afresh there, and refuses to be pickled: ship a connect string or a :class:`ClientConfig` to the
+executors and create one client per executor or per partition, e.g.::
+
+    def audit_partition(rows):
+        with SyncBookieClient(zk_connect, ledgers_root="/ledgers") as client:
+            for row in rows:
+                yield client.read(row.bookie, row.ledger_id, row.entry_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+
+from bklib.client.connection import (
+    BOOKIE_INFO_ALL,
+    BookieConnection,
+    BookieInfo,
+    ClientConfig,
+    ReadLacResult,
+    ReadResult,
+)
+from bklib.client.resolver import DEFAULT_LEDGERS_ROOT, BookieAddressResolver
+from bklib.errors import BKTimeoutError, ClientClosedError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class BookieClientPool:
+    """One lazily created connection per bookie id, on the running event loop.
+
+    Give either a ``resolver`` or the arguments to build one (``zk``: a started KazooClient, a
+    connect string, or None for ``host:port`` ids only). A resolver built here is closed by
+    :meth:`close`; one passed in is not.
+    """
+
+    def __init__(
+        self,
+        zk: KazooClient | str | None = None,
+        *,
+        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+        config: ClientConfig | None = None,
+        addresses: Mapping[str, tuple[str, int]] | None = None,
+        legacy_fallback: bool = True,
+        resolver: BookieAddressResolver | None = None,
+    ) -> None:
+        self.config = config or ClientConfig()
+        if resolver is None:
+            resolver = BookieAddressResolver(
+                zk,
+                ledgers_root=ledgers_root,
+                addresses=addresses,
+                legacy_fallback=legacy_fallback,
+                zk_timeout=self.config.connect_timeout,
+            )
+            self._owns_resolver = True
+        else:
+            self._owns_resolver = False
+        self.resolver = resolver
+        self._connections: dict[str, BookieConnection] = {}
+        self._closed = False
+
+    def connection(self, bookie_id: str) -> BookieConnection:
+        """The connection object for ``bookie_id`` (created, not yet connected, on first use)."""
+        if self._closed:
+            raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
+        conn = self._connections.get(bookie_id)
+        if conn is None:
+            conn = BookieConnection(bookie_id, self._resolver_for(bookie_id), self.config)
+            self._connections[bookie_id] = conn
+        return conn
+
+    def _resolver_for(self, bookie_id: str) -> Callable[[bool], Awaitable[tuple[str, int]]]:
+        resolver = self.resolver
+
+        async def resolve(refresh: bool) -> tuple[str, int]:
+            if not resolver.uses_zookeeper:
+                return resolver.resolve(bookie_id, refresh=refresh)
+            # kazoo blocks; keep the event loop (and every other bookie's traffic) running.
+            call = functools.partial(resolver.resolve, bookie_id, refresh=refresh)
+            return await asyncio.get_running_loop().run_in_executor(None, call)
+
+        return resolve
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        """Bookies this pool has a connection object for."""
+        return list(self._connections)
+
+    async def add(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+        high_priority: bool = False,
+        write_flags: int = 0,
+        timeout: float | None = None,
+    ) -> None:
+        """:meth:`BookieConnection.add` on ``bookie_id``."""
+        await self.connection(bookie_id).add(
+            ledger_id,
+            entry_id,
+            master_key,
+            body,
+            recovery=recovery,
+            high_priority=high_priority,
+            write_flags=write_flags,
+            timeout=timeout,
+        )
+
+    async def read(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes | None = None,
+        high_priority: bool = False,
+        timeout: float | None = None,
+    ) -> ReadResult:
+        """:meth:`BookieConnection.read` on ``bookie_id``."""
+        return await self.connection(bookie_id).read(
+            ledger_id,
+            entry_id,
+            fence=fence,
+            master_key=master_key,
+            high_priority=high_priority,
+            timeout=timeout,
+        )
+
+    async def read_lac(
+        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
+    ) -> ReadLacResult:
+        """:meth:`BookieConnection.read_lac` on ``bookie_id``."""
+        return await self.connection(bookie_id).read_lac(ledger_id, timeout=timeout)
+
+    async def write_lac(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """:meth:`BookieConnection.write_lac` on ``bookie_id``."""
+        await self.connection(bookie_id).write_lac(
+            ledger_id, lac, master_key, body, timeout=timeout
+        )
+
+    async def force_ledger(
+        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
+    ) -> None:
+        """:meth:`BookieConnection.force_ledger` on ``bookie_id``."""
+        await self.connection(bookie_id).force_ledger(ledger_id, timeout=timeout)
+
+    async def list_entries(
+        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
+    ) -> bytes:
+        """:meth:`BookieConnection.list_entries` on ``bookie_id``."""
+        return await self.connection(bookie_id).list_entries(ledger_id, timeout=timeout)
+
+    async def bookie_info(
+        self, bookie_id: str, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
+    ) -> BookieInfo:
+        """:meth:`BookieConnection.bookie_info` on ``bookie_id``."""
+        return await self.connection(bookie_id).bookie_info(requested, timeout=timeout)
+
+    async def disconnect(self, bookie_id: str) -> None:
+        """Drop the connection to one bookie (it reconnects on the next request)."""
+        conn = self._connections.get(bookie_id)
+        if conn is not None:
+            await conn.disconnect()
+
+    async def close(self) -> None:
+        """Close every connection (outstanding requests fail with ClientClosedError) and the
+        resolver if this pool built it."""
+        self._closed = True
+        conns, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        if self._owns_resolver:
+            if self.resolver.uses_zookeeper:
+                await asyncio.get_running_loop().run_in_executor(None, self.resolver.close)
+            else:
+                self.resolver.close()
+
+    async def __aenter__(self) -> BookieClientPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _Runtime:
+    """An event loop in a daemon thread and the pool living on it, owned by one process."""
+
+    def __init__(self, make_pool: Callable[[], BookieClientPool], name: str) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.pool = make_pool()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    async def _aclose(self) -> None:
+        await self.pool.close()
+        await self.loop.shutdown_default_executor()
+
+    @staticmethod
+    def shutdown(rt: _Runtime, timeout: float = 10.0) -> None:
+        """Close the pool, stop the loop and join the thread. A static function so that
+        ``weakref.finalize`` can call it without keeping the client alive."""
+        if os.getpid() != rt.pid or rt.loop.is_closed():
+            return  # inherited over fork: the thread is not ours to stop
+        if rt.in_loop_thread():
+            raise RuntimeError("SyncBookieClient.close() called from its own event-loop thread")
+        if rt.thread.is_alive():
+            fut = asyncio.run_coroutine_threadsafe(rt._aclose(), rt.loop)
+            try:
+                fut.result(timeout)
+            except Exception as exc:
+                log.warning("closing bookie client pool: %r", exc)
+            rt.loop.call_soon_threadsafe(rt.loop.stop)
+            rt.thread.join(timeout)
+        if not rt.thread.is_alive():
+            rt.loop.close()
+
+
+class SyncBookieClient:
+    """Blocking bookie client for threads and Spark tasks; the asyncio pool runs in a private
+    background thread. Methods mirror :class:`BookieClientPool` and raise the same bklib.errors.
+
+    Thread-safe: many threads may call it at once and their requests are pipelined on the shared
+    connections. Not picklable (it owns sockets and a thread): create one per executor process
+    from a connect string. A client used in a forked child starts its own loop and connections
+    there (one built on a KazooClient object cannot, as kazoo's threads do not survive fork).
+    """
+
+    def __init__(
+        self,
+        zk: KazooClient | str | None = None,
+        *,
+        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+        config: ClientConfig | None = None,
+        addresses: Mapping[str, tuple[str, int]] | None = None,
+        legacy_fallback: bool = True,
+    ) -> None:
+        self._zk = zk
+        self._ledgers_root = ledgers_root
+        self.config = config or ClientConfig()
+        self._addresses = dict(addresses or {})
+        self._legacy_fallback = legacy_fallback
+        self._lock = threading.Lock()
+        self._rt: _Runtime | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._closed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            "SyncBookieClient cannot be pickled (it owns sockets and a thread); pass the ZooKeeper "
+            "connect string to your Spark tasks and create one client per executor/partition"
+        )
+
+    # ---- runtime -------------------------------------------------------------------------------
+
+    def _make_pool(self) -> BookieClientPool:
+        return BookieClientPool(
+            self._zk,
+            ledgers_root=self._ledgers_root,
+            config=self.config,
+            addresses=self._addresses,
+            legacy_fallback=self._legacy_fallback,
+        )
+
+    def _drop_inherited_runtime(self) -> bool:
+        """After fork, forget the parent's runtime; True if there was one.
+
+        The parent's loop thread does not exist in the child and our lock may have been held at
+        fork time, so both are abandoned rather than closed (closing would also touch sockets the
+        parent still uses).
+        """
+        rt = self._rt
+        if rt is None or rt.pid == os.getpid():
+            return False
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = None
+        self._rt = None
+        self._lock = threading.Lock()
+        return True
+
+    def _runtime(self) -> _Runtime:
+        rt = self._rt
+        if rt is not None and rt.pid == os.getpid():
+            return rt
+        if self._drop_inherited_runtime() and isinstance(self._zk, KazooClient):
+            raise ClientClosedError(
+                "SyncBookieClient built on a KazooClient cannot be used after fork; "
+                "create it from a connect string instead"
+            )
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("bookie client closed")
+            if self._rt is None:
+                rt = _Runtime(self._make_pool, name=f"bookie-client-{id(self):x}")
+                self._finalizer = weakref.finalize(self, _Runtime.shutdown, rt)
+                self._rt = rt
+            return self._rt
+
+    def _guard(self, op_timeout: float) -> float:
+        """How long a blocking call waits for its coroutine. The coroutine bounds itself (connect,
+        ZooKeeper and operation timeouts); this only protects against a wedged loop thread."""
+        return op_timeout + 3 * self.config.connect_timeout + 5.0
+
+    def _wait(self, coro_fn: Callable[[BookieClientPool], Awaitable[T]], guard: float | None) -> T:
+        fut = self.submit(coro_fn)
+        try:
+            return fut.result(guard)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise BKTimeoutError(f"bookie client did not answer within {guard}s") from None
+        except BaseException:
+            fut.cancel()  # e.g. KeyboardInterrupt: do not leave the request running
+            raise
+
+    def submit(
+        self, fn: Callable[[BookieClientPool], Awaitable[T]]
+    ) -> concurrent.futures.Future[T]:
+        """Run ``await fn(pool)`` on the client's loop and return a concurrent Future at once:
+        how a plain thread pipelines many requests, e.g.
+        ``[c.submit(lambda p, e=e: p.read(b, lid, e)) for e in ids]``."""
+        rt = self._runtime()
+        if rt.in_loop_thread():
+            raise RuntimeError("blocking SyncBookieClient call from its own event-loop thread")
+
+        async def invoke() -> T:
+            return await fn(rt.pool)
+
+        return asyncio.run_coroutine_threadsafe(invoke(), rt.loop)
+
+    def run(
+        self, fn: Callable[[BookieClientPool], Awaitable[T]], timeout: float | None = None
+    ) -> T:
+        """``submit(fn)`` and wait for the result (``timeout`` None = as long as it takes)."""
+        return self._wait(fn, timeout)
+
+    # ---- operations ----------------------------------------------------------------------------
+
+    def add(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+        high_priority: bool = False,
+        write_flags: int = 0,
+        timeout: float | None = None,
+    ) -> None:
+        """Store one entry on ``bookie_id`` (see :meth:`BookieConnection.add`)."""
+        t = self.config.add_timeout if timeout is None else timeout
+        self._wait(
+            lambda p: p.add(
+                bookie_id,
+                ledger_id,
+                entry_id,
+                master_key,
+                body,
+                recovery=recovery,
+                high_priority=high_priority,
+                write_flags=write_flags,
+                timeout=t,
+            ),
+            self._guard(t),
+        )
+
+    def read(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes | None = None,
+        high_priority: bool = False,
+        timeout: float | None = None,
+    ) -> ReadResult:
+        """Read one entry from ``bookie_id`` (see :meth:`BookieConnection.read`)."""
+        t = self.config.read_timeout if timeout is None else timeout
+        return self._wait(
+            lambda p: p.read(
+                bookie_id,
+                ledger_id,
+                entry_id,
+                fence=fence,
+                master_key=master_key,
+                high_priority=high_priority,
+                timeout=t,
+            ),
+            self._guard(t),
+        )
+
+    def read_lac(
+        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
+    ) -> ReadLacResult:
+        """READ_LAC on ``bookie_id`` (see :meth:`BookieConnection.read_lac`)."""
+        t = self.config.read_timeout if timeout is None else timeout
+        return self._wait(lambda p: p.read_lac(bookie_id, ledger_id, timeout=t), self._guard(t))
+
+    def write_lac(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """WRITE_LAC on ``bookie_id`` (see :meth:`BookieConnection.write_lac`)."""
+        t = self.config.read_timeout if timeout is None else timeout
+        self._wait(
+            lambda p: p.write_lac(bookie_id, ledger_id, lac, master_key, body, timeout=t),
+            self._guard(t),
+        )
+
+    def force_ledger(self, bookie_id: str, ledger_id: int, *, timeout: float | None = None) -> None:
+        """FORCE_LEDGER on ``bookie_id`` (see :meth:`BookieConnection.force_ledger`)."""
+        t = self.config.read_timeout if timeout is None else timeout
+        self._wait(lambda p: p.force_ledger(bookie_id, ledger_id, timeout=t), self._guard(t))
+
+    def list_entries(
+        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
+    ) -> bytes:
+        """Raw availability bytes of ``ledger_id`` on ``bookie_id`` (spec §6.8)."""
+        t = self.config.read_timeout if timeout is None else timeout
+        return self._wait(lambda p: p.list_entries(bookie_id, ledger_id, timeout=t), self._guard(t))
+
+    def bookie_info(
+        self, bookie_id: str, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
+    ) -> BookieInfo:
+        """Disk capacity and free space of ``bookie_id``."""
+        t = self.config.bookie_info_timeout if timeout is None else timeout
+        return self._wait(lambda p: p.bookie_info(bookie_id, requested, timeout=t), self._guard(t))
+
+    def disconnect(self, bookie_id: str) -> None:
+        """Drop the connection to ``bookie_id``; the next request reconnects."""
+        self._wait(lambda p: p.disconnect(bookie_id), self._guard(0))
+
+    # ---- shutdown ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close every connection, stop the loop thread and the ZooKeeper client it started.
+        Idempotent. Outstanding requests fail with ClientClosedError."""
+        self._drop_inherited_runtime()
+        with self._lock:
+            self._closed = True
+            rt, self._rt = self._rt, None
+            fin, self._finalizer = self._finalizer, None
+        if fin is not None:
+            fin.detach()
+        if rt is not None:
+            _Runtime.shutdown(rt, timeout)
+
+    def __enter__(self) -> SyncBookieClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
