@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -121,6 +122,7 @@ class Registration:
         self._stopping = False
         self.readonly: bool | None = None  # what is registered now; None: nothing
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
 
     @property
     def writable_path(self) -> str:
@@ -142,6 +144,7 @@ class Registration:
     def stop(self) -> None:
         """Close the session: the ephemeral registration disappears at once."""
         self._stopping = True
+        self._stopped.set()  # wakes a registration still waiting for a stale node
         try:
             self.zk.stop()
         finally:
@@ -273,7 +276,14 @@ class Registration:
             if self.zk.exists(path, watch=watch) is None:
                 continue
             log.info("bookie %s: waiting for stale registration %s to expire", self.bookie_id, path)
-            if not gone.wait(deadline_wait):
+            deadline = time.monotonic() + deadline_wait
+            # A closed client never delivers the watch: poll for our own stop too.
+            while not gone.wait(0.2) and not self._stopped.is_set():
+                if time.monotonic() > deadline:
+                    break
+            if self._stopped.is_set():
+                return
+            if not gone.is_set():
                 raise ZKError(
                     "registration node exists and belongs to another live session",
                     bookie=self.bookie_id,
