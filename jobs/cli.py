@@ -15,6 +15,8 @@ EPILOG = """examples:
   bkaudit sandbox up --bookies 5          # ZooKeeper + 5 Python bookies on loopback
   bkaudit sandbox status
   bkaudit bookie --zk 127.0.0.1:2181 --port 3181 --data-dir /var/lib/bookie
+  bkaudit audit --zk 127.0.0.1:2181 --warehouse /data/bkaudit --check replicas
+  bkaudit listunderreplicated --warehouse /data/bkaudit --missing-replica 10.0.0.7:3181
   bkaudit demo                            # the whole story on a throw-away sandbox
   bkaudit sandbox down
 """
@@ -23,7 +25,7 @@ EPILOG = """examples:
 def _cmd_bookie(args: argparse.Namespace) -> int:
     from bklib.bookie.main import main as bookie_main
 
-    return bookie_main(args.bookie_args)
+    return bookie_main(args.rest)
 
 
 def _cmd_sandbox(args: argparse.Namespace) -> int:
@@ -61,6 +63,27 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from jobs.audit import add_audit_arguments, run_audit
+
+    parser = argparse.ArgumentParser(
+        prog="bkaudit audit",
+        description="Write one audit run of the cluster to the Delta tables under --warehouse.",
+    )
+    return run_audit(add_audit_arguments(parser).parse_args(args.rest))
+
+
+def _cmd_listunderreplicated(args: argparse.Namespace) -> int:
+    from jobs.report import add_list_arguments, run_listunderreplicated
+
+    parser = argparse.ArgumentParser(
+        prog="bkaudit listunderreplicated",
+        description="Print the latest audit report, like BookKeeper's shell command. "
+        "Exit 0 when clean, 1 when findings exist, 2 on error.",
+    )
+    return run_listunderreplicated(add_list_arguments(parser).parse_args(args.rest))
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import run_demo
 
@@ -84,8 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
         "All arguments go to `python -m bklib.bookie` (see --help there).",
         add_help=False,
     )
-    p.add_argument("bookie_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_bookie)
+    p.set_defaults(func=_cmd_bookie, passthrough=True)
+
+    # Spark commands parse their own flags, so `bkaudit bookie` never imports Spark.
+    for name, func, text in (
+        ("audit", _cmd_audit, "audit a cluster into Delta tables (--check lost|replicas|deep)"),
+        ("listunderreplicated", _cmd_listunderreplicated, "print the latest audit report"),
+    ):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.set_defaults(func=func, passthrough=True)
 
     p = sub.add_parser(
         "sandbox",
@@ -116,7 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # bookie/audit/listunderreplicated hand their flags to their own parsers.
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

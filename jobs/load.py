@@ -1,0 +1,185 @@
+"""Load: append one audit run to the Delta tables under ``--warehouse`` and read them back.
+
+Tables (each keeps ``run_id``; new columns merge into the schema):
+
+* ``audit_runs``: run_id, started_at, finished_at, zk, check, status, counts (map), error.
+  Written last, so a run is visible to readers only once all its rows are in.
+* ``ledgers``: one row per ledger znode, metadata errors included (``error`` names it).
+* ``bookies``: bookie_id, state (writable / readonly / lost), host, port.
+* ``underreplicated_fragments``: see :data:`jobs.transform.FRAGMENT_SCHEMA`, plus
+  run_id, check, detected_at and first_detected_at.
+
+The per-run tables are partitioned by run_id, so reading one run touches one directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.transform import carry_first_detected
+
+log = logging.getLogger(__name__)
+
+AUDIT_RUNS = "audit_runs"
+LEDGERS = "ledgers"
+BOOKIES = "bookies"
+FRAGMENTS = "underreplicated_fragments"
+
+STATUS_COMPLETED = "COMPLETED"
+STATUS_COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+"""Finished, but some znodes were unreadable or some bookies unreachable (rows say which)."""
+STATUS_FAILED = "FAILED"
+COMPLETED = (STATUS_COMPLETED, STATUS_COMPLETED_WITH_ERRORS)
+
+AUDIT_RUNS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("started_at", T.TimestampType(), False),
+        T.StructField("finished_at", T.TimestampType(), True),
+        T.StructField("zk", T.StringType(), True),
+        T.StructField("check", T.StringType(), True),
+        T.StructField("status", T.StringType(), False),
+        T.StructField("counts", T.MapType(T.StringType(), T.LongType()), True),
+        T.StructField("error", T.StringType(), True),
+    ]
+)
+
+
+@dataclass
+class RunRecord:
+    """One row of ``audit_runs``."""
+
+    run_id: str
+    started_at: datetime
+    zk: str
+    check: str
+    status: str = STATUS_FAILED
+    finished_at: datetime | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+def table_path(warehouse: str, name: str) -> str:
+    """Where table ``name`` lives under the warehouse directory or URI."""
+    return f"{warehouse.rstrip('/')}/{name}"
+
+
+def table_exists(spark: SparkSession, warehouse: str, name: str) -> bool:
+    """True if a Delta table is at ``warehouse/name``."""
+    path = table_path(warehouse, name)
+    if "://" not in path:
+        return os.path.isdir(os.path.join(path, "_delta_log"))
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
+    """The Delta table ``name`` (raises if it does not exist)."""
+    return spark.read.format("delta").load(table_path(warehouse, name))
+
+
+def _append(df: DataFrame, warehouse: str, name: str, partition: bool = True) -> None:
+    writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+    if partition:
+        writer = writer.partitionBy("run_id")
+    writer.save(table_path(warehouse, name))
+
+
+def latest_run(
+    spark: SparkSession, warehouse: str, run_id: str | None = None
+) -> dict[str, Any] | None:
+    """The latest completed run (or run ``run_id``) from ``audit_runs`` as a dict, or None."""
+    if not table_exists(spark, warehouse, AUDIT_RUNS):
+        return None
+    runs = read_table(spark, warehouse, AUDIT_RUNS)
+    if run_id is not None:
+        runs = runs.filter(F.col("run_id") == run_id)
+    else:
+        runs = runs.filter(F.col("status").isin(*COMPLETED))
+    row = runs.orderBy(F.col("finished_at").desc_nulls_last(), F.col("started_at").desc()).first()
+    return row.asDict(recursive=True) if row is not None else None
+
+
+def previous_fragments(spark: SparkSession, warehouse: str) -> DataFrame | None:
+    """The fragments of the latest completed run, for carrying ``first_detected_at`` over."""
+    prev = latest_run(spark, warehouse)
+    if prev is None or not table_exists(spark, warehouse, FRAGMENTS):
+        return None
+    return read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == prev["run_id"])
+
+
+def write_run(
+    spark: SparkSession,
+    warehouse: str,
+    run: RunRecord,
+    *,
+    ledgers: DataFrame,
+    bookies: DataFrame,
+    fragments: DataFrame,
+) -> DataFrame:
+    """Append one run: ledgers, bookies and fragments (with first_detected_at carried over
+    from the previous completed run), then the ``audit_runs`` row. Returns the fragments
+    as written."""
+    run_col = F.lit(run.run_id)
+    detected = F.lit(run.started_at).cast("timestamp")
+    final = carry_first_detected(
+        fragments, previous_fragments(spark, warehouse), run.started_at
+    ).select(
+        run_col.alias("run_id"),
+        F.lit(run.check).alias("check"),
+        detected.alias("detected_at"),
+        "*",
+    )
+    _append(final, warehouse, FRAGMENTS)
+    _append(
+        ledgers.drop("password").select(run_col.alias("run_id"), "*"),  # secrets stay out
+        warehouse,
+        LEDGERS,
+    )
+    _append(bookies.select(run_col.alias("run_id"), "*"), warehouse, BOOKIES)
+    write_run_record(spark, warehouse, run)
+    return read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == run.run_id)
+
+
+def write_run_record(spark: SparkSession, warehouse: str, run: RunRecord) -> None:
+    """Append the ``audit_runs`` row (also used to record a failed run)."""
+    row = (
+        run.run_id,
+        run.started_at,
+        run.finished_at,
+        run.zk,
+        run.check,
+        run.status,
+        {k: int(v) for k, v in run.counts.items()},
+        run.error,
+    )
+    _append(spark.createDataFrame([row], AUDIT_RUNS_SCHEMA), warehouse, AUDIT_RUNS, False)
+
+
+def run_fragments(
+    spark: SparkSession, warehouse: str, run_id: str, filters: Mapping[str, str] | None = None
+) -> DataFrame:
+    """The fragments of one run, optionally filtered by column equality."""
+    df = read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == run_id)
+    for col, value in (filters or {}).items():
+        df = df.filter(F.col(col) == value)
+    return df
+
+
+def run_metadata_errors(spark: SparkSession, warehouse: str, run_id: str) -> DataFrame:
+    """Ledger znodes that could not be read in one run: ledger_id, znode_path, error."""
+    return (
+        read_table(spark, warehouse, LEDGERS)
+        .filter((F.col("run_id") == run_id) & F.col("error").isNotNull())
+        .select("ledger_id", "znode_path", "error")
+    )

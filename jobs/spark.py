@@ -1,0 +1,106 @@
+"""The SparkSession every bkaudit job and test uses: Delta Lake configured, quiet logs.
+
+Settings come, lowest precedence first, from ``conf/spark-defaults.conf`` (next to this
+package), then the ``overrides`` the caller passes. The Delta jars named there resolve from
+Maven Central the first time (Ivy caches them in ``~/.ivy2``). Under ``spark-submit`` the JVM
+already exists and static settings (jars, SQL extensions) must come from the command line or
+from ``SPARK_CONF_DIR=conf``; :func:`build_spark` then only adds what can still be set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
+LOG4J_FILE = CONF_DIR / "log4j2.properties"
+
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.1"
+"""Delta Lake release matching pyspark 4.0 (Scala 2.13)."""
+
+_REQUIRED = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
+    """Parse a ``spark-defaults.conf`` file: ``key value`` per line, ``#`` comments."""
+    conf: dict[str, str] = {}
+    if not path.exists():
+        return conf
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        if not value:
+            key, _, value = line.partition("\t")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def spark_conf(
+    master: str | None = None, overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The effective settings :func:`build_spark` applies (without building anything)."""
+    conf = read_spark_defaults()
+    conf.update(_REQUIRED)
+    packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
+    if not any(p.startswith("io.delta:delta-spark_") for p in packages):
+        packages.append(DELTA_PACKAGE)
+    conf["spark.jars.packages"] = ",".join(packages)
+    if LOG4J_FILE.exists():
+        # The driver JVM is launched by pyspark with these options; quiet logs from the start.
+        opt = f"-Dlog4j2.configurationFile={LOG4J_FILE.as_uri()}"
+        prev = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = f"{prev} {opt}".strip()
+    if master:
+        conf["spark.master"] = master
+    conf.setdefault("spark.master", "local[2]")
+    if under_spark_submit():
+        # The JVM is up: spark-submit's --master, --packages and driver options stand.
+        for key in (*_LAUNCH_ONLY, "spark.master"):
+            if not (key == "spark.master" and master):
+                conf.pop(key, None)
+    conf.update(overrides or {})
+    return conf
+
+
+_LAUNCH_ONLY = ("spark.jars.packages", "spark.driver.extraJavaOptions")
+
+
+def under_spark_submit() -> bool:
+    """True when this Python process was started by ``spark-submit`` (the JVM exists)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_spark(
+    app_name: str = "bkaudit",
+    master: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Build (or get) the SparkSession with Delta Lake.
+
+    ``master`` defaults to ``spark.master`` from the defaults file, else ``local[2]``. The
+    Python workers run the same interpreter as the driver unless ``PYSPARK_PYTHON`` says
+    otherwise, so executors see the same bklib and pyarrow.
+    """
+    # Workers default to `python3` on PATH, which may lack the venv's packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in spark_conf(master, overrides).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.debug("spark %s up, master %s", spark.version, spark.sparkContext.master)
+    return spark
