@@ -245,6 +245,21 @@ class Sandbox:
                 client.stop()  # type: ignore[union-attr]
                 client.close()  # type: ignore[union-attr]
 
+    def wait_unregistered(self, bookie_id: str, timeout: float = 60.0) -> float:
+        """Block until ``bookie_id`` has no registration (a killed bookie's session expired);
+        returns the seconds waited."""
+        client = connect(self.zk_connect)
+        t0 = time.monotonic()
+        try:
+            while time.monotonic() - t0 < timeout:
+                if not list_bookies(client, self.ledgers_root).is_available(bookie_id):
+                    return time.monotonic() - t0
+                time.sleep(0.1)
+            raise SandboxError(f"bookie {bookie_id} still registered after {timeout}s")
+        finally:
+            client.stop()
+            client.close()
+
     def bookie(self, bookie_id: str) -> BookieProcess:
         for b in self.bookies:
             if b.bookie_id == bookie_id:
