@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,23 @@ class ZooKeeperServer:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+    @contextlib.contextmanager
+    def private_chroot(self, prefix: str = "t") -> Iterator[str]:
+        """A connect string ``host:port/<prefix>-<random>`` whose subtree is created now and
+        deleted afterwards, so tests and sandboxes can share one server."""
+        from kazoo.client import KazooClient
+
+        chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
+        admin = KazooClient(hosts=self.connect_string, timeout=10)
+        admin.start(timeout=15)
+        admin.ensure_path(chroot)
+        try:
+            yield f"{self.connect_string}{chroot}"
+        finally:
+            admin.delete(chroot, recursive=True)
+            admin.stop()
+            admin.close()
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +11,16 @@ from kazoo.client import KazooClient
 from bklib.zkserver import ZooKeeperServer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in tests/integration/conftest.py, so the flag works from the repo root.
+    parser.addoption(
+        "--schedules",
+        type=int,
+        default=None,
+        help="number of randomized schedules test_ledger_random_schedules runs (default 200)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -29,16 +38,8 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def zk_chroot(zk_server: ZooKeeperServer) -> Iterator[str]:
     """A connect string ``host:port/chroot`` private to this test; wiped afterwards."""
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=zk_server.connect_string, timeout=10)
-    admin.start(timeout=15)
-    admin.ensure_path(chroot)
-    try:
-        yield f"{zk_server.connect_string}{chroot}"
-    finally:
-        admin.delete(chroot, recursive=True)
-        admin.stop()
-        admin.close()
+    with zk_server.private_chroot() as hosts:
+        yield hosts
 
 
 @pytest.fixture

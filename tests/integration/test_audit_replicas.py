@@ -39,58 +39,48 @@ class Scenario:
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory, zk_server: Any) -> Iterator[Scenario]:
     # A module-wide chroot (zk_chroot is per test).
-    import uuid
-
-    from kazoo.client import KazooClient
-
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=zk_server.connect_string, timeout=10)
-    admin.start(timeout=15)
-    admin.ensure_path(chroot)
     base = tmp_path_factory.mktemp("audit-replicas")
-    try:
-        with audit_cluster(base, f"{zk_server.connect_string}{chroot}", bookies=4) as c:
-            b0, b1, b2, b3 = c.bookie_ids
-            ids: dict[str, int] = {}
-            ids["wq2"] = c.ledger([b0, b1, b2], 20, wq=2, aq=2).ledger_id
-            ids["wq3"] = c.ledger([b0, b1, b3], 10, wq=3, aq=2).ledger_id
-            ids["none"] = c.ledger([b1, b2, b3], 10, wq=2, aq=2).ledger_id
-            ids["open"] = c.ledger([b0, b2, b3], 10, wq=2, aq=2, closed=False).ledger_id
-            # Closed at 9 with entries 10..11 physically on the bookies (an unacked tail).
-            md = metadata(c.store.generate_ledger_id(), [(0, [b0, b1, b3])], wq=2, aq=2, last=9)
-            ids["tail"] = write_ledger(c.store, c.client, md, 12).ledger_id
-            ids["probe"] = c.ledger([b0, b1, b2], 10, wq=2, aq=2).ledger_id
-            ids["silent"] = c.ledger([b1, b2, b3], 10, wq=2, aq=2).ledger_id
-            ids["corrupt"] = c.ledger([b0, b1, b2], 10, wq=2, aq=2).ledger_id
-            ids["healthy"] = c.ledger([b3, b2, b1, b0], 30, wq=3, aq=2).ledger_id
+    with (
+        zk_server.private_chroot() as hosts,
+        audit_cluster(base, hosts, bookies=4) as c,
+    ):
+        b0, b1, b2, b3 = c.bookie_ids
+        ids: dict[str, int] = {}
+        ids["wq2"] = c.ledger([b0, b1, b2], 20, wq=2, aq=2).ledger_id
+        ids["wq3"] = c.ledger([b0, b1, b3], 10, wq=3, aq=2).ledger_id
+        ids["none"] = c.ledger([b1, b2, b3], 10, wq=2, aq=2).ledger_id
+        ids["open"] = c.ledger([b0, b2, b3], 10, wq=2, aq=2, closed=False).ledger_id
+        # Closed at 9 with entries 10..11 physically on the bookies (an unacked tail).
+        md = metadata(c.store.generate_ledger_id(), [(0, [b0, b1, b3])], wq=2, aq=2, last=9)
+        ids["tail"] = write_ledger(c.store, c.client, md, 12).ledger_id
+        ids["probe"] = c.ledger([b0, b1, b2], 10, wq=2, aq=2).ledger_id
+        ids["silent"] = c.ledger([b1, b2, b3], 10, wq=2, aq=2).ledger_id
+        ids["corrupt"] = c.ledger([b0, b1, b2], 10, wq=2, aq=2).ledger_id
+        ids["healthy"] = c.ledger([b3, b2, b1, b0], 30, wq=3, aq=2).ledger_id
 
-            # wq2: b1 (index 1, residues {1, 0} mod 3) loses 0 1 3 4; 5 was never on it.
-            assert c.admin(b1).delete_entries(ids["wq2"], [0, 1, 3, 4, 5]) == [0, 1, 3, 4]
-            # wq3: b3 loses entry 7: two replicas of three left.
-            assert c.admin(b3).delete_entries(ids["wq3"], [7]) == [7]
-            # none: entry 4 (write set [1, 2] = b2, b3) is gone from both.
-            for b in (b2, b3):
-                assert c.admin(b).delete_entries(ids["none"], [4]) == [4]
-            # open: LAC is 8 (entry 9 carries LAC 8). Entry 9 gone from b0 is beyond the
-            # LAC; entry 3 gone from b2 is not.
-            assert c.admin(b0).delete_entries(ids["open"], [9]) == [9]
-            assert c.admin(b2).delete_entries(ids["open"], [3]) == [3]
-            # tail: entry 11 (beyond lastEntryId 9) gone from b0: not a finding.
-            assert c.admin(b0).delete_entries(ids["tail"], [11]) == [11]
-            # probe: b0 never answers list-entries for this ledger (as a Java bookie on
-            # DbLedgerStorage), and lost entry 6.
-            c.admin(b0).add_fault("drop", op="GET_LIST_OF_ENTRIES_OF_LEDGER", ledger=ids["probe"])
-            assert c.admin(b0).delete_entries(ids["probe"], [6]) == [6]
-            # silent: b3 answers nothing at all for this ledger.
-            for op in ("GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY", "READ_LAC"):
-                c.admin(b3).add_fault("drop", op=op, ledger=ids["silent"])
-            # corrupt: one stored byte of entry 5 on b2 flipped (write set [2, 0]).
-            c.admin(b2).corrupt_entry(ids["corrupt"], 5)
-            yield Scenario(c, ids, [b0, b1, b2, b3])
-    finally:
-        admin.delete(chroot, recursive=True)
-        admin.stop()
-        admin.close()
+        # wq2: b1 (index 1, residues {1, 0} mod 3) loses 0 1 3 4; 5 was never on it.
+        assert c.admin(b1).delete_entries(ids["wq2"], [0, 1, 3, 4, 5]) == [0, 1, 3, 4]
+        # wq3: b3 loses entry 7: two replicas of three left.
+        assert c.admin(b3).delete_entries(ids["wq3"], [7]) == [7]
+        # none: entry 4 (write set [1, 2] = b2, b3) is gone from both.
+        for b in (b2, b3):
+            assert c.admin(b).delete_entries(ids["none"], [4]) == [4]
+        # open: LAC is 8 (entry 9 carries LAC 8). Entry 9 gone from b0 is beyond the
+        # LAC; entry 3 gone from b2 is not.
+        assert c.admin(b0).delete_entries(ids["open"], [9]) == [9]
+        assert c.admin(b2).delete_entries(ids["open"], [3]) == [3]
+        # tail: entry 11 (beyond lastEntryId 9) gone from b0: not a finding.
+        assert c.admin(b0).delete_entries(ids["tail"], [11]) == [11]
+        # probe: b0 never answers list-entries for this ledger (as a Java bookie on
+        # DbLedgerStorage), and lost entry 6.
+        c.admin(b0).add_fault("drop", op="GET_LIST_OF_ENTRIES_OF_LEDGER", ledger=ids["probe"])
+        assert c.admin(b0).delete_entries(ids["probe"], [6]) == [6]
+        # silent: b3 answers nothing at all for this ledger.
+        for op in ("GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY", "READ_LAC"):
+            c.admin(b3).add_fault("drop", op=op, ledger=ids["silent"])
+        # corrupt: one stored byte of entry 5 on b2 flipped (write set [2, 0]).
+        c.admin(b2).corrupt_entry(ids["corrupt"], 5)
+        yield Scenario(c, ids, [b0, b1, b2, b3])
 
 
 def _by_key(rows: list[dict[str, Any]]) -> dict[tuple[int, str, str], dict[str, Any]]:

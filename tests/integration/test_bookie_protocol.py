@@ -11,7 +11,6 @@ import socket
 import struct
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,16 +47,8 @@ def new_ledger() -> int:
 
 @pytest.fixture(scope="module")
 def chroot(zk_server: ZooKeeperServer) -> Iterator[str]:
-    path = f"/bk-{uuid.uuid4().hex[:10]}"
-    admin = KazooClient(hosts=zk_server.connect_string, timeout=10)
-    admin.start(timeout=15)
-    admin.ensure_path(path)
-    try:
-        yield f"{zk_server.connect_string}{path}"
-    finally:
-        admin.delete(path, recursive=True)
-        admin.stop()
-        admin.close()
+    with zk_server.private_chroot("bk") as hosts:
+        yield hosts
 
 
 @pytest.fixture(scope="module")
