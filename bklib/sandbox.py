@@ -25,7 +25,7 @@ from bklib.bookie.faults import AdminClient
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LedgerStore, connect
 from bklib.meta.underreplication import UnderReplicationManager
-from bklib.zkserver import ZooKeeperServer, four_letter_word, free_port
+from bklib.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +139,7 @@ class BookieProcess:
         """SIGTERM and wait; returns the exit status."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return terminate(self.proc, timeout)
 
     def admin(self) -> AdminClient:
         """The fault-injection admin client (only with ``fault_injection=True``)."""

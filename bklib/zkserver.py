@@ -58,6 +58,18 @@ def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float
         return b"".join(chunks)
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> int:
+    """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL; returns the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper server on loopback, with its data under ``data_dir``."""
 
@@ -135,15 +147,8 @@ class ZooKeeperServer:
         raise ZooKeeperUnavailable(f"ZooKeeper did not answer on {self.connect_string}")
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc, timeout)
         self.proc = None
 
     def kill(self) -> None:
