@@ -9,6 +9,9 @@ Tables (each keeps ``run_id``; new columns merge into the schema):
 * ``underreplicated_fragments``: see :data:`jobs.transform.FRAGMENT_SCHEMA`, plus
   run_id, check, detected_at and first_detected_at.
 
+* ``replication_actions``: see :data:`ACTIONS_SCHEMA`; one row per action of a
+  ``rereplicate`` / ``recover`` / ``decommission`` run.
+
 The per-run tables are partitioned by run_id, so reading one run touches one directory.
 """
 
@@ -33,6 +36,7 @@ AUDIT_RUNS = "audit_runs"
 LEDGERS = "ledgers"
 BOOKIES = "bookies"
 FRAGMENTS = "underreplicated_fragments"
+ACTIONS = "replication_actions"
 
 STATUS_COMPLETED = "COMPLETED"
 STATUS_COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
@@ -50,6 +54,50 @@ AUDIT_RUNS_SCHEMA = T.StructType(
         T.StructField("status", T.StringType(), False),
         T.StructField("counts", T.MapType(T.StringType(), T.LongType()), True),
         T.StructField("error", T.StringType(), True),
+    ]
+)
+
+
+# ---- replication_actions ----------------------------------------------------------------------
+
+# Action kinds.
+ACTION_FENCE_AND_CLOSE = "FENCE_AND_CLOSE"
+ACTION_COPY = "COPY"
+ACTION_METADATA_UPDATE = "METADATA_UPDATE"
+ACTION_SKIP = "SKIP"
+
+# Action statuses. DONE/PLANNED/SKIPPED are final; FAILED and WAITING_GRACE are retried by the
+# next run; NO_REPLICA is terminal (the entries named in no_replica_entries exist nowhere).
+ACTION_DONE = "DONE"
+ACTION_PLANNED = "PLANNED"
+"""--dry-run: what would have been done."""
+ACTION_SKIPPED = "SKIPPED"
+ACTION_FAILED = "FAILED"
+ACTION_WAITING_GRACE = "WAITING_GRACE"
+ACTION_NO_REPLICA = "NO_REPLICA"
+ACTION_LOCKED = "LOCKED"
+"""Another worker (ours or a Java ReplicationWorker) holds the ledger's lock."""
+ACTION_DISABLED = "DISABLED"
+"""``underreplication/disable`` exists: autorecovery is switched off cluster-wide."""
+
+ACTIONS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("mode", T.StringType(), False),  # rereplicate / recover / decommission
+        T.StructField("audit_run_id", T.StringType(), True),
+        T.StructField("ledger_id", T.LongType(), False),
+        T.StructField("segment_first_entry_id", T.LongType(), True),
+        T.StructField("segment_last_entry_id", T.LongType(), True),
+        T.StructField("old_bookie", T.StringType(), True),
+        T.StructField("new_bookie", T.StringType(), True),
+        T.StructField("action", T.StringType(), False),
+        T.StructField("entries_copied", T.LongType(), False),
+        T.StructField("bytes_copied", T.LongType(), False),
+        T.StructField("no_replica_entries", T.ArrayType(T.LongType()), True),
+        T.StructField("status", T.StringType(), False),
+        T.StructField("error", T.StringType(), True),
+        T.StructField("started_at", T.TimestampType(), False),
+        T.StructField("finished_at", T.TimestampType(), True),
     ]
 )
 
