@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 DEFAULT_SANDBOX_DIR = Path("sandbox-data")
@@ -17,6 +17,9 @@ EPILOG = """examples:
   bkaudit bookie --zk 127.0.0.1:2181 --port 3181 --data-dir /var/lib/bookie
   bkaudit audit --zk 127.0.0.1:2181 --warehouse /data/bkaudit --check replicas
   bkaudit listunderreplicated --warehouse /data/bkaudit --missing-replica 10.0.0.7:3181
+  bkaudit rereplicate --zk 127.0.0.1:2181 --warehouse /data/bkaudit --grace-period 30s
+  bkaudit recover 10.0.0.7:3181 --zk 127.0.0.1:2181 --warehouse /data/bkaudit --dry-run
+  bkaudit decommission 10.0.0.7:3181 --zk 127.0.0.1:2181 --warehouse /data/bkaudit
   bkaudit demo                            # the whole story on a throw-away sandbox
   bkaudit sandbox down
 """
@@ -84,6 +87,48 @@ def _cmd_listunderreplicated(args: argparse.Namespace) -> int:
     return run_listunderreplicated(add_list_arguments(parser).parse_args(args.rest))
 
 
+def _repair_command(mode: str) -> Callable[[argparse.Namespace], int]:
+    descriptions = {
+        "rereplicate": "Repair what the latest audit found: fence open ledgers past the grace "
+        "period, copy missing entries to replacement bookies, swap them into the metadata by "
+        "compare-and-set. Exit 0 when done, 1 when ledgers need another run, 2 on error.",
+        "recover": "Manual bookie recovery: re-replicate every fragment of every ledger that "
+        "uses the given bookies (open ledgers are fenced at once, as BookKeeper does).",
+        "decommission": "Decommission a stopped bookie: recover it, verify no ensemble names "
+        "it any more, then delete its cookie.",
+    }
+
+    def run(args: argparse.Namespace) -> int:
+        from jobs import rereplicate
+
+        parser = argparse.ArgumentParser(
+            prog=f"bkaudit {mode}",
+            description=descriptions[mode],
+            epilog=REPAIR_EXAMPLES[mode],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parsed = rereplicate.add_repair_arguments(parser, mode).parse_args(args.rest)
+        return int(rereplicate._RUNNERS[mode](parsed))
+
+    return run
+
+
+REPAIR_EXAMPLES = {
+    "rereplicate": """examples:
+  bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run
+  bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --grace-period 5m --rate 20MB
+""",
+    "recover": """examples:
+  bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run
+  bkaudit recover 10.0.0.7:3181,10.0.0.8:3181 --zk zk1:2181 --warehouse /data/bkaudit \\
+      --target 10.0.0.9:3181
+""",
+    "decommission": """examples:
+  bkaudit decommission 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit
+""",
+}
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import run_demo
 
@@ -113,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (
         ("audit", _cmd_audit, "audit a cluster into Delta tables (--check lost|replicas|deep)"),
         ("listunderreplicated", _cmd_listunderreplicated, "print the latest audit report"),
+        ("rereplicate", _repair_command("rereplicate"), "repair what the latest audit found"),
+        ("recover", _repair_command("recover"), "re-replicate everything on given bookies"),
+        ("decommission", _repair_command("decommission"), "recover a stopped bookie, verify"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.set_defaults(func=func, passthrough=True)
@@ -146,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    # bookie/audit/listunderreplicated hand their flags to their own parsers.
+    # Spark commands and bookie hand their flags to their own parsers.
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

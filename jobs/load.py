@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -141,6 +142,36 @@ def _append(df: DataFrame, warehouse: str, name: str, partition: bool = True) ->
     if partition:
         writer = writer.partitionBy("run_id")
     writer.save(table_path(warehouse, name))
+
+
+def append_actions(spark: SparkSession, warehouse: str, rows: list[tuple[Any, ...]]) -> None:
+    """Append rows (in :data:`ACTIONS_SCHEMA` order) to ``replication_actions``.
+
+    Two repair jobs may finish at once: the table is created ahead of the append, and an
+    append that loses a Delta commit race is retried (appends never conflict on data).
+    """
+    path = table_path(warehouse, ACTIONS)
+    df = spark.createDataFrame(rows, ACTIONS_SCHEMA)
+    for attempt in range(5):
+        try:
+            if not table_exists(spark, warehouse, ACTIONS):
+                from delta.tables import DeltaTable
+
+                (
+                    DeltaTable.createIfNotExists(spark)
+                    .location(path)
+                    .addColumns(ACTIONS_SCHEMA)
+                    .partitionedBy("mode")
+                    .execute()
+                )
+            df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+            return
+        except Exception as exc:  # Delta's concurrent-commit errors arrive as Py4J errors
+            if "Concurrent" not in str(exc) and "DELTA_PROTOCOL_CHANGED" not in str(exc):
+                raise
+            log.warning("replication_actions: commit race (%s), retrying", type(exc).__name__)
+            time.sleep(0.5 * (attempt + 1))
+    df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
 
 
 def latest_run(

@@ -1,0 +1,1 @@
+"""Re-replication: planning (pure, :mod:`.plan`) and per-ledger repair (:mod:`.worker`)."""

@@ -1,0 +1,510 @@
+"""Repairing one ledger at a time: what a re-replication task does per ledger.
+
+:class:`LedgerRepairer` follows BookKeeper's ReplicationWorker and recoverBookieData (spec
+algorithms §5, zk-metadata §4, §6), in this order:
+
+1. honour ``underreplication/disable``; publish the ledger's ``urL`` mark (merging, as the
+   Auditor does) and take its ephemeral lock, so neither a Java ReplicationWorker nor another
+   copy of this job works on it meanwhile;
+2. re-read the metadata; segments that no longer name the bad bookie are already repaired;
+3. a fragment that is still open (last segment of a ledger not CLOSED, or a middle segment
+   ending above the LAC) is fenced and closed by ledger recovery only once the grace period
+   has passed and the writer made no progress; otherwise it waits (WAITING_GRACE);
+4. replacements: writable, not in the segment, load spread across the task's choices;
+5. the replaced positions' stripes are copied with the recovery-add flag (see
+   :mod:`bklib.client.replicator`);
+6. the segment is rewritten in place by compare-and-set, re-applied on conflict.
+
+When every fragment is repaired the mark is cleared version-conditionally (a re-mark made
+meanwhile survives) and the lock released; otherwise only the lock is released. Every step
+becomes an :class:`Action`, the row the job writes to ``replication_actions``. Blocking API:
+Spark tasks call :meth:`LedgerRepairer.repair` from a few threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
+from bklib.client.recovery import recover_ledger
+from bklib.client.replicator import CopyResult, RateLimiter, copy_fragment
+from bklib.digest import digest_manager, master_key
+from bklib.errors import BKError, NoSuchLedgerError, ReplicationError
+from bklib.meta.model import DigestType, LedgerMetadata
+from bklib.meta.registration import BookieRegistry, list_bookies
+from bklib.meta.store import LedgerStore
+from bklib.meta.underreplication import UnderReplicationManager
+from bklib.repair.plan import (
+    FragmentWork,
+    GraceDecision,
+    TargetChooser,
+    grace_decision,
+    plan_ledger,
+    stripe_entries,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Action", "LedgerRepairer", "LedgerRequest", "RepairSettings"]
+
+# Action kinds and statuses: the same strings as jobs.load (bklib never imports jobs).
+FENCE_AND_CLOSE, COPY, METADATA_UPDATE, SKIP = "FENCE_AND_CLOSE", "COPY", "METADATA_UPDATE", "SKIP"
+DONE, PLANNED, SKIPPED, FAILED = "DONE", "PLANNED", "SKIPPED", "FAILED"
+WAITING_GRACE, NO_REPLICA, LOCKED, DISABLED = "WAITING_GRACE", "NO_REPLICA", "LOCKED", "DISABLED"
+FINAL_STATUSES = frozenset({DONE, PLANNED, SKIPPED})
+
+
+@dataclass
+class RepairSettings:
+    """How a task repairs. ``rate``: bytes/s per task (None: unlimited). ``exclude``: bookies
+    never chosen as replacements (the sources of a manual recover). ``target``: the only
+    replacement allowed (``recover --target``)."""
+
+    grace_period: float = 30.0
+    rate: float | None = 50e6
+    dry_run: bool = False
+    window: int = 64
+    password: bytes | None = None
+    digest_type: DigestType | None = None
+    exclude: frozenset[str] = frozenset()
+    target: str | None = None
+    retry_no_replica: bool = False
+    registry_ttl: float = 5.0
+
+
+@dataclass(frozen=True)
+class LedgerRequest:
+    """One ledger to repair.
+
+    ``bad_bookies`` must leave every segment naming them (lost, unreachable, or the sources
+    of a manual recover). ``segment_bookies`` are bad in one segment only (keyed by its first
+    entry id: entries missing, digest mismatch). ``detected_segments`` and
+    ``first_detected_at`` come from the audit (None for a manual recover, which fences open
+    ledgers at once). ``no_replica`` holds ``(segment first entry id, bookie)`` pairs an
+    earlier run found unrecoverable: they are reported again, not copied again.
+    """
+
+    ledger_id: int
+    bad_bookies: frozenset[str] = frozenset()
+    segment_bookies: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    detected_segments: frozenset[int] | None = None
+    first_detected_at: datetime | None = None
+    no_replica: frozenset[tuple[int, str]] = frozenset()
+
+    @property
+    def all_bad(self) -> set[str]:
+        return set(self.bad_bookies).union(*self.segment_bookies.values())
+
+
+@dataclass
+class Action:
+    """One row of ``replication_actions`` (the job adds run_id, mode and audit_run_id)."""
+
+    ledger_id: int
+    action: str
+    status: str
+    segment_first_entry_id: int | None = None
+    segment_last_entry_id: int | None = None
+    old_bookie: str | None = None
+    new_bookie: str | None = None
+    entries_copied: int = 0
+    bytes_copied: int = 0
+    no_replica_entries: list[int] | None = None
+    error: str | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    finished_at: datetime | None = None
+
+    def finish(self) -> Action:
+        self.finished_at = datetime.now(timezone.utc)
+        return self
+
+    def as_row(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class LedgerRepairer:
+    """Repairs ledgers with one metadata store, one bookie client and one under-replication
+    manager (all owned by the caller). Thread-safe."""
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        client: SyncBookieClient,
+        settings: RepairSettings,
+        *,
+        urm: UnderReplicationManager | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.settings = settings
+        self.urm = urm or UnderReplicationManager(store.zk, store.root)
+        self.chooser = TargetChooser(rng or random.Random())
+        self._lock = threading.Lock()
+        self._registry: tuple[float, BookieRegistry] | None = None
+        self._limiter: RateLimiter | None = None
+
+    # ---- cluster view --------------------------------------------------------------------------
+
+    def registry(self) -> BookieRegistry:
+        """Registered bookies, cached for ``registry_ttl`` seconds."""
+        with self._lock:
+            cached = self._registry
+            if cached is not None and time.monotonic() - cached[0] < self.settings.registry_ttl:
+                return cached[1]
+        reg = list_bookies(self.store.zk, self.store.root)
+        with self._lock:
+            self._registry = (time.monotonic(), reg)
+        return reg
+
+    def _choose(
+        self, md: LedgerMetadata, frag: FragmentWork, exclude: Collection[str]
+    ) -> dict[int, str]:
+        candidates = set(self.registry().writable)
+        if self.settings.target is not None:
+            candidates &= {self.settings.target}
+        weights = {pos: stripe_entries(md, frag, pos) for pos in frag.moves}
+        with self._lock:
+            return self.chooser.choose(
+                candidates,
+                frag.ensemble,
+                frag.moves,
+                exclude=set(exclude) | set(self.settings.exclude),
+                weights=weights,
+                ledger_id=md.ledger_id,
+            )
+
+    # ---- entry point ---------------------------------------------------------------------------
+
+    def repair(self, req: LedgerRequest) -> list[Action]:
+        """Repair one ledger; never raises for a per-ledger problem (it becomes a FAILED row)."""
+        try:
+            actions = self._repair(req)
+        except Exception as exc:
+            log.exception("ledger %d: repair failed", req.ledger_id)
+            actions = [Action(req.ledger_id, SKIP, FAILED, error=_describe(exc)).finish()]
+        for a in actions:
+            log.info(
+                "ledger %d segment %s: %s %s%s%s",
+                a.ledger_id,
+                a.segment_first_entry_id,
+                a.action,
+                a.status,
+                f" {a.old_bookie} -> {a.new_bookie}" if a.old_bookie else "",
+                f" ({a.error})" if a.error else "",
+            )
+        return actions
+
+    def _repair(self, req: LedgerRequest) -> list[Action]:
+        lid, s = req.ledger_id, self.settings
+        if not s.dry_run and not self.urm.is_replication_enabled():
+            return [Action(lid, SKIP, DISABLED, error="underreplication/disable exists").finish()]
+        try:
+            md = self.store.read_ledger(lid).value
+        except NoSuchLedgerError:
+            return [Action(lid, SKIP, SKIPPED, error="ledger deleted").finish()]
+        work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies)
+        if not work.fragments:
+            if not s.dry_run:
+                self._clear_stale_mark(md)
+            return [Action(lid, SKIP, SKIPPED, error="already repaired").finish()]
+        if s.dry_run:
+            return self._plan_only(req, md)
+        named = sorted(req.all_bad & md.bookies())
+        self.urm.mark_underreplicated(lid, named)
+        lock = self.urm.try_acquire(lid)
+        if lock is None:
+            holder = self.urm.lock_holder(lid)
+            return [Action(lid, SKIP, LOCKED, error=f"lock held by {holder}").finish()]
+        complete = False
+        try:
+            actions, complete = self._repair_locked(req)
+        finally:
+            if complete:
+                self.urm.mark_replicated(lock)
+            else:
+                self.urm.release(lock)
+        return actions
+
+    def _clear_stale_mark(self, md: LedgerMetadata) -> None:
+        """A mark whose bookies the metadata no longer names is done: clear it like a worker."""
+        mark = self.urm.get(md.ledger_id)
+        if mark is None or set(mark.missing_replicas) & md.bookies():
+            return
+        lock = self.urm.try_acquire(md.ledger_id)
+        if lock is not None:
+            self.urm.mark_replicated(lock)
+
+    # ---- under the lock ------------------------------------------------------------------------
+
+    def _repair_locked(self, req: LedgerRequest) -> tuple[list[Action], bool]:
+        lid = req.ledger_id
+        actions: list[Action] = []
+        fenced = False
+        while True:
+            md = self.store.read_ledger(lid).value
+            lac = None if md.is_closed else self._read_lac(md)
+            work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies, lac=lac)
+            if not work.open_fragments or fenced:
+                break
+            decision = self._grace(req, md)
+            if decision is not GraceDecision.FENCE:
+                for frag in work.open_fragments:
+                    actions += self._waiting(md, frag, decision)
+                break
+            act = Action(lid, FENCE_AND_CLOSE, DONE, *self._bounds(work.open_fragments[-1]))
+            try:
+                closed = self._recover(md)
+                act.segment_last_entry_id = closed.last_entry_id
+            except BKError as exc:
+                act.status, act.error = FAILED, _describe(exc)
+                actions.append(act.finish())
+                break
+            actions.append(act.finish())
+            fenced = True
+        complete = not work.open_fragments
+        for frag in work.closed_fragments:
+            acts, ok = self._repair_fragment(req, md, frag)
+            actions += acts
+            complete = complete and ok
+        return actions, complete
+
+    def _bounds(self, frag: FragmentWork) -> tuple[int, int]:
+        return frag.first_entry_id, frag.last_entry_id
+
+    def _grace(self, req: LedgerRequest, md: LedgerMetadata) -> GraceDecision:
+        age = None
+        if req.first_detected_at is not None:
+            age = (datetime.now(timezone.utc) - req.first_detected_at).total_seconds()
+        return grace_decision(md, req.detected_segments, age, self.settings.grace_period)
+
+    def _waiting(
+        self, md: LedgerMetadata, frag: FragmentWork, decision: GraceDecision
+    ) -> list[Action]:
+        why = (
+            f"open fragment, first detected less than {self.settings.grace_period:g}s ago"
+            if decision is GraceDecision.WAIT_GRACE
+            else "writer added a segment since detection: it is alive"
+        )
+        return [
+            Action(
+                md.ledger_id,
+                SKIP,
+                WAITING_GRACE,
+                frag.first_entry_id,
+                None,
+                old_bookie=old,
+                error=why,
+            ).finish()
+            for old in frag.moves.values()
+        ]
+
+    def _credentials(self, md: LedgerMetadata) -> tuple[bytes, DigestType]:
+        return resolve_credentials(md, self.settings.password, self.settings.digest_type)
+
+    def _read_lac(self, md: LedgerMetadata) -> int | None:
+        """The LAC of an open ledger, read without fencing; None if it could not be learned."""
+        pwd, dt = self._credentials(md)
+
+        async def run(pool: BookieClientPool) -> int:
+            ctx = ClientContext(self.store, pool)
+            return (await LedgerReader.open(ctx, md.ledger_id, password=pwd, digest_type=dt)).lac
+
+        try:
+            return self.client.run(run)
+        except BKError as exc:
+            log.warning("ledger %d: LAC unknown (%s); open segments wait", md.ledger_id, exc)
+            return None
+
+    def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
+        pwd, dt = self._credentials(md)
+        log.info("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
+
+        async def run(pool: BookieClientPool) -> LedgerMetadata:
+            ctx = ClientContext(self.store, pool)
+            return await recover_ledger(ctx, md.ledger_id, password=pwd, digest_type=dt)
+
+        return self.client.run(run)
+
+    # ---- one fragment --------------------------------------------------------------------------
+
+    def _repair_fragment(
+        self, req: LedgerRequest, md: LedgerMetadata, frag: FragmentWork
+    ) -> tuple[list[Action], bool]:
+        lid, first, last = md.ledger_id, frag.first_entry_id, frag.last_entry_id
+        known_lost = {pos: old for pos, old in frag.moves.items() if (first, old) in req.no_replica}
+        if known_lost and not self.settings.retry_no_replica:
+            return [
+                Action(
+                    lid,
+                    COPY,
+                    NO_REPLICA,
+                    first,
+                    last,
+                    old_bookie=old,
+                    error="an earlier run found entries with no replica (--retry-no-replica)",
+                ).finish()
+                for old in known_lost.values()
+            ], False
+        started = datetime.now(timezone.utc)
+        try:
+            targets = self._choose(md, frag, req.all_bad)
+        except BKError as exc:
+            return [
+                Action(lid, COPY, FAILED, first, last, old_bookie=old, error=_describe(exc))
+                for old in frag.moves.values()
+            ], False
+        reg = self.registry()
+        dead = {b for b in frag.ensemble if not reg.is_available(b)}
+        pwd, dt = self._credentials(md)
+        try:
+            result = self._copy(md, frag, targets, dead, pwd, dt)
+        except BKError as exc:
+            return [
+                Action(
+                    lid,
+                    COPY,
+                    FAILED,
+                    first,
+                    last,
+                    frag.moves[pos],
+                    new,
+                    started_at=started,
+                    error=_describe(exc),
+                ).finish()
+                for pos, new in targets.items()
+            ], False
+        actions = []
+        for pos, new in targets.items():
+            n, nbytes = result.per_target.get(new, [0, 0])
+            act = Action(
+                lid, COPY, DONE, first, last, frag.moves[pos], new, n, nbytes, started_at=started
+            )
+            if result.no_replica:
+                act.status, act.no_replica_entries = NO_REPLICA, list(result.no_replica)
+                act.error = f"{len(result.no_replica)} entries have no surviving replica"
+            actions.append(act.finish())
+        if result.no_replica:
+            return actions, False  # the metadata keeps naming the bookie: the loss stays visible
+        mapping = {frag.moves[pos]: new for pos, new in targets.items()}
+        act = Action(lid, METADATA_UPDATE, DONE, first, last)
+        act.old_bookie, act.new_bookie = ",".join(mapping), ",".join(mapping.values())
+        try:
+            self.store.update_ledger(lid, _replace_in_segment(first, mapping))
+        except BKError as exc:
+            act.status, act.error = FAILED, _describe(exc)
+            actions.append(act.finish())
+            return actions, False
+        actions.append(act.finish())
+        return actions, True
+
+    def _copy(
+        self,
+        md: LedgerMetadata,
+        frag: FragmentWork,
+        targets: Mapping[int, str],
+        dead: Collection[str],
+        pwd: bytes,
+        dt: DigestType,
+    ) -> CopyResult:
+        dm = digest_manager(md.ledger_id, dt, pwd)
+        mk = master_key(pwd)
+
+        async def run(pool: BookieClientPool) -> CopyResult:
+            if self._limiter is None:  # created on the client's loop, shared by all copies
+                self._limiter = RateLimiter(self.settings.rate)
+            return await copy_fragment(
+                pool,
+                ledger_id=md.ledger_id,
+                ensemble=frag.ensemble,
+                ensemble_size=md.ensemble_size,
+                write_quorum=md.write_quorum,
+                first_entry_id=frag.first_entry_id,
+                last_entry_id=frag.last_entry_id,
+                targets=targets,
+                dead=dead,
+                digest=dm,
+                master_key=mk,
+                limiter=self._limiter,
+                window=self.settings.window,
+            )
+
+        return self.client.run(run)
+
+    # ---- dry run -------------------------------------------------------------------------------
+
+    def _plan_only(self, req: LedgerRequest, md: LedgerMetadata) -> list[Action]:
+        """What would be done, with nothing written: no mark, no lock, no fence, no copy."""
+        lac = None if md.is_closed else self._read_lac(md)
+        work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies, lac=lac)
+        actions: list[Action] = []
+        for frag in work.open_fragments:
+            decision = self._grace(req, md)
+            if decision is GraceDecision.FENCE:
+                actions.append(
+                    Action(md.ledger_id, FENCE_AND_CLOSE, PLANNED, frag.first_entry_id).finish()
+                )
+            else:
+                actions += self._waiting(md, frag, decision)
+        per_entry = md.length / (md.last_entry_id + 1) if md.is_closed and md.length else 0.0
+        for frag in work.closed_fragments:
+            try:
+                targets = self._choose(md, frag, req.all_bad)
+            except BKError as exc:
+                targets, error = {}, _describe(exc)
+            else:
+                error = None
+            for pos, old in frag.moves.items():
+                n = stripe_entries(md, frag, pos)
+                act = Action(
+                    md.ledger_id,
+                    COPY,
+                    PLANNED if pos in targets else FAILED,
+                    frag.first_entry_id,
+                    frag.last_entry_id,
+                    old,
+                    targets.get(pos),
+                    n,
+                    int(n * per_entry),
+                    error=error,
+                )
+                actions.append(act.finish())
+        return actions
+
+
+def _replace_in_segment(
+    first_entry_id: int, mapping: Mapping[str, str]
+) -> Any:  # Callable[[LedgerMetadata], LedgerMetadata | None]
+    """CAS transform: swap old -> new in the segment keyed ``first_entry_id``; None (no write)
+    when another actor already replaced every old bookie."""
+
+    def transform(md: LedgerMetadata) -> LedgerMetadata | None:
+        seg = next((s for s in md.segments if s.first_entry_id == first_entry_id), None)
+        if seg is None:
+            raise ReplicationError(
+                f"segment {first_entry_id} vanished while repairing", ledger_id=md.ledger_id
+            )
+        todo = {old: new for old, new in mapping.items() if old in seg.ensemble}
+        if not todo:
+            return None
+        clash = set(todo.values()) & set(seg.ensemble)
+        if clash:
+            raise ReplicationError(
+                f"replacement {sorted(clash)} joined segment {first_entry_id} meanwhile",
+                ledger_id=md.ledger_id,
+            )
+        return md.with_bookies_replaced(first_entry_id, todo)
+
+    return transform
