@@ -85,10 +85,13 @@ def _entries_to_copy(
     targets: Mapping[int, str], first: int, last: int, e: int, wq: int
 ) -> Iterator[tuple[int, list[str]]]:
     """``(entry, replacements it goes to)`` ascending; stripes of moved positions overlap."""
-    streams = [
-        ((eid, new) for eid in iter_stripe(pos, first, last, e, wq))
-        for pos, new in sorted(targets.items())
-    ]
+
+    def stream(pos: int, new: str) -> Iterator[tuple[int, str]]:
+        # A function, not a nested generator expression: ``new`` must bind per stream.
+        for eid in iter_stripe(pos, first, last, e, wq):
+            yield eid, new
+
+    streams = [stream(pos, new) for pos, new in sorted(targets.items())]
     current, news = -1, []
     for eid, new in heapq.merge(*streams):
         if eid != current and news:
