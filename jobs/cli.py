@@ -183,11 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run the whole story on a throw-away sandbox",
         description="Start a sandbox, write a workload, lose a bookie, find what is "
-        "under-replicated, and clean up.",
+        "under-replicated, repair it, re-audit, read everything back, and clean up.",
     )
     p.add_argument("--dir", default=None, help="keep the sandbox data here (default: a temp dir)")
     p.add_argument("--bookies", type=int, default=5)
     p.add_argument("--ledgers", type=int, default=200)
+    p.add_argument(
+        "--grace-period", default="0s", help="rereplicate's grace period for open ledgers"
+    )
     p.set_defaults(func=_cmd_demo)
     return parser
 
