@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps venv demo bench-metadata clean
+.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean
 
 venv: $(VENV)/.installed
 
@@ -18,6 +18,18 @@ $(VENV)/.installed: pyproject.toml
 java-deps:
 	scripts/install_java_deps.sh
 
+## Apache BookKeeper 4.17 jars and our Java interop driver (tests/interop).
+bookkeeper-deps: java-deps
+	scripts/install_bookkeeper.sh
+
+## Airflow in its own virtualenv (.venv-airflow) for the DAG tests.
+airflow:
+	scripts/install_airflow.sh
+
+## Debian's headless Chromium for the HTML report test.
+chromium:
+	scripts/install_chromium.sh
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -26,8 +38,8 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-## The whole suite: environment, ZooKeeper server, lint, every test.
-test: venv java-deps lint
+## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
+test: venv java-deps bookkeeper-deps airflow chromium lint
 	$(PY) -m pytest -q tests
 
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.
@@ -42,4 +54,4 @@ bench-metadata: venv java-deps
 	$(PY) bench/metadata_scan.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-airflow .pytest_cache .ruff_cache build *.egg-info

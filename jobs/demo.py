@@ -26,6 +26,8 @@ from jobs.workload import PASSWORD, WrittenLedger, write_ledgers
 
 log = logging.getLogger(__name__)
 
+DEMO_SHAPES = ((2, 2, 2), (3, 2, 2), (3, 3, 2), (4, 3, 2), (5, 3, 2))
+
 
 def _step(n: int, total: int, text: str) -> None:
     print(f"\n== [{n}/{total}] {text}", flush=True)
@@ -88,7 +90,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
         _step(2, total, f"workload: {args.ledgers} ledgers through the bklib writer")
         t = time.monotonic()
-        written = asyncio.run(write_ledgers(sb.zk_connect, args.ledgers))
+        # Ensembles up to one bookie fewer than the cluster, so every ledger stays repairable
+        # after one loss (a 5-bookie ensemble on 4 live bookies cannot be, in BookKeeper too).
+        shapes = tuple(s for s in DEMO_SHAPES if s[0] < args.bookies) or DEMO_SHAPES[:1]
+        written = asyncio.run(write_ledgers(sb.zk_connect, args.ledgers, shapes=shapes))
         by_shape: dict[tuple[tuple[int, int, int], str], list[WrittenLedger]] = {}
         for w in written:
             by_shape.setdefault((w.shape, "CLOSED" if w.closed else "OPEN"), []).append(w)

@@ -365,6 +365,12 @@ def print_summary(mode: str, run_id: str, rows: Sequence[dict[str, Any]]) -> int
     )
     for (action, status), count in sorted(s["actions"].items()):
         print(f"  {action:<16} {status:<14} {count}")
+    reasons = Counter(
+        (r["error"] or "").split(":", 1)[0] for r in rows if r["status"] == "FAILED" and r["error"]
+    )
+    for reason, count in reasons.most_common(5):
+        example = next(r for r in rows if r["status"] == "FAILED" and r["error"].startswith(reason))
+        print(f"  FAILED x{count}: {example['error']} (e.g. ledger {example['ledger_id']})")
     for lid, seg, entries in s["no_replica"][:20]:
         shown = ", ".join(map(str, entries[:20])) + (" ..." if len(entries) > 20 else "")
         print(f"  NO_REPLICA ledger {lid} segment {seg}: entries {shown or '(earlier run)'}")
