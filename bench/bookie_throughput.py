@@ -22,7 +22,10 @@ from bklib.sandbox import Sandbox
 PASSWORD = b"bench"
 
 
-async def drive(bookie: str, zk: str, entries: int, ledgers: int, window: int, size: int) -> None:
+async def drive(
+    bookie: str, zk: str, entries: int, ledgers: int, window: int, size: int
+) -> tuple[float, float]:
+    """Pipelined adds then reads against one bookie; returns (adds/s, reads/s)."""
     key = master_key(PASSWORD)
     payload = b"x" * size
     bodies = []
@@ -53,6 +56,7 @@ async def drive(bookie: str, zk: str, entries: int, ledgers: int, window: int, s
         )
         read_s = await run(lambda lid, eid, _body: pool.read(bookie, lid, eid))
         print(f"reads: {entries / read_s:,.0f} reads/s, {entries * size / read_s / 1e6:,.1f} MB/s")
+        return entries / add_s, entries / read_s
 
 
 def main() -> None:

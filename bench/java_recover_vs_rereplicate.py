@@ -1,0 +1,164 @@
+"""Benchmark: Java ``bookkeeper shell recover`` against ``bkaudit rereplicate`` on the same data.
+
+Twice, in two fresh clusters of four Java BookKeeper 4.17 bookies (DbLedgerStorage, fsync'd
+journals) on one ZooKeeper: the Java client writes the same ledgers (E=3 WQ=2 AQ=2, 1 KiB
+entries, ensembles rotating over the four bookies, closed), then one bookie is killed.
+The first cluster is repaired by ``BookieShell recover -f <bookie>`` (BookKeeperAdmin, one
+JVM), the second by ``bkaudit audit --check replicas`` then ``bkaudit rereplicate
+--grace-period 0s --rate 0`` (Spark local[2]). Both runs are checked: no ledger keeps the dead
+bookie. Wall times include JVM / Spark start-up; the ratio uses the repair commands only.
+
+    .venv/bin/python bench/java_recover_vs_rereplicate.py [--ledgers 24] [--entries 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+from bklib.meta.store import LedgerStore  # noqa: E402
+from bklib.quorum import write_set  # noqa: E402
+from bklib.zkserver import ZooKeeperServer  # noqa: E402
+from tests.interop import harness  # noqa: E402
+
+JVM = ["-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-Djava.net.preferIPv4Stack=true"]
+PWD = b"bench"
+
+
+def build(
+    classpath: str, connect: str, base: Path, client: harness.JavaClient, args: argparse.Namespace
+) -> tuple[KazooClient, LedgerStore, list[harness.JavaBookie], int]:
+    """A cluster of 4 Java bookies with the benchmark ledgers; returns the bytes on bookie 0."""
+    zk = KazooClient(hosts=connect)
+    zk.start()
+    store = LedgerStore(zk)
+    store.init_cluster()
+    uri = harness.metadata_uri(connect)
+    bookies = [
+        harness.JavaBookie(
+            classpath,
+            uri,
+            base / f"java{i}",
+            jvm=JVM,
+            extra={"dbStorage_writeCacheMaxSizeMb": 64, "dbStorage_readAheadCacheMaxSizeMb": 32},
+        )
+        for i in range(4)
+    ]
+    harness.start_bookies(bookies, zk)
+    ids = [b.bookie_id for b in bookies]
+    payload = b"x" * args.size
+    on_victim = 0
+    for n in range(args.ledgers):
+        ensemble = [ids[(n + k) % 4] for k in range(3)]
+        client.write(uri, [payload] * args.entries, password=PWD, bookies=ensemble, pipelined=True)
+        if ids[0] in ensemble:
+            idx = ensemble.index(ids[0])
+            on_victim += sum(idx in write_set(e, 3, 2) for e in range(args.entries)) * args.size
+    return zk, store, bookies, on_victim
+
+
+def kill_victim(zk: KazooClient, bookies: list[harness.JavaBookie]) -> str:
+    victim = bookies[0]
+    victim.kill9()
+    while zk.exists(f"/ledgers/available/{victim.bookie_id}"):
+        time.sleep(0.2)  # its ZooKeeper session must expire before it counts as lost
+    return victim.bookie_id
+
+
+def check_repaired(store: LedgerStore, victim: str) -> None:
+    for lid in store.list_ledger_ids():
+        md = store.read_ledger(lid).value
+        assert all(victim not in s.ensemble for s in md.segments), (lid, md)
+
+
+def cli(*args: str, log: Path) -> tuple[float, str]:
+    t = time.perf_counter()
+    res = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    elapsed = time.perf_counter() - t
+    log.write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise SystemExit(f"bkaudit {args[0]} failed ({res.returncode}), see {log}")
+    return elapsed, res.stdout + res.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ledgers", type=int, default=24)
+    ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--size", type=int, default=1024)
+    args = ap.parse_args()
+    classpath = harness.install()
+    with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
+        base = Path(tmp)
+        client = harness.JavaClient(classpath, base)
+        try:
+            # 1. Java: shell recover.
+            with zks.private_chroot("java") as connect:
+                zk, store, bookies, nbytes = build(classpath, connect, base / "a", client, args)
+                try:
+                    victim = kill_victim(zk, bookies)
+                    shell = harness.JavaShell(
+                        classpath, harness.metadata_uri(connect), base / "a", jvm=JVM
+                    )
+                    t = time.perf_counter()
+                    shell.run("recover", "-f", victim, timeout=3600)
+                    java_s = time.perf_counter() - t
+                    check_repaired(store, victim)
+                finally:
+                    for b in bookies:
+                        b.stop()
+                    zk.stop()
+            mb = nbytes / 1e6
+            print(f"java shell recover: {mb:.1f} MB of entries in {java_s:.1f} s wall")
+
+            # 2. bkaudit: audit then rereplicate, on the same data.
+            with zks.private_chroot("bkaudit") as connect:
+                zk, store, bookies, nbytes2 = build(classpath, connect, base / "b", client, args)
+                assert nbytes2 == nbytes
+                try:
+                    victim = kill_victim(zk, bookies)
+                    wh = str(base / "warehouse")
+                    audit_s, _ = cli(
+                        "audit", "--zk", connect, "--warehouse", wh, "--check", "replicas",
+                        log=base / "audit.log",
+                    )  # fmt: skip
+                    rerep_s, out = cli(
+                        "rereplicate", "--zk", connect, "--warehouse", wh,
+                        "--grace-period", "0s", "--rate", "0", log=base / "rereplicate.log",
+                    )  # fmt: skip
+                    check_repaired(store, victim)
+                finally:
+                    for b in bookies:
+                        b.stop()
+                    zk.stop()
+            m = re.search(r"in ([\d.]+)s \(([\d.]+) MB copied", out)
+            work = f", {m.group(1)} s in the repair tasks ({m.group(2)} MB)" if m else ""
+            print(f"bkaudit audit --check replicas: {audit_s:.1f} s wall")
+            print(f"bkaudit rereplicate: {mb:.1f} MB of entries in {rerep_s:.1f} s wall{work}")
+            print(
+                f"ratio bkaudit/java (wall, repair command only): {java_s / rerep_s:.2f}x speed "
+                f"({mb / rerep_s:.2f} vs {mb / java_s:.2f} MB/s)"
+            )
+        finally:
+            client.close()
+
+
+if __name__ == "__main__":
+    main()
