@@ -48,6 +48,31 @@ def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
     return conf
 
 
+_IVY_JARS = Path.home() / ".ivy2.5.2" / "jars"
+_PACKAGE_JARS = {
+    DELTA_PACKAGE: (
+        "io.delta_delta-spark_2.13-4.0.1.jar",
+        "io.delta_delta-storage-4.0.1.jar",
+        "org.antlr_antlr4-runtime-4.13.1.jar",
+    )
+}
+
+
+def _cached_jars(packages: list[str]) -> list[str] | None:
+    """The jar files of ``packages`` if Ivy's cache (Spark 4's ``~/.ivy2.5.2``) has them all,
+    for packages whose transitive jars we know; else None (let Ivy resolve)."""
+    out: list[str] = []
+    for pkg in packages:
+        names = _PACKAGE_JARS.get(pkg)
+        if names is None:
+            return None
+        paths = [_IVY_JARS / n for n in names]
+        if not all(p.is_file() for p in paths):
+            return None
+        out += [str(p) for p in paths]
+    return out
+
+
 def spark_conf(
     master: str | None = None, overrides: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -58,6 +83,11 @@ def spark_conf(
     if not any(p.startswith("io.delta:delta-spark_") for p in packages):
         packages.append(DELTA_PACKAGE)
     conf["spark.jars.packages"] = ",".join(packages)
+    cached = _cached_jars(packages)
+    if cached and "spark.jars" not in conf:
+        # Ivy already resolved these once: skip its resolution (and its console report).
+        del conf["spark.jars.packages"]
+        conf["spark.jars"] = ",".join(cached)
     if LOG4J_FILE.exists():
         # The driver JVM is launched by pyspark with these options; quiet logs from the start.
         opt = f"-Dlog4j2.configurationFile={LOG4J_FILE.as_uri()}"
@@ -75,7 +105,7 @@ def spark_conf(
     return conf
 
 
-_LAUNCH_ONLY = ("spark.jars.packages", "spark.driver.extraJavaOptions")
+_LAUNCH_ONLY = ("spark.jars.packages", "spark.jars", "spark.driver.extraJavaOptions")
 
 
 def under_spark_submit() -> bool:
