@@ -23,6 +23,7 @@ Spark tasks call :meth:`LedgerRepairer.repair` from a few threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -359,14 +360,16 @@ class LedgerRepairer:
                 for old in known_lost.values()
             ], False
         started = datetime.now(timezone.utc)
+        reg = self.registry()
+        in_place, replace = self._split_moves(req, frag, reg)
         try:
-            targets = self._choose(md, frag, req.all_bad)
+            targets = self._choose(md, replace_moves(frag, replace), req.all_bad) if replace else {}
         except BKError as exc:
             return [
                 Action(lid, COPY, FAILED, first, last, old_bookie=old, error=_describe(exc))
-                for old in frag.moves.values()
+                for old in replace.values()
             ], False
-        reg = self.registry()
+        targets.update(in_place)
         dead = {b for b in frag.ensemble if not reg.is_available(b)}
         pwd, dt = self._credentials(md)
         try:
@@ -398,7 +401,9 @@ class LedgerRepairer:
             actions.append(act.finish())
         if result.no_replica:
             return actions, False  # the metadata keeps naming the bookie: the loss stays visible
-        mapping = {frag.moves[pos]: new for pos, new in targets.items()}
+        mapping = {frag.moves[pos]: new for pos, new in targets.items() if pos not in in_place}
+        if not mapping:
+            return actions, True
         act = Action(lid, METADATA_UPDATE, DONE, first, last)
         act.old_bookie, act.new_bookie = ",".join(mapping), ",".join(mapping.values())
         try:
@@ -409,6 +414,22 @@ class LedgerRepairer:
             return actions, False
         actions.append(act.finish())
         return actions, True
+
+    def _split_moves(
+        self, req: LedgerRequest, frag: FragmentWork, reg: BookieRegistry
+    ) -> tuple[dict[int, str], dict[int, str]]:
+        """``(in place, to replace)``. A bookie flagged for this segment only (entries missing,
+        bad digest) that is still writable is repaired in place: its stripe is written back to
+        it and the metadata does not change. Lost or unreachable bookies and recover sources
+        are replaced."""
+        in_place = {
+            pos: old
+            for pos, old in frag.moves.items()
+            if old not in req.bad_bookies
+            and old in reg.writable
+            and old not in self.settings.exclude
+        }
+        return in_place, {p: b for p, b in frag.moves.items() if p not in in_place}
 
     def _copy(
         self,
@@ -459,13 +480,16 @@ class LedgerRepairer:
             else:
                 actions += self._waiting(md, frag, decision)
         per_entry = md.length / (md.last_entry_id + 1) if md.is_closed and md.length else 0.0
+        reg = self.registry()
         for frag in work.closed_fragments:
+            in_place, replace = self._split_moves(req, frag, reg)
             try:
-                targets = self._choose(md, frag, req.all_bad)
+                targets = self._choose(md, replace_moves(frag, replace), req.all_bad)
             except BKError as exc:
                 targets, error = {}, _describe(exc)
             else:
                 error = None
+            targets.update(in_place)
             for pos, old in frag.moves.items():
                 n = stripe_entries(md, frag, pos)
                 act = Action(
@@ -482,6 +506,11 @@ class LedgerRepairer:
                 )
                 actions.append(act.finish())
         return actions
+
+
+def replace_moves(frag: FragmentWork, moves: Mapping[int, str]) -> FragmentWork:
+    """``frag`` with only ``moves`` to do."""
+    return dataclasses.replace(frag, moves=dict(moves))
 
 
 def _replace_in_segment(

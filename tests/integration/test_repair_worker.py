@@ -77,3 +77,25 @@ def test_re_mark_during_repair_survives_and_concurrent_change_is_kept(
         mark = urm.get(md.ledger_id)
         assert mark is not None and "10.9.9.9:3181" in mark.missing_replicas
         assert urm.lock_holder(md.ledger_id) is None
+
+
+def test_live_bookie_missing_entries_is_repaired_in_place_beside_a_lost_one(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    # The demo's case: a 4-bookie ensemble on a 5-bookie cluster loses one bookie while
+    # another ensemble member misses entries; only one bookie is left outside the ensemble.
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=5) as c:
+        b0, b1, b2, b3, b4 = c.bookie_ids
+        md = c.ledger([b0, b1, b2, b3], 24, wq=3, aq=2)
+        c.admin(b1).delete_entries(md.ledger_id, [1, 5, 9])  # b1 (index 1) holds x % 4 != 2
+        c.sandbox.stop_bookie(b2)
+        req = LedgerRequest(md.ledger_id, frozenset({b2}), segment_bookies={0: frozenset({b1})})
+        acts = _repairer(c).repair(req)
+        moves = {(a.action, a.old_bookie, a.new_bookie, a.status) for a in acts}
+        assert moves == {
+            ("COPY", b2, b4, "DONE"),
+            ("COPY", b1, b1, "DONE"),  # written back to the live bookie
+            ("METADATA_UPDATE", b2, b4, "DONE"),
+        }
+        after = assert_fully_replicated(c.store, c.client, md.ledger_id, excluded=frozenset({b2}))
+        assert after.segments[0].ensemble == (b0, b1, b4, b3)
