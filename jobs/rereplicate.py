@@ -337,8 +337,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Counts for the printed summary: actions by (action, status), ledgers left to do."""
     by = Counter((r["action"], r["status"]) for r in rows)
     pending = sorted({r["ledger_id"] for r in rows if r["status"] not in FINAL_STATUSES})
-    repaired = {r["ledger_id"] for r in rows if r["action"] == "METADATA_UPDATE"}
-    repaired -= set(pending)
+    # Repaired: some step was done and nothing is left (a fence may finish the job by itself,
+    # an in-place copy needs no metadata update).
+    repaired = {r["ledger_id"] for r in rows if r["status"] == "DONE"} - set(pending)
     copied = [r for r in rows if r["action"] == "COPY" and r["status"] == "DONE"]
     return {
         "actions": dict(by),
