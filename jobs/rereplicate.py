@@ -95,6 +95,7 @@ class RepairConfig:
     read_timeout: float = 10.0
     bookies: tuple[str, ...] = ()
     run_id: str | None = None
+    racks_znode: str = "/bookies"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
@@ -125,6 +126,7 @@ class RepairConfig:
             ledgers_in_flight=args.ledgers_in_flight,
             read_timeout=args.read_timeout,
             bookies=bookies,
+            racks_znode=args.racks_znode,
         )
 
 
@@ -170,8 +172,13 @@ def _repair_task(config: RepairConfig) -> Callable[[Iterable[Any]], Iterator[dic
             with SyncBookieClient(
                 config.zk, ledgers_root=config.ledgers_root, config=client_config
             ) as client:
+                from bklib.meta.racks import read_racks
+
                 repairer = LedgerRepairer(
-                    LedgerStore(zk, config.ledgers_root), client, config.settings
+                    LedgerStore(zk, config.ledgers_root),
+                    client,
+                    config.settings,
+                    racks=read_racks(zk, config.racks_znode),
                 )
                 with concurrent.futures.ThreadPoolExecutor(
                     max(1, config.ledgers_in_flight), thread_name_prefix="repair"
@@ -452,6 +459,12 @@ def add_repair_arguments(
         "--window", type=int, default=64, help="entries in flight per fragment copy"
     )
     parser.add_argument("--read-timeout", type=parse_duration, default=10.0)
+    parser.add_argument(
+        "--racks-znode",
+        default="/bookies",
+        help="Pulsar's bookie rack JSON (ZkBookieRackAffinityMapping); when it exists, "
+        "replacements prefer racks the rest of the segment does not use",
+    )
     parser.add_argument(
         "--retry-no-replica",
         action="store_true",

@@ -7,7 +7,7 @@ No I/O here: :mod:`bklib.repair.worker` feeds in fresh metadata and the LAC it r
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -143,23 +143,26 @@ class TargetChooser:
     assigned so far by this chooser wins, ties broken by a per-chooser random order (so
     tasks and runs do not all pile onto the same bookie).
 
-    Racks are not known to bkaudit (BookKeeper keeps them outside the ledger metadata), so the
-    choice is rack-unaware, like BookKeeper's default placement policy.
+    When ``racks`` (bookie -> rack) is known, a candidate on a rack the rest of the segment
+    does not use wins first, as BookKeeper's rack-aware policy prefers; without racks the
+    choice is rack-unaware, like BookKeeper's default policy.
     """
 
     rng: random.Random = field(default_factory=random.Random)
     assigned: dict[str, int] = field(default_factory=dict)
+    racks: Mapping[str, str] = field(default_factory=dict)
     _tiebreak: dict[str, float] = field(default_factory=dict)
 
-    def _key(self, bookie: str) -> tuple[int, float]:
+    def _key(self, bookie: str, used_racks: Collection[str] = ()) -> tuple[int, int, float]:
         if bookie not in self._tiebreak:
             self._tiebreak[bookie] = self.rng.random()
-        return self.assigned.get(bookie, 0), self._tiebreak[bookie]
+        same_rack = int(bookie in self.racks and self.racks[bookie] in used_racks)
+        return same_rack, self.assigned.get(bookie, 0), self._tiebreak[bookie]
 
     def choose(
         self,
         candidates: Iterable[str],
-        ensemble: Collection[str],
+        ensemble: Sequence[str],
         moves: Mapping[int, str],
         *,
         exclude: Collection[str] = (),
@@ -172,8 +175,10 @@ class TargetChooser:
         banned = set(ensemble) | set(exclude) | set(moves.values())
         pool = sorted(set(candidates) - banned)
         out: dict[int, str] = {}
+        staying = [b for i, b in enumerate(ensemble) if i not in moves]
+        used = {self.racks[b] for b in staying if b in self.racks}
         for index in sorted(moves):
-            pool.sort(key=self._key)
+            pool.sort(key=lambda b: self._key(b, used))
             if not pool:
                 raise NotEnoughBookiesError(
                     f"no writable bookie can replace {moves[index]} (ensemble "
@@ -183,6 +188,8 @@ class TargetChooser:
                 )
             chosen = pool.pop(0)
             out[index] = chosen
+            if chosen in self.racks:
+                used.add(self.racks[chosen])
             w = (weights or {}).get(index, 1)
             self.assigned[chosen] = self.assigned.get(chosen, 0) + max(w, 1)
         return out

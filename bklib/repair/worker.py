@@ -147,12 +147,13 @@ class LedgerRepairer:
         *,
         urm: UnderReplicationManager | None = None,
         rng: random.Random | None = None,
+        racks: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.client = client
         self.settings = settings
         self.urm = urm or UnderReplicationManager(store.zk, store.root)
-        self.chooser = TargetChooser(rng or random.Random())
+        self.chooser = TargetChooser(rng or random.Random(), racks=dict(racks or {}))
         self._lock = threading.Lock()
         self._registry: tuple[float, BookieRegistry] | None = None
         self._limiter: RateLimiter | None = None

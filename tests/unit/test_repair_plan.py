@@ -13,6 +13,7 @@ import pytest
 from bklib.client.replicator import RateLimiter, _entries_to_copy
 from bklib.errors import NotEnoughBookiesError
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
+from bklib.meta.racks import parse_racks
 from bklib.repair.plan import (
     GraceDecision,
     TargetChooser,
@@ -123,3 +124,20 @@ def test_parse_duration_and_rate() -> None:
         parse_duration("soon")
     with pytest.raises(argparse.ArgumentTypeError):
         parse_rate("fast")
+
+
+def test_target_chooser_prefers_a_rack_the_segment_does_not_use() -> None:
+    racks = {"a": "r1", "b": "r2", "c": "r3", "d": "r1", "e": "r2", "f": "r4"}
+    ch = TargetChooser(random.Random(3), racks=racks)
+    # Replacing c (r3): a and b stay on r1 and r2, so only f (r4) is on a fresh rack.
+    assert [ch.choose("abcdef", "abc", {2: "c"})[2] for _ in range(5)] == ["f"] * 5
+    # Moving b and c leaves only r1 in use: b's place goes to e (r2, fresher rack and less
+    # loaded than f), then c's to f, the only rack still unused.
+    assert ch.choose("abcdef", "abc", {1: "b", 2: "c"}) == {1: "e", 2: "f"}
+    assert TargetChooser(random.Random(1)).choose("abcd", "abc", {0: "a"}) == {0: "d"}
+
+
+def test_parse_pulsar_racks_json() -> None:
+    doc = b'{"default": {"10.0.0.1:3181": {"rack": "/dc/r1", "hostname": "bk1"}, "x": {}}}'
+    assert parse_racks(doc) == {"10.0.0.1:3181": "/dc/r1"}
+    assert parse_racks(b"not json") == {}
