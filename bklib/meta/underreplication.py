@@ -82,6 +82,10 @@ class UnderReplicationManager:
                 return True
             except NodeExistsError:
                 pass
+            except NoNodeError:
+                # A worker pruned an empty hex parent between makepath and the create (as
+                # BookKeeper's marker does on NONODE: create again).
+                continue
             try:
                 data, stat = self.zk.get(path)
             except NoNodeError:

@@ -92,3 +92,21 @@ def test_disable_flag_and_recovery_delay(zk, urm):
     urm.set_lost_bookie_recovery_delay(60)
     assert zk.get("/ledgers/underreplication/lostBookieRecoveryDelay")[0] == b"60"
     assert urm.get_lost_bookie_recovery_delay() == 60
+
+
+def test_concurrent_marks_and_clears_in_shared_parents_never_fail(zk, urm):
+    # Ledgers 0..39 share their hex parents: one worker's pruning of an empty parent races
+    # with another's makepath + create (seen at 10k ledgers); both must retry, not fail.
+    import concurrent.futures
+
+    def worker(lid: int) -> int:
+        for _ in range(15):
+            assert urm.mark_underreplicated(lid, ["10.0.0.1:3181"]) in (True, False)
+            lock = urm.try_acquire(lid)
+            assert lock is not None
+            urm.mark_replicated(lock)
+        return lid
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(worker, range(40))) == list(range(40))
+    assert list(urm.list_underreplicated()) == []
