@@ -91,7 +91,7 @@ class RepairConfig:
     settings: RepairSettings = field(default_factory=RepairSettings)
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
     tasks: int | None = None
-    ledgers_in_flight: int = 4
+    ledgers_in_flight: int = 8
     read_timeout: float = 10.0
     bookies: tuple[str, ...] = ()
     run_id: str | None = None
@@ -453,7 +453,7 @@ def add_repair_arguments(
         "--ledgers-in-flight it bounds the ZooKeeper sessions and requests in flight",
     )
     parser.add_argument(
-        "--ledgers-in-flight", type=int, default=4, help="ledgers repaired at once per task"
+        "--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once per task"
     )
     parser.add_argument(
         "--window", type=int, default=64, help="entries in flight per fragment copy"

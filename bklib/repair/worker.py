@@ -41,7 +41,7 @@ from bklib.digest import digest_manager, master_key
 from bklib.errors import BKError, NoSuchLedgerError, ReplicationError
 from bklib.meta.model import DigestType, LedgerMetadata
 from bklib.meta.registration import BookieRegistry, list_bookies
-from bklib.meta.store import LedgerStore
+from bklib.meta.store import LedgerStore, Versioned
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.plan import (
     FragmentWork,
@@ -156,6 +156,7 @@ class LedgerRepairer:
         self.chooser = TargetChooser(rng or random.Random(), racks=dict(racks or {}))
         self._lock = threading.Lock()
         self._registry: tuple[float, BookieRegistry] | None = None
+        self._enabled: tuple[float, bool] | None = None
         self._limiter: RateLimiter | None = None
 
     # ---- cluster view --------------------------------------------------------------------------
@@ -170,6 +171,17 @@ class LedgerRepairer:
         with self._lock:
             self._registry = (time.monotonic(), reg)
         return reg
+
+    def _replication_enabled(self) -> bool:
+        """``underreplication/disable`` absent; re-checked at most every ``registry_ttl``."""
+        with self._lock:
+            cached = self._enabled
+            if cached is not None and time.monotonic() - cached[0] < self.settings.registry_ttl:
+                return cached[1]
+        enabled = self.urm.is_replication_enabled()
+        with self._lock:
+            self._enabled = (time.monotonic(), enabled)
+        return enabled
 
     def _choose(
         self, md: LedgerMetadata, frag: FragmentWork, exclude: Collection[str]
@@ -211,7 +223,7 @@ class LedgerRepairer:
 
     def _repair(self, req: LedgerRequest) -> list[Action]:
         lid, s = req.ledger_id, self.settings
-        if not s.dry_run and not self.urm.is_replication_enabled():
+        if not s.dry_run and not self._replication_enabled():
             return [Action(lid, SKIP, DISABLED, error="underreplication/disable exists").finish()]
         try:
             md = self.store.read_ledger(lid).value
@@ -256,7 +268,8 @@ class LedgerRepairer:
         actions: list[Action] = []
         fenced = False
         while True:
-            md = self.store.read_ledger(lid).value
+            current = self.store.read_ledger(lid)
+            md = current.value
             lac = None if md.is_closed else self._read_lac(md)
             work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies, lac=lac)
             if not work.open_fragments or fenced:
@@ -278,7 +291,7 @@ class LedgerRepairer:
             fenced = True
         complete = not work.open_fragments
         for frag in work.closed_fragments:
-            acts, ok = self._repair_fragment(req, md, frag)
+            acts, ok, current = self._repair_fragment(req, md, frag, current)
             actions += acts
             complete = complete and ok
         return actions, complete
@@ -343,53 +356,71 @@ class LedgerRepairer:
     # ---- one fragment --------------------------------------------------------------------------
 
     def _repair_fragment(
-        self, req: LedgerRequest, md: LedgerMetadata, frag: FragmentWork
-    ) -> tuple[list[Action], bool]:
+        self,
+        req: LedgerRequest,
+        md: LedgerMetadata,
+        frag: FragmentWork,
+        current: Versioned[LedgerMetadata] | None,
+    ) -> tuple[list[Action], bool, Versioned[LedgerMetadata] | None]:
+        """Copy and swap one fragment; returns the actions, whether it is repaired, and the
+        metadata as written (the next CAS of this ledger starts from it)."""
         lid, first, last = md.ledger_id, frag.first_entry_id, frag.last_entry_id
         known_lost = {pos: old for pos, old in frag.moves.items() if (first, old) in req.no_replica}
         if known_lost and not self.settings.retry_no_replica:
-            return [
-                Action(
-                    lid,
-                    COPY,
-                    NO_REPLICA,
-                    first,
-                    last,
-                    old_bookie=old,
-                    error="an earlier run found entries with no replica (--retry-no-replica)",
-                ).finish()
-                for old in known_lost.values()
-            ], False
+            return (
+                [
+                    Action(
+                        lid,
+                        COPY,
+                        NO_REPLICA,
+                        first,
+                        last,
+                        old_bookie=old,
+                        error="an earlier run found entries with no replica (--retry-no-replica)",
+                    ).finish()
+                    for old in known_lost.values()
+                ],
+                False,
+                current,
+            )
         started = datetime.now(timezone.utc)
         reg = self.registry()
         in_place, replace = self._split_moves(req, frag, reg)
         try:
             targets = self._choose(md, replace_moves(frag, replace), req.all_bad) if replace else {}
         except BKError as exc:
-            return [
-                Action(lid, COPY, FAILED, first, last, old_bookie=old, error=_describe(exc))
-                for old in replace.values()
-            ], False
+            return (
+                [
+                    Action(lid, COPY, FAILED, first, last, old_bookie=old, error=_describe(exc))
+                    for old in replace.values()
+                ],
+                False,
+                current,
+            )
         targets.update(in_place)
         dead = {b for b in frag.ensemble if not reg.is_available(b)}
         pwd, dt = self._credentials(md)
         try:
             result = self._copy(md, frag, targets, dead, pwd, dt)
         except BKError as exc:
-            return [
-                Action(
-                    lid,
-                    COPY,
-                    FAILED,
-                    first,
-                    last,
-                    frag.moves[pos],
-                    new,
-                    started_at=started,
-                    error=_describe(exc),
-                ).finish()
-                for pos, new in targets.items()
-            ], False
+            return (
+                [
+                    Action(
+                        lid,
+                        COPY,
+                        FAILED,
+                        first,
+                        last,
+                        frag.moves[pos],
+                        new,
+                        started_at=started,
+                        error=_describe(exc),
+                    ).finish()
+                    for pos, new in targets.items()
+                ],
+                False,
+                current,
+            )
         actions = []
         for pos, new in targets.items():
             n, nbytes = result.per_target.get(new, [0, 0])
@@ -400,21 +431,23 @@ class LedgerRepairer:
                 act.status, act.no_replica_entries = NO_REPLICA, list(result.no_replica)
                 act.error = f"{len(result.no_replica)} entries have no surviving replica"
             actions.append(act.finish())
-        if result.no_replica:
-            return actions, False  # the metadata keeps naming the bookie: the loss stays visible
+        if result.no_replica:  # the metadata keeps naming the bookie: the loss stays visible
+            return actions, False, current
         mapping = {frag.moves[pos]: new for pos, new in targets.items() if pos not in in_place}
         if not mapping:
-            return actions, True
+            return actions, True, current
         act = Action(lid, METADATA_UPDATE, DONE, first, last)
         act.old_bookie, act.new_bookie = ",".join(mapping), ",".join(mapping.values())
         try:
-            self.store.update_ledger(lid, _replace_in_segment(first, mapping))
+            current = self.store.update_ledger(
+                lid, _replace_in_segment(first, mapping), current=current
+            )
         except BKError as exc:
             act.status, act.error = FAILED, _describe(exc)
             actions.append(act.finish())
-            return actions, False
+            return actions, False, None
         actions.append(act.finish())
-        return actions, True
+        return actions, True, current
 
     def _split_moves(
         self, req: LedgerRequest, frag: FragmentWork, reg: BookieRegistry
