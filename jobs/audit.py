@@ -385,11 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = add_audit_arguments(
         argparse.ArgumentParser(prog="audit", description="Audit a BookKeeper cluster.")
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    from jobs.config import config_path_from_argv, configure_logging, parse_with_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_with_config(parser, "audit", argv)
+    configure_logging(False, config_path_from_argv(argv))
     return run_audit(args)
 
 

@@ -4,7 +4,6 @@ the sandbox and the metadata tools run without Spark."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -68,23 +67,44 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     from jobs.audit import add_audit_arguments, run_audit
+    from jobs.config import help_epilog, parse_with_config
 
     parser = argparse.ArgumentParser(
         prog="bkaudit audit",
         description="Write one audit run of the cluster to the Delta tables under --warehouse.",
+        epilog=help_epilog("audit"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    return run_audit(add_audit_arguments(parser).parse_args(args.rest))
+    return run_audit(parse_with_config(add_audit_arguments(parser), "audit", args.rest))
 
 
 def _cmd_listunderreplicated(args: argparse.Namespace) -> int:
+    from jobs.config import help_epilog, parse_with_config
     from jobs.report import add_list_arguments, run_listunderreplicated
 
     parser = argparse.ArgumentParser(
         prog="bkaudit listunderreplicated",
         description="Print the latest audit report, like BookKeeper's shell command. "
         "Exit 0 when clean, 1 when findings exist, 2 on error.",
+        epilog=help_epilog("listunderreplicated"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    return run_listunderreplicated(add_list_arguments(parser).parse_args(args.rest))
+    parsed = parse_with_config(add_list_arguments(parser), "listunderreplicated", args.rest)
+    return run_listunderreplicated(parsed)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from jobs.config import help_epilog, parse_with_config
+    from jobs.html_report import add_report_arguments, run_report
+
+    parser = argparse.ArgumentParser(
+        prog="bkaudit report",
+        description="Write a self-contained HTML report (charts, stuck ledgers, latest "
+        "findings). Exit 0 when written, 2 on error.",
+        epilog=help_epilog("report"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return run_report(parse_with_config(add_report_arguments(parser), "report", args.rest))
 
 
 def _repair_command(mode: str) -> Callable[[argparse.Namespace], int]:
@@ -100,33 +120,18 @@ def _repair_command(mode: str) -> Callable[[argparse.Namespace], int]:
 
     def run(args: argparse.Namespace) -> int:
         from jobs import rereplicate
+        from jobs.config import help_epilog, parse_with_config
 
         parser = argparse.ArgumentParser(
             prog=f"bkaudit {mode}",
             description=descriptions[mode],
-            epilog=REPAIR_EXAMPLES[mode],
+            epilog=help_epilog(mode),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        parsed = rereplicate.add_repair_arguments(parser, mode).parse_args(args.rest)
-        return int(rereplicate._RUNNERS[mode](parsed))
+        rereplicate.add_repair_arguments(parser, mode)
+        return int(rereplicate.RUNNERS[mode](parse_with_config(parser, mode, args.rest)))
 
     return run
-
-
-REPAIR_EXAMPLES = {
-    "rereplicate": """examples:
-  bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run
-  bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --grace-period 5m --rate 20MB
-""",
-    "recover": """examples:
-  bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run
-  bkaudit recover 10.0.0.7:3181,10.0.0.8:3181 --zk zk1:2181 --warehouse /data/bkaudit \\
-      --target 10.0.0.9:3181
-""",
-    "decommission": """examples:
-  bkaudit decommission 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit
-""",
-}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -135,7 +140,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; ``sandbox`` and ``demo`` take their defaults from the config
+    file and environment too (the Spark commands apply them in their own parsers)."""
+    from jobs.config import apply_config, help_epilog
+
     parser = argparse.ArgumentParser(
         prog="bkaudit",
         description="Audit and repair Apache BookKeeper clusters.",
@@ -161,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("rereplicate", _repair_command("rereplicate"), "repair what the latest audit found"),
         ("recover", _repair_command("recover"), "re-replicate everything on given bookies"),
         ("decommission", _repair_command("decommission"), "recover a stopped bookie, verify"),
+        ("report", _cmd_report, "write a self-contained HTML report"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.set_defaults(func=func, passthrough=True)
@@ -178,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults", action="store_true", help="enable the bookies' fault-injection admin port"
     )
     p.set_defaults(func=_cmd_sandbox)
+    p.epilog = help_epilog("sandbox")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    apply_config(p, "sandbox", config_path)
 
     p = sub.add_parser(
         "demo",
@@ -192,22 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace-period", default="0s", help="rereplicate's grace period for open ledgers"
     )
     p.set_defaults(func=_cmd_demo)
+    p.epilog = help_epilog("demo")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    apply_config(p, "demo", config_path)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    from jobs.config import ConfigError, config_path_from_argv, configure_logging
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_path = config_path_from_argv(argv)
+    try:
+        parser = build_parser(config_path)
+    except ConfigError as exc:
+        print(f"bkaudit: {exc}", file=sys.stderr)
+        return 2
     # Spark commands and bookie hand their flags to their own parsers.
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:  # connection chatter is noise to an operator
-        logging.getLogger("kazoo").setLevel(logging.WARNING)
+    configure_logging(args.verbose, config_path)
     if args.command is None:
         parser.print_help()
         return 2

@@ -563,7 +563,7 @@ def _delete_cookie(zk: Any, root: str, bookie: str) -> None:
         pass
 
 
-_RUNNERS = {
+RUNNERS = {
     MODE_REREPLICATE: run_rereplicate,
     MODE_RECOVER: run_recover,
     MODE_DECOMMISSION: run_decommission,
@@ -575,15 +575,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = argv.pop(0) if argv and argv[0] in (MODE_RECOVER, MODE_DECOMMISSION) else None
     mode = mode or MODE_REREPLICATE
+    from jobs.config import config_path_from_argv, configure_logging, parse_with_config
+
     parser = add_repair_arguments(
         argparse.ArgumentParser(prog=f"{mode}", description=f"bkaudit {mode}"), mode
     )
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    return _RUNNERS[mode](args)
+    args = parse_with_config(parser, mode, argv)
+    configure_logging(False, config_path_from_argv(argv))
+    return RUNNERS[mode](args)
 
 
 if __name__ == "__main__":

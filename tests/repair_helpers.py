@@ -18,8 +18,8 @@ from bklib.meta.store import LedgerStore
 from bklib.quorum import write_set
 from jobs import load
 from jobs.rereplicate import (
-    _RUNNERS,
     MODE_REREPLICATE,
+    RUNNERS,
     add_repair_arguments,
 )
 from tests.audit_helpers import PASSWORD
@@ -38,7 +38,7 @@ def run_repair(
     argv += ["--zk-session-timeout", "4s"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = _RUNNERS[mode](repair_args(mode, *argv), spark)
+        code = RUNNERS[mode](repair_args(mode, *argv), spark)
     return code, out.getvalue()
 
 

@@ -1,0 +1,331 @@
+"""Defaults for every ``bkaudit`` command from a YAML file and environment variables.
+
+Precedence, highest first:
+
+1. flags on the command line;
+2. ``BKAUDIT_<COMMAND>_<FLAG>`` environment variables (``BKAUDIT_AUDIT_READ_TIMEOUT=10``,
+   ``BKAUDIT_REREPLICATE_GRACE_PERIOD=5m``, ``BKAUDIT_REREPLICATE_DRY_RUN=true``);
+3. the global environment variables ``BKAUDIT_ZK``, ``BKAUDIT_WAREHOUSE``, ``BKAUDIT_MASTER``,
+   ``BKAUDIT_ZK_AUTH``, ``BKAUDIT_LEDGERS_ROOT`` (for every command that has the flag);
+4. the command's section of the config file (``audit:``, ``rereplicate:``, ...);
+5. the file's ``global:`` section;
+6. the parser's built-in default.
+
+The config file is ``--config PATH``, else ``$BKAUDIT_CONFIG``, else ``conf/bkaudit.yaml`` of
+this checkout when it exists. Keys are flag names without the dashes (``read-timeout`` or
+``read_timeout``). A key the command does not have is an error, so typos do not pass silently.
+This module never imports Spark: ``bkaudit sandbox`` and ``bkaudit bookie`` use it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "GLOBAL_ENV",
+    "ConfigError",
+    "apply_config",
+    "configure_logging",
+    "env_var",
+    "help_epilog",
+    "load_config",
+    "parse_with_config",
+    "resolve_config_path",
+]
+
+DEFAULT_CONFIG_FILE = Path(__file__).resolve().parents[1] / "conf" / "bkaudit.yaml"
+CONFIG_ENV = "BKAUDIT_CONFIG"
+GLOBAL_SECTION = "global"
+LOGGING_SECTION = "logging"
+
+GLOBAL_ENV: dict[str, str] = {
+    "zk": "BKAUDIT_ZK",
+    "warehouse": "BKAUDIT_WAREHOUSE",
+    "master": "BKAUDIT_MASTER",
+    "zk_auth": "BKAUDIT_ZK_AUTH",
+    "ledgers_root": "BKAUDIT_LEDGERS_ROOT",
+}
+"""Flags every command that has them takes from one environment variable."""
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "audit": (
+        "bkaudit audit --zk zk1:2181/pulsar --warehouse /data/bkaudit --check replicas",
+        "bkaudit audit --check lost          # zk and warehouse from conf/bkaudit.yaml",
+        "BKAUDIT_AUDIT_CHECK=deep bkaudit audit --zk 127.0.0.1:2181 --warehouse /tmp/wh",
+        "spark-submit jobs/audit.py --zk zk1:2181 --warehouse s3a://ops/bkaudit",
+    ),
+    "rereplicate": (
+        "bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
+        "bkaudit rereplicate --grace-period 5m --rate 20MiB",
+        "bkaudit rereplicate --run-id 20260101T000000Z-1a2b3c4d   # repair that audit's findings",
+    ),
+    "recover": (
+        "bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
+        "bkaudit recover 10.0.0.7:3181,10.0.0.8:3181 --target 10.0.0.9:3181",
+    ),
+    "decommission": (
+        "bkaudit decommission 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit",
+        "bkaudit decommission 10.0.0.7:3181 --keep-cookie --dry-run",
+    ),
+    "listunderreplicated": (
+        "bkaudit listunderreplicated --warehouse /data/bkaudit",
+        "bkaudit listunderreplicated --missing-replica 10.0.0.7:3181 || echo findings",
+    ),
+    "report": (
+        "bkaudit report --warehouse /data/bkaudit --out report.html",
+        "bkaudit report --run-id 20260101T000000Z-1a2b3c4d --runs 90 --out old.html",
+        "spark-submit jobs/html_report.py --warehouse s3a://ops/bkaudit --out /tmp/r.html",
+    ),
+    "sandbox": (
+        "bkaudit sandbox up --bookies 5 --dir sandbox-data",
+        "bkaudit sandbox status",
+        "bkaudit sandbox down",
+    ),
+    "demo": ("bkaudit demo", "bkaudit demo --ledgers 1000 --bookies 7 --dir /tmp/demo"),
+}
+"""``--help`` examples per command (see :func:`help_epilog`)."""
+
+
+def help_epilog(command: str) -> str:
+    """The ``--help`` epilog of a command: examples, then where defaults come from. Use with
+    ``formatter_class=argparse.RawDescriptionHelpFormatter``."""
+    lines = ["examples:", *(f"  {e}" for e in EXAMPLES.get(command, ()))]
+    lines += [
+        "",
+        "defaults (highest precedence first): flags, "
+        f"{env_var(command, '<FLAG>')} (e.g. {env_var(command, 'run-id')}),",
+        "  BKAUDIT_ZK / BKAUDIT_WAREHOUSE / BKAUDIT_MASTER / BKAUDIT_ZK_AUTH,",
+        f"  the {command}: and global: sections of --config PATH, $BKAUDIT_CONFIG or",
+        "  conf/bkaudit.yaml (every flag documented there)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class ConfigError(ValueError):
+    """A config file or environment variable that cannot be applied; names its source."""
+
+
+def env_var(command: str, dest: str) -> str:
+    """The environment variable for one flag: ``BKAUDIT_<COMMAND>_<FLAG>``."""
+    return f"BKAUDIT_{command.upper()}_{dest.upper()}".replace("-", "_")
+
+
+def resolve_config_path(
+    config_path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Path | None:
+    """The config file to read: the argument, else ``$BKAUDIT_CONFIG``, else the checkout's
+    ``conf/bkaudit.yaml`` if present, else None. An explicit path that is missing is an error."""
+    env = os.environ if env is None else env
+    explicit = config_path or env.get(CONFIG_ENV)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            source = "--config" if config_path else f"${CONFIG_ENV}"
+            raise ConfigError(f"config file {path} (from {source}) does not exist")
+        return path
+    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def load_config(path: str | os.PathLike[str] | None) -> dict[str, dict[str, Any]]:
+    """Read a config file into ``{section: {dest: value}}`` (keys normalised to dest names)."""
+    if path is None:
+        return {}
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    out: dict[str, dict[str, Any]] = {}
+    for section, values in raw.items():
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a mapping")
+        out[str(section)] = {_dest(k): v for k, v in values.items()}
+    return out
+
+
+def _dest(key: Any) -> str:
+    return str(key).lstrip("-").replace("-", "_")
+
+
+def _flag_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's optional flags by dest (help, version and positionals excluded)."""
+    return {
+        a.dest: a
+        for a in parser._actions
+        if a.option_strings and a.dest not in ("help", "version", "config", argparse.SUPPRESS)
+    }
+
+
+def _convert(action: argparse.Action, value: Any, source: str) -> Any:
+    """Check and convert one value the way argparse would have converted the flag."""
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ConfigError(f"{source}: expected true or false, got {value!r}")
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and action.nargs not in (None, "?"):
+        return [_convert_one(action, v, source) for v in value]
+    return _convert_one(action, value, source)
+
+
+def _convert_one(action: argparse.Action, value: Any, source: str) -> Any:
+    conv = action.type
+    if conv is not None and callable(conv):
+        try:
+            value = conv(value if isinstance(value, str) else str(value))
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            raise ConfigError(f"{source}: invalid value {value!r} for --{action.dest}") from exc
+    elif not isinstance(value, str):
+        value = str(value)  # flags without a type are strings on the command line too
+    if action.choices is not None and value not in action.choices:
+        choices = ", ".join(map(str, action.choices))
+        raise ConfigError(f"{source}: {value!r} is not one of {choices}")
+    return value
+
+
+def config_values(
+    parser: argparse.ArgumentParser,
+    command: str,
+    config: Mapping[str, Mapping[str, Any]],
+    env: Mapping[str, str] | None = None,
+    config_name: str = "config",
+) -> dict[str, tuple[Any, str]]:
+    """The defaults config and environment give ``parser``'s flags: ``{dest: (value, source)}``.
+
+    Raises :class:`ConfigError` for a key of the command's section that the parser lacks.
+    """
+    env = os.environ if env is None else env
+    actions = _flag_actions(parser)
+    section = dict(config.get(command, {}))
+    unknown = sorted(set(section) - set(actions))
+    if unknown:
+        raise ConfigError(
+            f"{config_name}: section {command!r} has keys that `bkaudit {command}` does not "
+            f"take: {', '.join(unknown)}"
+        )
+    found: dict[str, tuple[Any, str]] = {}
+    # Lowest precedence first; later layers overwrite.
+    for key, value in config.get(GLOBAL_SECTION, {}).items():
+        if key in actions:
+            found[key] = (value, f"{config_name}: global.{key}")
+    for key, value in section.items():
+        found[key] = (value, f"{config_name}: {command}.{key}")
+    for key, var in GLOBAL_ENV.items():
+        if key in actions and var in env:
+            found[key] = (env[var], f"${var}")
+    for key in actions:
+        var = env_var(command, key)
+        if var in env:
+            found[key] = (env[var], f"${var}")
+    return {k: (_convert(actions[k], v, src), src) for k, (v, src) in found.items()}
+
+
+def apply_config(
+    parser: argparse.ArgumentParser,
+    command: str,
+    config_path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Set ``parser``'s defaults from the config file and the environment.
+
+    A flag declared ``required=True`` stops being required when config or environment gives
+    it a value (an empty value does not count). Adds ``--config PATH`` to the parser, so it
+    shows in ``--help`` and parses. Each flag's help names where its default came from.
+    """
+    env = os.environ if env is None else env
+    path = resolve_config_path(config_path, env)
+    config = load_config(path)
+    values = config_values(parser, command, config, env, str(path) if path else "config")
+    actions = _flag_actions(parser)
+    for dest, (value, source) in values.items():
+        action = actions[dest]
+        builtin = parser.get_default(dest)
+        parser.set_defaults(**{dest: value})
+        action.default = value
+        if action.required and value not in (None, ""):
+            action.required = False
+        if action.help is not argparse.SUPPRESS and value != builtin:
+            # %% because argparse %-formats help strings.
+            note = f"[default {str(value).replace('%', '%%')} from {source}]"
+            action.help = f"{action.help} {note}" if action.help else note
+    if "config" not in {a.dest for a in parser._actions}:
+        parser.add_argument(
+            "--config",
+            metavar="PATH",
+            default=str(path) if path else None,
+            help=f"YAML config file (default: ${CONFIG_ENV}, else conf/bkaudit.yaml)",
+        )
+
+
+def config_path_from_argv(argv: Sequence[str]) -> str | None:
+    """The value of ``--config PATH`` / ``--config=PATH`` in ``argv``, if given."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def parse_with_config(
+    parser: argparse.ArgumentParser,
+    command: str,
+    argv: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> argparse.Namespace:
+    """Apply config and environment to ``parser`` (``--config`` taken from ``argv``), then
+    parse ``argv``. A bad config file or variable is a usage error (exit 2) naming its source."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        apply_config(parser, command, config_path_from_argv(argv), env=env)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    return parser.parse_args(argv)
+
+
+def configure_logging(
+    verbose: bool = False,
+    config_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Python logging for the jobs from the file's ``logging:`` section (level, format,
+    quiet loggers). ``$BKAUDIT_LOG_LEVEL`` and ``verbose`` (DEBUG) override the level.
+    The JVM side logs through ``conf/log4j2.properties``."""
+    env = os.environ if env is None else env
+    try:
+        section = load_config(resolve_config_path(config_path, env)).get(LOGGING_SECTION, {})
+    except ConfigError:
+        section = {}  # logging must come up even when the file is broken; the parser reports
+    level = (
+        "DEBUG" if verbose else str(env.get("BKAUDIT_LOG_LEVEL") or section.get("level", "INFO"))
+    )
+    fmt = section.get("format", "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level.upper(), format=fmt)
+    logging.getLogger().setLevel(level.upper())  # also when a handler was already installed
+    if not verbose:
+        for name in section.get("quiet", ["kazoo", "py4j"]):
+            logging.getLogger(name).setLevel(logging.WARNING)
