@@ -4,6 +4,7 @@ the sandbox and the metadata tools run without Spark."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -65,73 +66,99 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_audit(args: argparse.Namespace) -> int:
-    from jobs.audit import add_audit_arguments, run_audit
-    from jobs.config import help_epilog, parse_with_config
-
-    parser = argparse.ArgumentParser(
-        prog="bkaudit audit",
-        description="Write one audit run of the cluster to the Delta tables under --warehouse.",
-        epilog=help_epilog("audit"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    return run_audit(parse_with_config(add_audit_arguments(parser), "audit", args.rest))
+JobParts = tuple[Callable[[argparse.ArgumentParser], object], Callable[[argparse.Namespace], int]]
 
 
-def _cmd_listunderreplicated(args: argparse.Namespace) -> int:
-    from jobs.config import help_epilog, parse_with_config
-    from jobs.report import add_list_arguments, run_listunderreplicated
-
-    parser = argparse.ArgumentParser(
-        prog="bkaudit listunderreplicated",
-        description="Print the latest audit report, like BookKeeper's shell command. "
-        "Exit 0 when clean, 1 when findings exist, 2 on error.",
-        epilog=help_epilog("listunderreplicated"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parsed = parse_with_config(add_list_arguments(parser), "listunderreplicated", args.rest)
-    return run_listunderreplicated(parsed)
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    from jobs.config import help_epilog, parse_with_config
-    from jobs.html_report import add_report_arguments, run_report
-
-    parser = argparse.ArgumentParser(
-        prog="bkaudit report",
-        description="Write a self-contained HTML report (charts, stuck ledgers, latest "
-        "findings). Exit 0 when written, 2 on error.",
-        epilog=help_epilog("report"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    return run_report(parse_with_config(add_report_arguments(parser), "report", args.rest))
-
-
-def _repair_command(mode: str) -> Callable[[argparse.Namespace], int]:
-    descriptions = {
-        "rereplicate": "Repair what the latest audit found: fence open ledgers past the grace "
-        "period, copy missing entries to replacement bookies, swap them into the metadata by "
-        "compare-and-set. Exit 0 when done, 1 when ledgers need another run, 2 on error.",
-        "recover": "Manual bookie recovery: re-replicate every fragment of every ledger that "
-        "uses the given bookies (open ledgers are fenced at once, as BookKeeper does).",
-        "decommission": "Decommission a stopped bookie: recover it, verify no ensemble names "
-        "it any more, then delete its cookie.",
-    }
+def _spark_command(
+    name: str, description: str, load: Callable[[], JobParts]
+) -> Callable[[argparse.Namespace], int]:
+    """A passthrough command whose flags are parsed by its job module's own parser (with
+    config-file and environment defaults). ``load`` imports the job only when it runs, so
+    ``bkaudit bookie`` and ``sandbox`` never import Spark."""
 
     def run(args: argparse.Namespace) -> int:
-        from jobs import rereplicate
         from jobs.config import help_epilog, parse_with_config
 
+        add_arguments, runner = load()
         parser = argparse.ArgumentParser(
-            prog=f"bkaudit {mode}",
-            description=descriptions[mode],
-            epilog=help_epilog(mode),
+            prog=f"bkaudit {name}",
+            description=description,
+            epilog=help_epilog(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        rereplicate.add_repair_arguments(parser, mode)
-        return int(rereplicate.RUNNERS[mode](parse_with_config(parser, mode, args.rest)))
+        add_arguments(parser)
+        return int(runner(parse_with_config(parser, name, args.rest)))
 
     return run
+
+
+def _audit_job() -> JobParts:
+    from jobs.audit import add_audit_arguments, run_audit
+
+    return add_audit_arguments, run_audit
+
+
+def _list_job() -> JobParts:
+    from jobs.report import add_list_arguments, run_listunderreplicated
+
+    return add_list_arguments, run_listunderreplicated
+
+
+def _report_job() -> JobParts:
+    from jobs.html_report import add_report_arguments, run_report
+
+    return add_report_arguments, run_report
+
+
+def _repair_job(mode: str) -> Callable[[], JobParts]:
+    def load() -> JobParts:
+        from jobs import rereplicate
+
+        return functools.partial(rereplicate.add_repair_arguments, mode=mode), (
+            rereplicate.RUNNERS[mode]
+        )
+
+    return load
+
+
+SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
+    "audit": (
+        "audit a cluster into Delta tables (--check lost|replicas|deep)",
+        "Write one audit run of the cluster to the Delta tables under --warehouse.",
+        _audit_job,
+    ),
+    "listunderreplicated": (
+        "print the latest audit report",
+        "Print the latest audit report, like BookKeeper's shell command. "
+        "Exit 0 when clean, 1 when findings exist, 2 on error.",
+        _list_job,
+    ),
+    "rereplicate": (
+        "repair what the latest audit found",
+        "Repair what the latest audit found: fence open ledgers past the grace period, copy "
+        "missing entries to replacement bookies, swap them into the metadata by "
+        "compare-and-set. Exit 0 when done, 1 when ledgers need another run, 2 on error.",
+        _repair_job("rereplicate"),
+    ),
+    "recover": (
+        "re-replicate everything on given bookies",
+        "Manual bookie recovery: re-replicate every fragment of every ledger that uses the "
+        "given bookies (open ledgers are fenced at once, as BookKeeper does).",
+        _repair_job("recover"),
+    ),
+    "decommission": (
+        "recover a stopped bookie, verify",
+        "Decommission a stopped bookie: recover it, verify no ensemble names it any more, "
+        "then delete its cookie.",
+        _repair_job("decommission"),
+    ),
+    "report": (
+        "write a self-contained HTML report",
+        "Write a self-contained HTML report (charts, stuck ledgers, latest findings). "
+        "Exit 0 when written, 2 on error.",
+        _report_job,
+    ),
+}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -164,16 +191,9 @@ def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bookie, passthrough=True)
 
     # Spark commands parse their own flags, so `bkaudit bookie` never imports Spark.
-    for name, func, text in (
-        ("audit", _cmd_audit, "audit a cluster into Delta tables (--check lost|replicas|deep)"),
-        ("listunderreplicated", _cmd_listunderreplicated, "print the latest audit report"),
-        ("rereplicate", _repair_command("rereplicate"), "repair what the latest audit found"),
-        ("recover", _repair_command("recover"), "re-replicate everything on given bookies"),
-        ("decommission", _repair_command("decommission"), "recover a stopped bookie, verify"),
-        ("report", _cmd_report, "write a self-contained HTML report"),
-    ):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.set_defaults(func=func, passthrough=True)
+    for name, (short, description, load) in SPARK_COMMANDS.items():
+        p = sub.add_parser(name, help=short, add_help=False)
+        p.set_defaults(func=_spark_command(name, description, load), passthrough=True)
 
     p = sub.add_parser(
         "sandbox",

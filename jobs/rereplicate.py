@@ -473,34 +473,36 @@ def add_repair_arguments(
     return parser
 
 
-def run_rereplicate(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
-    """``bkaudit rereplicate``: repair the latest audit's findings. 0/1/2 as documented."""
-    config = RepairConfig.from_args(args, MODE_REREPLICATE)
-    spark = spark or build_spark("bkaudit-rereplicate", master=getattr(args, "master", None))
+def _run(
+    mode: str,
+    args: argparse.Namespace,
+    spark: SparkSession | None,
+    requests: Callable[[RepairJob], DataFrame | None],
+) -> tuple[int, RepairJob | None]:
+    """Build the job, its requests and run it; (exit status, job). Errors are logged, 2."""
+    config = RepairConfig.from_args(args, mode)
+    spark = spark or build_spark(f"bkaudit-{mode}", master=getattr(args, "master", None))
     job = RepairJob(spark, config)
     try:
-        requests = job.requests_from_audit()
-        if requests is None:
+        reqs = requests(job)
+        if reqs is None:
             print(f"no completed audit run in {config.warehouse}; run `bkaudit audit` first")
-            return 2
-        rows = job.execute(requests)
+            return 2, None
+        rows = job.execute(reqs)
     except Exception:
-        log.exception("rereplicate run %s failed", job.run_id)
-        return 2
-    return print_summary(MODE_REREPLICATE, job.run_id, rows)
+        log.exception("%s run %s failed", mode, job.run_id)
+        return 2, None
+    return print_summary(mode, job.run_id, rows), job
+
+
+def run_rereplicate(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+    """``bkaudit rereplicate``: repair the latest audit's findings. 0/1/2 as documented."""
+    return _run(MODE_REREPLICATE, args, spark, RepairJob.requests_from_audit)[0]
 
 
 def run_recover(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     """``bkaudit recover``: re-replicate every fragment that uses the given bookies."""
-    config = RepairConfig.from_args(args, MODE_RECOVER)
-    spark = spark or build_spark("bkaudit-recover", master=getattr(args, "master", None))
-    job = RepairJob(spark, config)
-    try:
-        rows = job.execute(job.requests_for_bookies())
-    except Exception:
-        log.exception("recover run %s failed", job.run_id)
-        return 2
-    return print_summary(MODE_RECOVER, job.run_id, rows)
+    return _run(MODE_RECOVER, args, spark, RepairJob.requests_for_bookies)[0]
 
 
 def run_decommission(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
@@ -523,18 +525,13 @@ def run_decommission(args: argparse.Namespace, spark: SparkSession | None = None
                 file=sys.stderr,
             )
             return 2
-        spark = spark or build_spark("bkaudit-decommission", master=getattr(args, "master", None))
-        job = RepairJob(spark, config)
-        try:
-            rows = job.execute(job.requests_for_bookies())
-        except Exception:
-            log.exception("decommission run %s failed", job.run_id)
-            return 2
-        status = print_summary(MODE_DECOMMISSION, job.run_id, rows)
+        status, job = _run(MODE_DECOMMISSION, args, spark, RepairJob.requests_for_bookies)
+        if job is None:
+            return status
         if config.settings.dry_run:
             return status
         ledgers, _ = extract.scan_ledgers_df(
-            spark, config.zk, root=config.ledgers_root, auth=config.zk_auth
+            job.spark, config.zk, root=config.ledgers_root, auth=config.zk_auth
         )
         remaining = repair_input.ledgers_naming(ledgers, bookie).collect()
         if remaining:

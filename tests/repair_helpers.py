@@ -51,6 +51,19 @@ def actions_of(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
     ]
 
 
+def audit_and_fragments(
+    spark: SparkSession, zk: str, warehouse: str, check: str = "lost"
+) -> list[dict[str, Any]]:
+    """Run an audit in-process and return the fragments it wrote."""
+    from jobs.audit import run_audit
+    from tests.audit_helpers import audit_args, fragments_of
+
+    assert run_audit(audit_args(zk, warehouse, check), spark) == 0
+    run = load.latest_run(spark, warehouse)
+    assert run is not None
+    return fragments_of(spark, warehouse, run["run_id"])
+
+
 def payload(ledger_id: int, entry_id: int) -> bytes:
     """What :func:`tests.audit_helpers.write_ledger` stores in an entry."""
     return f"ledger {ledger_id} entry {entry_id}".encode()

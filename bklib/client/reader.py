@@ -60,6 +60,7 @@ __all__ = [
     "ask_replicas",
     "first_error",
     "read_entries_blocking",
+    "read_verdict",
     "resolve_credentials",
 ]
 
@@ -519,6 +520,27 @@ class LedgerReader:
         return [e async for e in self.iter_entries(first, last)]
 
 
+def read_verdict(
+    replies: Sequence[Reply[T]], everyone: bool, ledger_id: int, entry_id: int
+) -> T | BKError | None:
+    """The rule of a normal entry read (``decide`` for :func:`ask_replicas`): the first good
+    reply wins; once every replica answered, NoSuchEntryError only if all of them said
+    NoSuchEntry/NoSuchLedger, else the error BookKeeper's firstError rule picks; None while
+    replicas are still to be heard."""
+    for r in replies:
+        if r.error is None:
+            return r.value
+    if not everyone:
+        return None
+    errors = [r.error for r in replies if r.error is not None]
+    if all(reply_kind(e) is ReplyKind.NEGATIVE for e in errors):
+        return NoSuchEntryError("no replica has the entry", ledger_id=ledger_id, entry_id=entry_id)
+    err = first_error(errors)
+    if isinstance(err, BKError):
+        return err
+    return ReadError(f"read failed: {err}", ledger_id=ledger_id, entry_id=entry_id)
+
+
 async def read_entry_from(
     ctx: ClientContext,
     ledger_id: int,
@@ -547,20 +569,7 @@ async def read_entry_from(
             ) from None
 
     def decide(replies: list[Reply[EntryView]], everyone: bool) -> EntryView | BKError | None:
-        for r in replies:
-            if r.error is None:
-                return r.value
-        if not everyone:
-            return None
-        errors = [r.error for r in replies if r.error is not None]
-        if all(reply_kind(e) is ReplyKind.NEGATIVE for e in errors):
-            return NoSuchEntryError(
-                "no replica has the entry", ledger_id=ledger_id, entry_id=entry_id
-            )
-        err = first_error(errors)
-        if isinstance(err, BKError):
-            return err
-        return ReadError(f"read failed: {err}", ledger_id=ledger_id, entry_id=entry_id)
+        return read_verdict(replies, everyone, ledger_id, entry_id)
 
     verdict = await ask_replicas(targets, send, decide, ctx.speculative_read_timeout)
     if isinstance(verdict, BKError):

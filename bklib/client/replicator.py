@@ -23,10 +23,10 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bklib.client.pool import BookieClientPool
-from bklib.client.reader import Reply, ask_replicas, first_error
+from bklib.client.reader import Reply, ask_replicas, read_verdict
 from bklib.digest import DigestManager
-from bklib.errors import BKError, DigestMatchError, ReadError
-from bklib.quorum import ReplyKind, iter_stripe, reply_kind, write_set
+from bklib.errors import DigestMatchError, NoSuchEntryError
+from bklib.quorum import iter_stripe, write_set
 
 log = logging.getLogger(__name__)
 
@@ -128,18 +128,10 @@ async def _read_body(
         return bytes(res.body)
 
     def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
-        for r in replies:
-            if r.error is None:
-                return r.value
-        if not everyone:
-            return None
-        errors = [r.error for r in replies if r.error is not None]
-        if all(reply_kind(e) is ReplyKind.NEGATIVE for e in errors):
-            return _NoReplica()
-        err = first_error(errors)
-        if isinstance(err, BKError):
-            return err
-        return ReadError(f"read failed: {err}", ledger_id=ledger_id, entry_id=entry_id)
+        verdict = read_verdict(replies, everyone, ledger_id, entry_id)
+        # Every replica said NoSuchEntry/NoSuchLedger: no replica left (terminal), which a
+        # copy reports instead of failing.
+        return _NoReplica() if isinstance(verdict, NoSuchEntryError) else verdict
 
     if not sources:
         raise _NoReplica()

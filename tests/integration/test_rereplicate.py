@@ -12,21 +12,17 @@ from pyspark.sql import SparkSession
 
 from bklib.meta.paths import ur_ledger_path
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs import load
-from jobs.audit import run_audit
 from jobs.rereplicate import MODE_DECOMMISSION, MODE_RECOVER
-from tests.audit_helpers import audit_args, audit_cluster, fragments_of
+from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
-from tests.repair_helpers import actions_of, assert_fully_replicated, run_repair
+from tests.repair_helpers import (
+    actions_of,
+    assert_fully_replicated,
+    audit_and_fragments,
+    run_repair,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _audit(spark: SparkSession, zk: str, warehouse: str, check: str = "lost") -> list[dict]:
-    assert run_audit(audit_args(zk, warehouse, check), spark) == 0
-    run = load.latest_run(spark, warehouse)
-    assert run is not None
-    return fragments_of(spark, warehouse, run["run_id"])
 
 
 def _znodes(zk: KazooClient, path: str = "/") -> dict[str, tuple[bytes, int]]:
@@ -60,7 +56,7 @@ def test_a_stop_bookie_audit_rereplicate_reaudit_clean_and_every_replica_readabl
             c.ledger([b0, b2, b4], 0, wq=2, aq=2),  # empty: only metadata changes
         ]
         c.sandbox.stop_bookie(victim)
-        before = _audit(spark, c.zk, warehouse)
+        before = audit_and_fragments(spark, c.zk, warehouse)
         assert {r["ledger_id"] for r in before} == {m.ledger_id for m in ledgers} - {
             ledgers[6].ledger_id
         }
@@ -79,7 +75,7 @@ def test_a_stop_bookie_audit_rereplicate_reaudit_clean_and_every_replica_readabl
             r["ledger_id"] for r in before
         }
 
-        assert _audit(spark, c.zk, warehouse, "replicas") == []
+        assert audit_and_fragments(spark, c.zk, warehouse, "replicas") == []
         for md in ledgers:
             after = assert_fully_replicated(
                 c.store, c.client, md.ledger_id, excluded=frozenset({victim})
@@ -110,7 +106,7 @@ def test_f_dry_run_changes_no_znode_and_no_bookie(
         closed = c.ledger([b0, b1, b2], 20, wq=2, aq=2)
         open_ = c.ledger([b1, b2, b3], 6, wq=2, aq=2, closed=False)
         c.sandbox.stop_bookie(b2)
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
         znodes = _znodes(c.store.zk)
         counts = {b: c.admin(b).status() for b in (b0, b1, b3)}
 
@@ -140,7 +136,7 @@ def test_g_entry_on_no_bookie_ends_as_no_replica_with_its_id(
         # Entry 4's write set is [1, 2]: lose it on b1, then lose b2 entirely.
         c.admin(b1).delete_entries(md.ledger_id, [4])
         c.sandbox.stop_bookie(b2)
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
 
         code, out = run_repair(spark, c.zk, warehouse, "--grace-period", "0s")
         assert code == 1, out
@@ -155,7 +151,7 @@ def test_g_entry_on_no_bookie_ends_as_no_replica_with_its_id(
         assert [m.ledger_id for m in urm.list_underreplicated()] == [md.ledger_id]
 
         # The next run reports it again without copying again (terminal, not retried).
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
         code, out = run_repair(spark, c.zk, warehouse, "--grace-period", "0s")
         assert code == 1
         latest = [a for a in actions_of(spark, warehouse) if a["ledger_id"] == md.ledger_id]

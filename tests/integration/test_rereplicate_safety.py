@@ -20,15 +20,14 @@ from pyspark.sql import SparkSession
 from bklib.errors import LedgerFencedError
 from bklib.meta.model import LedgerState
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs import load
-from jobs.audit import run_audit
 from jobs.rereplicate import RepairConfig, RepairJob, _repair_task
-from tests.audit_helpers import audit_args, audit_cluster, fragments_of
+from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.repair_helpers import (
     SyncWriter,
     actions_of,
     assert_fully_replicated,
+    audit_and_fragments,
     repair_args,
     run_repair,
 )
@@ -36,13 +35,6 @@ from tests.repair_helpers import (
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _audit(spark: SparkSession, zk: str, warehouse: str, check: str = "lost") -> list[dict]:
-    assert run_audit(audit_args(zk, warehouse, check), spark) == 0
-    run = load.latest_run(spark, warehouse)
-    assert run is not None
-    return fragments_of(spark, warehouse, run["run_id"])
 
 
 def _by_run(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -61,7 +53,7 @@ def test_b_grace_period_spares_live_writers_and_fences_idle_open_ledgers(
             live.add()
         idle = c.ledger([b0, b1, b2], 8, wq=2, aq=2, closed=False)  # writer gone
         c.sandbox.stop_bookie(b2)
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
 
         # Within the grace period: nothing is fenced, both wait.
         code, out = run_repair(spark, c.zk, warehouse, "--grace-period", "1h")
@@ -97,7 +89,7 @@ def test_b_grace_period_spares_live_writers_and_fences_idle_open_ledgers(
         assert live_md.last_entry_id == 24
         assert_fully_replicated(c.store, c.client, live.ledger_id, excluded=frozenset({b2}))
         assert b3 in live_md.bookies()
-        assert _audit(spark, c.zk, warehouse, "replicas") == []
+        assert audit_and_fragments(spark, c.zk, warehouse, "replicas") == []
 
 
 def test_c_writer_alive_when_fenced_gets_fenced_error_and_loses_no_acked_entry(
@@ -109,7 +101,7 @@ def test_c_writer_alive_when_fenced_gets_fenced_error_and_loses_no_acked_entry(
         w = SyncWriter(c.store, c.client, [b0, b1, b2])
         acked = [w.add() for _ in range(12)]
         c.sandbox.stop_bookie(b2)  # the writer is idle: it has not noticed yet
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
 
         code, out = run_repair(spark, c.zk, warehouse, "--grace-period", "0s")
         assert code == 0, out
@@ -128,7 +120,7 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
         b0, b1, b2, _, _ = c.bookie_ids
         mds = [c.ledger([b0, b1, b2], 40, wq=2, aq=2) for _ in range(12)]
         c.sandbox.stop_bookie(b2)
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
 
         # A worker that took a lock and died: its lock lives until its session expires.
         dead = subprocess.Popen(
@@ -220,7 +212,7 @@ def test_d_killed_at_random_points_then_rerun_converges(
         mds += [c.ledger([b1, b2, b3], 30, wq=2, aq=2, closed=False) for _ in range(3)]
         original = {m.ledger_id: [s.first_entry_id for s in m.segments] for m in mds}
         c.sandbox.stop_bookie(b2)
-        _audit(spark, c.zk, warehouse)
+        audit_and_fragments(spark, c.zk, warehouse)
 
         argv = ["--zk", c.zk, "--warehouse", warehouse, "--grace-period", "0s"]
         argv += ["--rate", "2KB", "--ledgers-in-flight", "2", "--zk-session-timeout", "3s"]
@@ -266,7 +258,7 @@ def test_d_killed_at_random_points_then_rerun_converges(
                 break
             time.sleep(2)
         assert code == 0, f"no convergence (seed {seed}, kills {kills}): {out}"
-        assert _audit(spark, c.zk, warehouse, "replicas") == []
+        assert audit_and_fragments(spark, c.zk, warehouse, "replicas") == []
         for m in mds:
             md = assert_fully_replicated(c.store, c.client, m.ledger_id, excluded=frozenset({b2}))
             firsts = [s.first_entry_id for s in md.segments]
