@@ -40,7 +40,7 @@ format: venv
 
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
 test: venv java-deps bookkeeper-deps airflow chromium lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.
 proto: venv
