@@ -508,7 +508,7 @@ def run_recover(args: argparse.Namespace, spark: SparkSession | None = None) -> 
 def run_decommission(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     """``bkaudit decommission``: the bookie must be stopped; recover it, then verify no
     ensemble names it (listing any ledger that still does), then delete its cookie."""
-    from bklib.meta.registration import list_bookies
+    from bklib.meta.registration import delete_cookie, list_bookies
     from bklib.meta.store import connect
 
     config = RepairConfig.from_args(args, MODE_DECOMMISSION)
@@ -540,24 +540,12 @@ def run_decommission(args: argparse.Namespace, spark: SparkSession | None = None
                 print(f"  ledger {r['ledger_id']} ({r['state']}) segments {list(r['segments'])}")
             return 1
         if not args.keep_cookie:
-            _delete_cookie(zk, config.ledgers_root, bookie)
+            delete_cookie(zk, bookie, config.ledgers_root)
         print(f"decommission of {bookie} complete: no ledger names it")
         return 0
     finally:
         zk.stop()
         zk.close()
-
-
-def _delete_cookie(zk: Any, root: str, bookie: str) -> None:
-    """What the shell's DecommissionCommand does after the admin call."""
-    from kazoo.exceptions import NoNodeError
-
-    path = f"{root.rstrip('/')}/cookies/{bookie}"
-    try:
-        zk.delete(path)
-        log.info("deleted cookie %s", path)
-    except NoNodeError:
-        pass
 
 
 RUNNERS = {

@@ -61,6 +61,7 @@ __all__ = [
     "first_error",
     "read_entries_blocking",
     "read_verdict",
+    "read_verified",
     "resolve_credentials",
 ]
 
@@ -520,6 +521,26 @@ class LedgerReader:
         return [e async for e in self.iter_entries(first, last)]
 
 
+async def read_verified(
+    pool: BookieClientPool, bookie: str, ledger_id: int, entry_id: int, dm: DigestManager
+) -> tuple[bytes, EntryView]:
+    """Read one entry from one bookie and verify its digest: ``(body, view)``. A bad digest
+    raises DigestMatchError naming the bookie, so the caller moves on to the next replica."""
+    res = await pool.read(bookie, ledger_id, entry_id)
+    try:
+        return res.body, dm.verify_entry(res.body, entry_id)
+    except DigestMatchError as exc:
+        log.warning(
+            "ledger %d entry %d: bad digest from bookie %s, trying the next replica",
+            ledger_id,
+            entry_id,
+            bookie,
+        )
+        raise DigestMatchError(
+            exc.reason, ledger_id=ledger_id, entry_id=entry_id, bookie=bookie
+        ) from None
+
+
 def read_verdict(
     replies: Sequence[Reply[T]], everyone: bool, ledger_id: int, entry_id: int
 ) -> T | BKError | None:
@@ -554,19 +575,7 @@ async def read_entry_from(
     error BookKeeper's firstError rule picks."""
 
     async def send(bookie: str) -> EntryView:
-        res = await ctx.pool.read(bookie, ledger_id, entry_id)
-        try:
-            return dm.verify_entry(res.body, entry_id)
-        except DigestMatchError as exc:
-            log.warning(
-                "ledger %d entry %d: bad digest from bookie %s, trying the next replica",
-                ledger_id,
-                entry_id,
-                bookie,
-            )
-            raise DigestMatchError(
-                exc.reason, ledger_id=ledger_id, entry_id=entry_id, bookie=bookie
-            ) from None
+        return (await read_verified(ctx.pool, bookie, ledger_id, entry_id, dm))[1]
 
     def decide(replies: list[Reply[EntryView]], everyone: bool) -> EntryView | BKError | None:
         return read_verdict(replies, everyone, ledger_id, entry_id)

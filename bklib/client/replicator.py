@@ -23,9 +23,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bklib.client.pool import BookieClientPool
-from bklib.client.reader import Reply, ask_replicas, read_verdict
+from bklib.client.reader import Reply, ask_replicas, read_verdict, read_verified
 from bklib.digest import DigestManager
-from bklib.errors import DigestMatchError, NoSuchEntryError
+from bklib.errors import NoSuchEntryError
 from bklib.quorum import iter_stripe, write_set
 
 log = logging.getLogger(__name__)
@@ -112,20 +112,7 @@ async def _read_body(
     speculative_timeout: float,
 ) -> bytes:
     async def send(bookie: str) -> bytes:
-        res = await pool.read(bookie, ledger_id, entry_id)
-        try:
-            dm.verify_entry(res.body, entry_id)
-        except DigestMatchError as exc:
-            log.warning(
-                "ledger %d entry %d: bad digest on bookie %s, trying the next replica",
-                ledger_id,
-                entry_id,
-                bookie,
-            )
-            raise DigestMatchError(
-                exc.reason, ledger_id=ledger_id, entry_id=entry_id, bookie=bookie
-            ) from None
-        return bytes(res.body)
+        return bytes((await read_verified(pool, bookie, ledger_id, entry_id, dm))[0])
 
     def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
         verdict = read_verdict(replies, everyone, ledger_id, entry_id)

@@ -93,6 +93,18 @@ def read_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> tupl
         ) from exc
 
 
+def delete_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> bool:
+    """Remove a decommissioned bookie's cookie, as the shell's ``decommissionbookie`` does
+    after the admin call. Returns False if it had none."""
+    path = paths.join(root, "cookies", bookie_id)
+    try:
+        zk.delete(path)
+    except NoNodeError:
+        return False
+    log.info("deleted cookie %s", path)
+    return True
+
+
 def list_cookie_bookies(zk: KazooClient, root: str = "/ledgers") -> list[str]:
     """Every bookie that ever joined the cluster (BookKeeper's Auditor's "known bookies")."""
     try:

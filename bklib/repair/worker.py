@@ -28,10 +28,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
@@ -53,6 +53,8 @@ from bklib.repair.plan import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["Action", "LedgerRepairer", "LedgerRequest", "RepairSettings"]
 
@@ -155,33 +157,30 @@ class LedgerRepairer:
         self.urm = urm or UnderReplicationManager(store.zk, store.root)
         self.chooser = TargetChooser(rng or random.Random(), racks=dict(racks or {}))
         self._lock = threading.Lock()
-        self._registry: tuple[float, BookieRegistry] | None = None
-        self._enabled: tuple[float, bool] | None = None
+        self._cache: dict[str, tuple[float, Any]] = {}
         self._limiter: RateLimiter | None = None
 
     # ---- cluster view --------------------------------------------------------------------------
 
+    def _cached(self, key: str, read: Callable[[], T]) -> T:
+        """``read()``, remembered for ``registry_ttl`` seconds (cluster state every ledger
+        asks for: registrations, the disable flag)."""
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
+                return hit[1]  # type: ignore[no-any-return]
+        value = read()
+        with self._lock:
+            self._cache[key] = (time.monotonic(), value)
+        return value
+
     def registry(self) -> BookieRegistry:
         """Registered bookies, cached for ``registry_ttl`` seconds."""
-        with self._lock:
-            cached = self._registry
-            if cached is not None and time.monotonic() - cached[0] < self.settings.registry_ttl:
-                return cached[1]
-        reg = list_bookies(self.store.zk, self.store.root)
-        with self._lock:
-            self._registry = (time.monotonic(), reg)
-        return reg
+        return self._cached("registry", lambda: list_bookies(self.store.zk, self.store.root))
 
     def _replication_enabled(self) -> bool:
         """``underreplication/disable`` absent; re-checked at most every ``registry_ttl``."""
-        with self._lock:
-            cached = self._enabled
-            if cached is not None and time.monotonic() - cached[0] < self.settings.registry_ttl:
-                return cached[1]
-        enabled = self.urm.is_replication_enabled()
-        with self._lock:
-            self._enabled = (time.monotonic(), enabled)
-        return enabled
+        return self._cached("enabled", self.urm.is_replication_enabled)
 
     def _choose(
         self, md: LedgerMetadata, frag: FragmentWork, exclude: Collection[str]
