@@ -33,6 +33,7 @@ chromium:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy bklib
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

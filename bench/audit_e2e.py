@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bklib.sandbox import Sandbox
+from bklib.testing.sandbox import Sandbox
+from bklib.testing.workload import write_ledgers
 from jobs.audit import add_audit_arguments, run_audit
-from jobs.spark import build_spark
-from jobs.workload import write_ledgers
+from jobs.spark.session import build_spark
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ Builds a synthetic snapshot in Spark (no ZooKeeper, no bookies): N ledgers' meta
 (3-bookie ensembles from a pool of 30, WQ 2 or 3, AQ 2, 90 % closed, 10 % open with a LAC,
 10 % with two segments, 1 % empty, lengths up to ``--max-entries``) and every bookie's entry
 list per ledger as runs (0.5 % of ledgers have a hole on one bookie, 0.1 % of (ledger,
-bookie) pairs answered NoSuchLedger). It then runs ``jobs.transform.find_underreplicated``
+bookie) pairs answered NoSuchLedger). It then runs ``jobs.spark.transform.find_underreplicated``
 and forces every row out, reporting wall time and driver peak memory (the Python driver and
 the driver JVM).
 
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import transform
-from jobs.spark import build_spark
+from jobs.spark import transform
+from jobs.spark.session import build_spark
 
 POOL = 30
 

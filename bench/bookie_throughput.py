@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from bklib.client.pool import BookieClientPool
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
-from bklib.sandbox import Sandbox
+from bklib.testing.sandbox import Sandbox
 
 PASSWORD = b"bench"
 

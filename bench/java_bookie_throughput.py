@@ -27,8 +27,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from bookie_throughput import drive  # noqa: E402
 
 from bklib.meta.store import LedgerStore  # noqa: E402
-from bklib.sandbox import BookieProcess  # noqa: E402
-from bklib.zkserver import ZooKeeperServer  # noqa: E402
+from bklib.testing.sandbox import BookieProcess  # noqa: E402
+from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 from tests.interop import harness  # noqa: E402
 
 

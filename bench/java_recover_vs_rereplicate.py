@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO)]
 
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.quorum import write_set  # noqa: E402
-from bklib.zkserver import ZooKeeperServer  # noqa: E402
+from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 from tests.interop import harness  # noqa: E402
 
 JVM = ["-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-Djava.net.preferIPv4Stack=true"]

@@ -19,7 +19,7 @@ from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.scan import scan_ledgers
 from bklib.meta.serde import decode_metadata, encode_metadata
 from bklib.meta.store import LedgerStore, connect
-from bklib.zkserver import ZooKeeperServer
+from bklib.testing.zkserver import ZooKeeperServer
 
 
 def synthetic(ledger_id: int, rng: random.Random) -> LedgerMetadata:

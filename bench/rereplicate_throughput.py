@@ -28,12 +28,12 @@ from pathlib import Path
 from bklib.client.pool import SyncBookieClient
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
-from bklib.sandbox import Sandbox
-from jobs import load
+from bklib.testing.sandbox import Sandbox
+from bklib.testing.workload import write_ledgers
 from jobs.audit import add_audit_arguments, run_audit
 from jobs.rereplicate import add_repair_arguments, run_rereplicate
-from jobs.spark import build_spark
-from jobs.workload import write_ledgers
+from jobs.spark import load
+from jobs.spark.session import build_spark
 
 
 def _audit(spark, zk: str, warehouse: str, check: str) -> tuple[float, dict]:  # type: ignore[no-untyped-def]

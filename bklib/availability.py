@@ -1,7 +1,7 @@
 """BookKeeper's ``availabilityOfEntriesOfLedger`` bytes and the stripe arithmetic over them.
 
 A bookie answers GET_LIST_OF_ENTRIES_OF_LEDGER with the set of entry ids it stores for a ledger,
-encoded as (wire spec section 6.8, all big-endian)::
+encoded as (BookKeeper's ``AvailabilityOfEntriesOfLedger``, all big-endian)::
 
     header (64 bytes): int headerVersion (=0) | int numSequenceGroups | 56 reserved bytes
     numSequenceGroups records of 24 bytes, ascending by firstSequenceStart:
@@ -256,6 +256,29 @@ class EntryRuns:
             if fl is not None:
                 out.append(fl)
         return out
+
+    def present_on_stripe(
+        self, idx: int, first: int, last: int, e: int, wq: int
+    ) -> list[tuple[int, int]]:
+        """Ranges ``(a, b)`` of the set inside ``[first, last]``, each trimmed to its first and
+        last entry on index ``idx``'s stripe; runs holding no stripe entry are left out."""
+        residues = self._stripe_args(idx, first, last, e, wq)
+        out: list[tuple[int, int]] = []
+        j = max(0, bisect_right(self._starts, first) - 1)
+        for s, t in zip(self._starts[j:], self._ends[j:], strict=True):
+            if s > last:
+                break
+            a, b = max(s, first), min(t, last)
+            if a <= b:
+                fl = _stripe_first_last(residues, a, b, e)
+                if fl is not None:
+                    out.append(fl)
+        return out
+
+    def covers(self, first: int, last: int) -> bool:
+        """True if every id of ``[first, last]`` is in the set (one run spans it)."""
+        i = bisect_right(self._starts, first) - 1
+        return i >= 0 and self._ends[i] >= last
 
     def missing_stripe_entries(
         self, idx: int, first: int, last: int, e: int, wq: int, limit: int | None = None

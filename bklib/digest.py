@@ -1,4 +1,4 @@
-"""Entry and LAC bodies with BookKeeper 4.17 digests (wire spec sections 4 and 5).
+"""Entry and LAC bodies with BookKeeper 4.17 digests (``DigestManager``, ``MacDigestManager``).
 
 An entry body is ``ledgerId | entryId | lac | length`` (four 8-byte big-endian signed longs,
 32 bytes), then a digest of ``D`` bytes, then the user payload. The digest covers the 32-byte
@@ -216,6 +216,8 @@ class DigestManager(ABC):
             raise DigestMatchError(
                 f"{self.digest_type.name} digest mismatch in LAC body", ledger_id=self.ledger_id
             )
+        ledger_id: int
+        lac: int
         ledger_id, lac = _LAC_HEADER.unpack_from(view, 0)
         if ledger_id != self.ledger_id:
             raise DigestMatchError(

@@ -131,10 +131,6 @@ class UnauthorizedAccessError(BKError):
     code = -102
 
 
-class UnclosedFragmentError(BKError):
-    code = -103
-
-
 class WriteOnReadOnlyBookieError(BKError):
     code = -104
 

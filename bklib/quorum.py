@@ -1,6 +1,7 @@
 """Round-robin distribution schedule arithmetic, quorum coverage and recovery-read decisions.
 
-Facts from the algorithms spec, sections 1 and 2.3:
+Facts from BookKeeper's ``RoundRobinDistributionSchedule`` and ``PendingReadOp``
+(docs/safety-rules.md rules 1-3):
 
 * Replica ``w`` (0 <= w < WQ) of entry ``x`` lives at ensemble index ``(x + w) % E``, so index
   ``idx`` stores exactly the entries whose residue ``x % E`` lies in the cyclic window

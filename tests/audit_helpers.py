@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from bklib.audit.model import LedgerView
 from bklib.bookie.faults import AdminClient
 from bklib.client.connection import ClientConfig
 from bklib.client.pool import SyncBookieClient
@@ -25,9 +26,11 @@ from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bklib.meta.store import LedgerStore, connect
 from bklib.quorum import write_set
-from bklib.sandbox import Sandbox
-from jobs import extract, load, transform
-from jobs.audit import add_audit_arguments, add_list_arguments, run_listunderreplicated
+from bklib.states import BookieState, ReplicaStatus
+from bklib.testing.sandbox import Sandbox
+from jobs.audit import add_audit_arguments
+from jobs.reports.listing import add_list_arguments, run_listunderreplicated
+from jobs.spark import load, transform
 
 PASSWORD = b"audit-test"
 
@@ -38,7 +41,7 @@ def shared_spark() -> SparkSession:
     """The one SparkSession of the test process (local[2], tiny shuffles, no UI)."""
     global _SPARK
     if _SPARK is None:
-        from jobs.spark import build_spark
+        from jobs.spark.session import build_spark
 
         warehouse = tempfile.mkdtemp(prefix="bkaudit-spark-")
         _SPARK = build_spark(
@@ -98,13 +101,16 @@ def metadata(
 
 def ledgers_df(spark: SparkSession, mds: Iterable[LedgerMetadata]) -> DataFrame:
     """A LEDGER_SCHEMA DataFrame from metadata objects."""
-    rows = [extract.ledger_row(m.ledger_id, f"/ledgers/L{m.ledger_id}", m, 0, None) for m in mds]
-    return spark.createDataFrame(rows, transform.LEDGER_SCHEMA)
+    names = transform.LEDGER_SCHEMA.fieldNames()
+    rows = [LedgerView.from_metadata(m, f"/ledgers/L{m.ledger_id}", 0).as_row() for m in mds]
+    return spark.createDataFrame(
+        [tuple(r[k] for k in names) for r in rows], transform.LEDGER_SCHEMA
+    )
 
 
 def bookies_df(spark: SparkSession, writable: Iterable[str], lost: Iterable[str] = ()) -> DataFrame:
-    rows = [(b, transform.WRITABLE, None, None, None) for b in writable]
-    rows += [(b, transform.LOST, None, None, "not registered") for b in lost]
+    rows = [(b, BookieState.WRITABLE, None, None, None) for b in writable]
+    rows += [(b, BookieState.LOST, None, None, "not registered") for b in lost]
     return spark.createDataFrame(rows, transform.BOOKIE_SCHEMA)
 
 
@@ -117,7 +123,7 @@ def entry_row(
     bookie: str,
     held: Sequence[tuple[int, int]] = (),
     *,
-    status: str = transform.STATUS_OK,
+    status: str = ReplicaStatus.OK,
     bad: Sequence[tuple[int, int]] = (),
     unknown: Sequence[tuple[int, int]] = (),
     lac: int | None = None,

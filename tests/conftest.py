@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.zkserver import ZooKeeperServer
+from bklib.testing.zkserver import ZooKeeperServer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

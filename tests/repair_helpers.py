@@ -16,12 +16,12 @@ from bklib.digest import digest_manager
 from bklib.meta.model import DigestType, LedgerMetadata
 from bklib.meta.store import LedgerStore
 from bklib.quorum import write_set
-from jobs import load
 from jobs.rereplicate import (
     MODE_REREPLICATE,
     RUNNERS,
     add_repair_arguments,
 )
+from jobs.spark import load
 from tests.audit_helpers import PASSWORD
 
 

@@ -192,7 +192,7 @@ class FaultyConnection:
 
     @property
     def closed(self) -> bool:
-        return self.conn.closed
+        return bool(self.conn.closed)
 
     def _deliver(self, data: bytes) -> None:
         rule = self.rule

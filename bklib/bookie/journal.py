@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import struct
@@ -305,8 +306,8 @@ class Journal:
         if self._closed:
             return
         if self._failed is None and self._loop is not None:
-            fut = self._loop.create_future()
-            self.when_durable(self.request_sync(), lambda exc: fut.done() or fut.set_result(exc))
+            fut: asyncio.Future[BaseException | None] = self._loop.create_future()
+            self.when_durable(self.request_sync(), functools.partial(_settle, fut))
             await fut
         self._closed = True
         for fd in [self._wfd, self._dir_fd, *self._rfds.values()]:
@@ -403,7 +404,7 @@ class Journal:
             return
         assert self._loop is not None
         fut: asyncio.Future[BaseException | None] = self._loop.create_future()
-        self.when_durable(seq, lambda exc: fut.done() or fut.set_result(exc))
+        self.when_durable(seq, functools.partial(_settle, fut))
         exc = await fut
         if exc is not None:
             raise JournalError(f"journal write failed: {exc}")
@@ -528,3 +529,9 @@ class Journal:
         fd = self._rfds.pop(file_no, None)
         if fd is not None:
             os.close(fd)
+
+
+def _settle(fut: asyncio.Future[BaseException | None], exc: BaseException | None) -> None:
+    # A durability callback may outlive a waiter that was cancelled meanwhile.
+    if not fut.done():
+        fut.set_result(exc)

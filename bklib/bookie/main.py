@@ -38,6 +38,7 @@ from bklib.bookie.server import BookieServer
 from bklib.bookie.storage import Storage
 from bklib.errors import BKError
 from bklib.proto.framing import MAX_FRAME_SIZE
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class BookieConfig:
     advertised_host: str | None = None
     bookie_id: str | None = None
     readonly: bool = False
-    ledgers_root: str = "/ledgers"
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT
     fault_injection: bool = False
     admin_port: int = 0
     zk_timeout: float = 10.0
@@ -362,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="listen address")
     p.add_argument("--advertised-host", help="published address (default: --host)")
     p.add_argument("--readonly", action="store_true", help="start in forced read-only mode")
-    p.add_argument("--ledgers-root", default="/ledgers", help="BookKeeper root znode")
+    p.add_argument("--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper root znode")
     p.add_argument(
         "--fault-injection",
         action="store_true",

@@ -1,4 +1,5 @@
-"""ZooKeeper side of the Python bookie: cookie check and registration (spec zk-metadata §1.2-1.3).
+"""ZooKeeper side of the Python bookie: cookie check and registration, in the formats of
+BookKeeper's ``Cookie`` and ``ZKRegistrationManager``.
 
 Cookie rules, checked before the bookie serves anything:
 
@@ -7,7 +8,7 @@ Cookie rules, checked before the bookie serves anything:
 * ZooKeeper has a cookie but the data dir has none: refuse (:class:`CookieError`). The data
   dir was wiped or replaced; a bookie rejoining with no data would answer "no such ledger"
   for entries it once acknowledged, which readers take as proof the entries never existed
-  (spec algorithms §6.1 rule 14). Deleting the znode is the operator's explicit "this is a
+  (docs/safety-rules.md rule 13). Deleting the znode is the operator's explicit "this is a
   new bookie";
 * both exist and differ (other bookie id, moved data dir, other cluster instance): refuse;
 * only the local file exists: the znode is recreated from it (the data is intact), unless it
@@ -42,6 +43,7 @@ from bklib.meta.formats import (
     parse_cookie,
     service_info_for,
 )
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ class Registration:
         bookie_id: str,
         host: str,
         port: int,
-        root: str = "/ledgers",
+        root: str = DEFAULT_LEDGERS_ROOT,
         session_timeout: float = 10.0,
         on_session_restored: Callable[[], None] | None = None,
     ) -> None:

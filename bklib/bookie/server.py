@@ -35,6 +35,7 @@ from bklib.bookie.v2 import AUTH_DISABLED_PLUGIN, V2Handlers
 from bklib.errors import NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import MAX_FRAME_SIZE, FrameTooLarge, split_frames
+from bklib.proto.status import status_code
 
 log = logging.getLogger(__name__)
 
@@ -307,16 +308,18 @@ class BookieServer(V2Handlers):
 
     def _apply_fault_v3(self, conn: Any, req: pb.Request, rule: FaultRule) -> None:
         if rule.after:
-            faulty = FaultyConnection(conn, rule, lambda st: self._v3_error(req, st), v2=False)
+            faulty = FaultyConnection(
+                conn, rule, lambda st: self._v3_error(req, status_code(st)), v2=False
+            )
             self._dispatch_v3(faulty, req)
         elif rule.action == "delay":
             self.loop.call_later(rule.delay_ms / 1000, self._dispatch_v3, conn, req)
         elif rule.action == "fail":
-            conn.send(self._v3_error(req, rule.status))
+            conn.send(self._v3_error(req, status_code(rule.status)))
         # "drop": neither processed nor answered
 
     @staticmethod
-    def _response(req: pb.Request, status: int) -> pb.Response:
+    def _response(req: pb.Request, status: pb.StatusCode) -> pb.Response:
         resp = pb.Response(status=status)
         h = resp.header
         h.version = VERSION_THREE
@@ -324,7 +327,7 @@ class BookieServer(V2Handlers):
         h.txnId = req.header.txnId
         return resp
 
-    def _v3_error(self, req: pb.Request, status: int) -> bytes:
+    def _v3_error(self, req: pb.Request, status: pb.StatusCode) -> bytes:
         """A complete error reply for ``req``: every required field of the sub-response set."""
         resp = self._response(req, status)
         op = req.header.operation
@@ -355,7 +358,8 @@ class BookieServer(V2Handlers):
             sub3.ledgerId = req.getListOfEntriesOfLedgerRequest.ledgerId
         else:
             resp.header.CopyFrom(req.header)
-        return resp.SerializeToString()
+        data: bytes = resp.SerializeToString()
+        return data
 
     def _reply_when_durable(self, conn: Any, req: pb.Request, seq: int, data: bytes) -> None:
         def done(exc: BaseException | None) -> None:
@@ -371,9 +375,12 @@ class BookieServer(V2Handlers):
 
     # add
 
-    def _add(self, body: bytes, key: bytes, recovery: bool, high_priority: bool) -> tuple[int, int]:
+    def _add(
+        self, body: bytes, key: bytes, recovery: bool, high_priority: bool
+    ) -> tuple[pb.StatusCode, int]:
         """Common add path; returns (status, journal batch to wait for)."""
-        # High-priority (recovery) adds pass while the disk still has room (spec §6.9).
+        # High-priority (recovery) adds pass while the disk still has room, as on a Java bookie
+        # (``isAvailableForHighPriorityWrites``).
         if self.disk_readonly or (self.forced_readonly and not high_priority):
             return EREADONLY, 0
         if len(body) < 16:
@@ -419,7 +426,7 @@ class BookieServer(V2Handlers):
 
     # read
 
-    def _fence(self, ledger_id: int, key: bytes) -> tuple[int, LedgerState | None, int]:
+    def _fence(self, ledger_id: int, key: bytes) -> tuple[pb.StatusCode, LedgerState | None, int]:
         """Create-or-check and fence; returns (status, state, journal batch)."""
         try:
             state = self.storage.handle(ledger_id, key)
@@ -431,7 +438,9 @@ class BookieServer(V2Handlers):
             log.error("bookie %s: ledger %d not fenced: %s", self.name, ledger_id, exc)
             return EIO, None, 0
 
-    def _read(self, ledger_id: int, entry_id: int) -> tuple[int, bytes | None, LedgerState | None]:
+    def _read(
+        self, ledger_id: int, entry_id: int
+    ) -> tuple[pb.StatusCode, bytes | None, LedgerState | None]:
         state = self.storage.ledgers.get(ledger_id)
         if state is None:
             return ENOLEDGER, None, None
@@ -482,7 +491,7 @@ class BookieServer(V2Handlers):
         try:
             body = self.storage.read_from(state, rr.entryId)
         except NoSuchEntryError:
-            # Answered at once; the ledger is fenced all the same (spec §6.2).
+            # Answered at once; the ledger is fenced all the same (as Java's ReadEntryProcessorV3).
             conn.send(self._v3_error(req, ENOENTRY))
             return
         except StorageError:
@@ -561,7 +570,8 @@ class BookieServer(V2Handlers):
         try:
             last = self.storage.read_from(state, -1)
         except NoSuchEntryError:
-            # Spec §6.4: nothing at all is ENOENTRY; an explicit LAC without entries is EIO.
+            # As Java's ReadLacProcessorV3: nothing at all is ENOENTRY; an explicit LAC without
+            # entries is EIO.
             status = ENOENTRY if state.explicit_lac is None else EIO
         except StorageError:
             status = EIO

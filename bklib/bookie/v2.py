@@ -1,4 +1,4 @@
-"""v2 ("PreV3") binary requests of the Python bookie (spec wire-protocol §3).
+"""v2 ("PreV3") binary requests of the Python bookie (BookKeeper's ``BookieProtocol`` layouts).
 
 Supported: ADD (1), READ (2, fencing included), AUTH (3, answered as auth-disabled) and
 BATCH_READ (7). Replies echo the request's version byte and the ids the Java v2 client
@@ -67,7 +67,7 @@ class V2Handlers:
         raise NotImplementedError
 
     def handle_v2(self, conn: Any, frame: bytes) -> None:
-        """One v2 binary request (spec wire-protocol §3); struct.error means truncated."""
+        """One v2 binary request (BookKeeper's ``BookieProtocol``); struct.error means truncated."""
         if len(frame) < 4:
             conn.abort(f"v2 frame of {len(frame)} bytes has no header")
             return

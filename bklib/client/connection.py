@@ -1,6 +1,6 @@
 """One pipelined v3 protobuf connection to one bookie (asyncio).
 
-What a Java ``PerChannelBookieClient`` does, for a Python client (spec wire-protocol §1, §2, §7):
+What a Java ``PerChannelBookieClient`` does, for a Python client:
 
 * one TCP connection per bookie; requests are written as soon as they are issued and responses,
   which a bookie sends in any order, are matched on (txnId, operation);
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import inspect
 import itertools
 import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bklib.errors import (
     BKError,
@@ -46,8 +48,8 @@ from bklib.proto.status import error_for_status, is_write_op
 
 log = logging.getLogger(__name__)
 
-# BookKeeper marks high-priority v3 requests with this header priority (spec §7.1); the bookie
-# only tests priority > 0.
+# BookKeeper marks high-priority v3 requests with this header priority; the bookie only tests
+# priority > 0.
 HIGH_PRIORITY = 100
 # GetBookieInfoRequest.Flags: TOTAL_DISK_CAPACITY | FREE_DISK_SPACE, what the Java client asks.
 BOOKIE_INFO_ALL = 0x03
@@ -76,7 +78,7 @@ class BadResponseError(ConnectionLostError):
 class ClientConfig:
     """Timeouts and limits of a bookie client; picklable, so it can be shipped to executors.
 
-    Defaults follow BookKeeper's ``ClientConfiguration`` (spec §7.5).
+    Defaults follow BookKeeper's ``ClientConfiguration``.
     """
 
     add_timeout: float = 5.0  # addEntryTimeoutSec
@@ -87,10 +89,43 @@ class ClientConfig:
     reconnect_backoff_initial: float = 0.1  # first delay after a failed connect
     reconnect_backoff_max: float = 10.0  # cap of the doubling delay
 
+    def timeout_for(self, operation: str, timeout: float | None = None) -> float:
+        """``timeout`` if given, else the configured default of the bookie operation named
+        ``operation`` (a key of :data:`OPERATIONS`)."""
+        if timeout is not None:
+            return timeout
+        default: float = getattr(self, OPERATIONS[operation])
+        return default
+
+
+OPERATIONS: dict[str, str] = {}
+"""The bookie operations of :class:`BookieConnection` by method name, each with the
+:class:`ClientConfig` field holding its default timeout. The pool and the blocking client offer
+each of them per bookie id, derived from the method (see :mod:`bklib.client.pool`)."""
+
+_Op = TypeVar("_Op", bound=Callable[..., Awaitable[Any]])
+
+
+def bookie_operation(timeout_field: str) -> Callable[[_Op], _Op]:
+    """Register a :class:`BookieConnection` coroutine method in :data:`OPERATIONS`; its
+    keyword-only ``timeout=None`` stands for ``ClientConfig.<timeout_field>``."""
+    if timeout_field not in {f.name for f in dataclasses.fields(ClientConfig)}:
+        raise TypeError(f"ClientConfig has no field {timeout_field!r}")
+
+    def register(fn: _Op) -> _Op:
+        # The blocking client finds the timeout among the keyword arguments to size its guard.
+        param = inspect.signature(fn).parameters.get("timeout")
+        if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"bookie operation {fn.__name__} needs a keyword-only timeout")
+        OPERATIONS[fn.__name__] = timeout_field
+        return fn
+
+    return register
+
 
 @dataclass(frozen=True)
 class ReadResult:
-    """A successful read: the stored entry bytes (section 4 layout, digest not yet verified) and
+    """A successful read: the stored entry bytes (bklib.digest layout, digest not yet verified) and
     the bookie's known LAC when it reported one (``ReadResponse.maxLAC``; fence reads omit it)."""
 
     body: bytes
@@ -99,8 +134,8 @@ class ReadResult:
 
 @dataclass(frozen=True)
 class ReadLacResult:
-    """READ_LAC answer: the explicit LAC body (16 + D bytes, spec §4.4) if the bookie has one, and
-    its highest stored entry if it has any. The LAC is the max of the two (spec §6.4)."""
+    """READ_LAC answer: the explicit LAC body (16 + D bytes) if the bookie has one, and its
+    highest stored entry if it has any. The LAC is the max of the two."""
 
     lac_body: bytes | None
     last_entry_body: bytes | None
@@ -208,7 +243,7 @@ class BookieConnection:
 
     def _backoff_delay(self) -> float:
         cfg = self.config
-        delay = cfg.reconnect_backoff_initial * 2 ** (self._failures - 1)
+        delay = cfg.reconnect_backoff_initial * 2.0 ** (self._failures - 1)
         return min(delay, cfg.reconnect_backoff_max)
 
     async def _ensure_channel(self, ledger_id: int | None, entry_id: int | None) -> _Channel:
@@ -363,7 +398,7 @@ class BookieConnection:
 
     async def _call(
         self,
-        op: int,
+        op: pb.OperationType,
         fill: Callable[[pb.Request], None],
         *,
         timeout: float,
@@ -376,7 +411,7 @@ class BookieConnection:
         req.header.version = pb.VERSION_THREE
         req.header.operation = op
         if high_priority:
-            # Java leaves priority absent for normal requests (spec §7.1).
+            # Java leaves priority absent for normal requests.
             req.header.priority = HIGH_PRIORITY
         fill(req)
         ch = await self._ensure_channel(ledger_id, entry_id)
@@ -420,11 +455,16 @@ class BookieConnection:
         return self._check_status(resp, op, ledger_id=ledger_id, entry_id=entry_id)
 
     def _check_status(
-        self, resp: pb.Response, op: int, *, ledger_id: int | None, entry_id: int | None
+        self,
+        resp: pb.Response,
+        op: pb.OperationType,
+        *,
+        ledger_id: int | None,
+        entry_id: int | None,
     ) -> Any:
         name = _SUB_RESPONSE[op]
         # Java uses the sub-response status only when the top level is EOK and the sub-message is
-        # present; otherwise the top-level status (spec §2.3).
+        # present; otherwise the top-level status.
         if resp.status != pb.EOK:
             raise error_for_status(
                 resp.status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
@@ -446,6 +486,7 @@ class BookieConnection:
 
     # ---- operations ----------------------------------------------------------------------------
 
+    @bookie_operation("add_timeout")
     async def add(
         self,
         ledger_id: int,
@@ -461,7 +502,7 @@ class BookieConnection:
         """Store one entry. ``body`` is the digest-framed entry (bklib.digest).
 
         Ledger recovery re-adds with ``recovery=True, high_priority=True``; re-replication uses
-        ``recovery=True`` alone (spec §7.2). A recovery add is accepted on a fenced ledger.
+        ``recovery=True`` alone. A recovery add is accepted on a fenced ledger.
         """
 
         def fill(req: pb.Request) -> None:
@@ -478,12 +519,13 @@ class BookieConnection:
         await self._call(
             pb.ADD_ENTRY,
             fill,
-            timeout=self.config.add_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("add", timeout),
             ledger_id=ledger_id,
             entry_id=entry_id,
             high_priority=high_priority,
         )
 
+    @bookie_operation("read_timeout")
     async def read(
         self,
         ledger_id: int,
@@ -516,10 +558,10 @@ class BookieConnection:
                 r.flag = pb.ReadRequest.FENCE_LEDGER
                 r.masterKey = master_key or b""
 
-        sub = await self._call(
+        sub: pb.ReadResponse = await self._call(
             pb.READ_ENTRY,
             fill,
-            timeout=self.config.read_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("read", timeout),
             ledger_id=ledger_id,
             entry_id=entry_id,
             high_priority=high_priority,
@@ -534,16 +576,17 @@ class BookieConnection:
             )
         return ReadResult(sub.body, sub.maxLAC if sub.HasField("maxLAC") else None)
 
+    @bookie_operation("read_timeout")
     async def read_lac(self, ledger_id: int, *, timeout: float | None = None) -> ReadLacResult:
         """The bookie's explicit LAC body and last entry for ``ledger_id`` (v3 READ_LAC)."""
 
         def fill(req: pb.Request) -> None:
             req.readLacRequest.ledgerId = ledger_id
 
-        sub = await self._call(
+        sub: pb.ReadLacResponse = await self._call(
             pb.READ_LAC,
             fill,
-            timeout=self.config.read_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("read_lac", timeout),
             ledger_id=ledger_id,
         )
         return ReadLacResult(
@@ -551,6 +594,7 @@ class BookieConnection:
             sub.lastEntryBody if sub.HasField("lastEntryBody") else None,
         )
 
+    @bookie_operation("read_timeout")
     async def write_lac(
         self,
         ledger_id: int,
@@ -560,8 +604,8 @@ class BookieConnection:
         *,
         timeout: float | None = None,
     ) -> None:
-        """Store an explicit LAC. The bookie takes the value from ``body[8:16]`` (spec §6.5), so
-        ``body`` must be the digest-framed LAC body for ``lac``."""
+        """Store an explicit LAC. The bookie takes the value from ``body[8:16]``, so ``body`` must
+        be the digest-framed LAC body for ``lac``."""
 
         def fill(req: pb.Request) -> None:
             w = req.writeLacRequest
@@ -573,10 +617,11 @@ class BookieConnection:
         await self._call(
             pb.WRITE_LAC,
             fill,
-            timeout=self.config.read_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("write_lac", timeout),
             ledger_id=ledger_id,
         )
 
+    @bookie_operation("read_timeout")
     async def force_ledger(self, ledger_id: int, *, timeout: float | None = None) -> None:
         """Return once everything the bookie journaled earlier for ``ledger_id`` is fsynced."""
 
@@ -586,12 +631,14 @@ class BookieConnection:
         await self._call(
             pb.FORCE_LEDGER,
             fill,
-            timeout=self.config.read_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("force_ledger", timeout),
             ledger_id=ledger_id,
         )
 
+    @bookie_operation("read_timeout")
     async def list_entries(self, ledger_id: int, *, timeout: float | None = None) -> bytes:
-        """The raw ``availabilityOfEntriesOfLedger`` bytes (spec §6.8) for ``ledger_id``.
+        """The raw ``availabilityOfEntriesOfLedger`` bytes for ``ledger_id`` (bklib.availability
+        decodes them).
 
         Java bookies on DbLedgerStorage never answer this; expect BKTimeoutError from them.
         """
@@ -599,10 +646,10 @@ class BookieConnection:
         def fill(req: pb.Request) -> None:
             req.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
 
-        sub = await self._call(
+        sub: pb.GetListOfEntriesOfLedgerResponse = await self._call(
             pb.GET_LIST_OF_ENTRIES_OF_LEDGER,
             fill,
-            timeout=self.config.read_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("list_entries", timeout),
             ledger_id=ledger_id,
         )
         if not sub.HasField("availabilityOfEntriesOfLedger"):
@@ -613,6 +660,7 @@ class BookieConnection:
             )
         return sub.availabilityOfEntriesOfLedger
 
+    @bookie_operation("bookie_info_timeout")
     async def bookie_info(
         self, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
     ) -> BookieInfo:
@@ -621,10 +669,10 @@ class BookieConnection:
         def fill(req: pb.Request) -> None:
             req.getBookieInfoRequest.requested = requested
 
-        sub = await self._call(
+        sub: pb.GetBookieInfoResponse = await self._call(
             pb.GET_BOOKIE_INFO,
             fill,
-            timeout=self.config.bookie_info_timeout if timeout is None else timeout,
+            timeout=self.config.timeout_for("bookie_info", timeout),
             ledger_id=None,
         )
         return BookieInfo(

@@ -11,7 +11,7 @@ afresh there, and refuses to be pickled: ship a connect string or a :class:`Clie
 executors and create one client per executor or per partition, e.g.::
 
     def audit_partition(rows):
-        with SyncBookieClient(zk_connect, ledgers_root="/ledgers") as client:
+        with SyncBookieClient(zk_connect, ledgers_root=DEFAULT_LEDGERS_ROOT) as client:
             for row in rows:
                 yield client.read(row.bookie, row.ledger_id, row.entry_id)
 """
@@ -21,29 +21,91 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 
-from bklib.client.connection import (
-    BOOKIE_INFO_ALL,
-    BookieConnection,
-    BookieInfo,
-    ClientConfig,
-    ReadLacResult,
-    ReadResult,
-)
-from bklib.client.resolver import DEFAULT_LEDGERS_ROOT, BookieAddressResolver
+from bklib.client.connection import OPERATIONS, BookieConnection, ClientConfig
+from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+# The pool and the blocking client derive their bookie operations from BookieConnection's
+# methods, so each operation's parameters and documentation are written once, there.
+
+
+def _on_bookie(
+    op: Callable[Concatenate[BookieConnection, P], Awaitable[R]],
+) -> Callable[Concatenate[BookieClientPool, str, P], Coroutine[Any, Any, R]]:
+    """The pool method running connection operation ``op`` on the connection to a bookie id."""
+
+    async def method(
+        self: BookieClientPool, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        return await op(self.connection(bookie_id), *args, **kwargs)
+
+    sig = inspect.signature(op)
+    this, *rest = sig.parameters.values()
+    params = [
+        this.replace(kind=inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("bookie_id", inspect.Parameter.POSITIONAL_ONLY, annotation="str"),
+        *rest,
+    ]
+    return _describe(
+        method,
+        op,
+        "BookieClientPool",
+        f":meth:`BookieConnection.{op.__name__}` on the bookie ``bookie_id``.",
+        sig.replace(parameters=params),
+    )
+
+
+def _blocking(
+    op: Callable[Concatenate[BookieClientPool, str, P], Awaitable[R]],
+) -> Callable[Concatenate[SyncBookieClient, str, P], R]:
+    """The SyncBookieClient method running pool operation ``op`` on the client's loop and waiting
+    for it at most :meth:`SyncBookieClient.guard` of the operation's timeout."""
+    name = op.__name__
+
+    def method(self: SyncBookieClient, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        timeout = kwargs.get("timeout")
+        if timeout is not None and not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+        # The connection resolves timeout=None from the same config, so the guard matches it.
+        t = self.config.timeout_for(name, timeout)
+        return self._wait(lambda p: op(p, bookie_id, *args, **kwargs), self.guard(t))
+
+    return _describe(
+        method,
+        op,
+        "SyncBookieClient",
+        f"Blocking :meth:`BookieClientPool.{name}`.",
+        inspect.signature(op),
+    )
+
+
+def _describe(
+    fn: _F, op: Callable[..., Any], owner: str, summary: str, sig: inspect.Signature
+) -> _F:
+    fn.__name__ = op.__name__
+    fn.__qualname__ = f"{owner}.{op.__name__}"
+    fn.__doc__ = f"{summary}\n\n{inspect.getdoc(op) or ''}".rstrip()
+    # help(), IDEs and inspect.signature() then show the operation's real parameters.
+    fn.__dict__["__signature__"] = sig
+    return fn
 
 
 class BookieClientPool:
@@ -107,90 +169,14 @@ class BookieClientPool:
         """Bookies this pool has a connection object for."""
         return list(self._connections)
 
-    async def add(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        body: bytes,
-        *,
-        recovery: bool = False,
-        high_priority: bool = False,
-        write_flags: int = 0,
-        timeout: float | None = None,
-    ) -> None:
-        """:meth:`BookieConnection.add` on ``bookie_id``."""
-        await self.connection(bookie_id).add(
-            ledger_id,
-            entry_id,
-            master_key,
-            body,
-            recovery=recovery,
-            high_priority=high_priority,
-            write_flags=write_flags,
-            timeout=timeout,
-        )
-
-    async def read(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        entry_id: int,
-        *,
-        fence: bool = False,
-        master_key: bytes | None = None,
-        high_priority: bool = False,
-        timeout: float | None = None,
-    ) -> ReadResult:
-        """:meth:`BookieConnection.read` on ``bookie_id``."""
-        return await self.connection(bookie_id).read(
-            ledger_id,
-            entry_id,
-            fence=fence,
-            master_key=master_key,
-            high_priority=high_priority,
-            timeout=timeout,
-        )
-
-    async def read_lac(
-        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
-    ) -> ReadLacResult:
-        """:meth:`BookieConnection.read_lac` on ``bookie_id``."""
-        return await self.connection(bookie_id).read_lac(ledger_id, timeout=timeout)
-
-    async def write_lac(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        lac: int,
-        master_key: bytes,
-        body: bytes,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """:meth:`BookieConnection.write_lac` on ``bookie_id``."""
-        await self.connection(bookie_id).write_lac(
-            ledger_id, lac, master_key, body, timeout=timeout
-        )
-
-    async def force_ledger(
-        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
-    ) -> None:
-        """:meth:`BookieConnection.force_ledger` on ``bookie_id``."""
-        await self.connection(bookie_id).force_ledger(ledger_id, timeout=timeout)
-
-    async def list_entries(
-        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
-    ) -> bytes:
-        """:meth:`BookieConnection.list_entries` on ``bookie_id``."""
-        return await self.connection(bookie_id).list_entries(ledger_id, timeout=timeout)
-
-    async def bookie_info(
-        self, bookie_id: str, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
-    ) -> BookieInfo:
-        """:meth:`BookieConnection.bookie_info` on ``bookie_id``."""
-        return await self.connection(bookie_id).bookie_info(requested, timeout=timeout)
+    # Each bookie operation of BookieConnection, on the connection to ``bookie_id``.
+    add = _on_bookie(BookieConnection.add)
+    read = _on_bookie(BookieConnection.read)
+    read_lac = _on_bookie(BookieConnection.read_lac)
+    write_lac = _on_bookie(BookieConnection.write_lac)
+    force_ledger = _on_bookie(BookieConnection.force_ledger)
+    list_entries = _on_bookie(BookieConnection.list_entries)
+    bookie_info = _on_bookie(BookieConnection.bookie_info)
 
     async def disconnect(self, bookie_id: str) -> None:
         """Drop the connection to one bookie (it reconnects on the next request)."""
@@ -284,7 +270,7 @@ class SyncBookieClient:
         self._legacy_fallback = legacy_fallback
         self._lock = threading.Lock()
         self._rt: _Runtime | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[_Runtime, float], SyncBookieClient] | None = None
         self._closed = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -339,7 +325,7 @@ class SyncBookieClient:
                 self._rt = rt
             return self._rt
 
-    def _guard(self, op_timeout: float) -> float:
+    def guard(self, op_timeout: float) -> float:
         """How long a blocking call waits for its coroutine. The coroutine bounds itself (connect,
         ZooKeeper and operation timeouts); this only protects against a wedged loop thread."""
         return op_timeout + 3 * self.config.connect_timeout + 5.0
@@ -376,110 +362,29 @@ class SyncBookieClient:
         """``submit(fn)`` and wait for the result (``timeout`` None = as long as it takes)."""
         return self._wait(fn, timeout)
 
+    def call(self, operation: str, bookie_id: str, *args: Any, **kwargs: Any) -> Any:
+        """Run the bookie operation named ``operation`` (a key of
+        :data:`~bklib.client.connection.OPERATIONS`) on ``bookie_id`` and wait for it, for callers
+        that pick the operation at run time; ``client.call("read", b, lid, 0)`` is
+        ``client.read(b, lid, 0)``. The named methods below are the typed spelling."""
+        if operation not in OPERATIONS:
+            raise AttributeError(f"no bookie operation {operation!r}")
+        return getattr(self, operation)(bookie_id, *args, **kwargs)
+
     # ---- operations ----------------------------------------------------------------------------
 
-    def add(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        body: bytes,
-        *,
-        recovery: bool = False,
-        high_priority: bool = False,
-        write_flags: int = 0,
-        timeout: float | None = None,
-    ) -> None:
-        """Store one entry on ``bookie_id`` (see :meth:`BookieConnection.add`)."""
-        t = self.config.add_timeout if timeout is None else timeout
-        self._wait(
-            lambda p: p.add(
-                bookie_id,
-                ledger_id,
-                entry_id,
-                master_key,
-                body,
-                recovery=recovery,
-                high_priority=high_priority,
-                write_flags=write_flags,
-                timeout=t,
-            ),
-            self._guard(t),
-        )
-
-    def read(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        entry_id: int,
-        *,
-        fence: bool = False,
-        master_key: bytes | None = None,
-        high_priority: bool = False,
-        timeout: float | None = None,
-    ) -> ReadResult:
-        """Read one entry from ``bookie_id`` (see :meth:`BookieConnection.read`)."""
-        t = self.config.read_timeout if timeout is None else timeout
-        return self._wait(
-            lambda p: p.read(
-                bookie_id,
-                ledger_id,
-                entry_id,
-                fence=fence,
-                master_key=master_key,
-                high_priority=high_priority,
-                timeout=t,
-            ),
-            self._guard(t),
-        )
-
-    def read_lac(
-        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
-    ) -> ReadLacResult:
-        """READ_LAC on ``bookie_id`` (see :meth:`BookieConnection.read_lac`)."""
-        t = self.config.read_timeout if timeout is None else timeout
-        return self._wait(lambda p: p.read_lac(bookie_id, ledger_id, timeout=t), self._guard(t))
-
-    def write_lac(
-        self,
-        bookie_id: str,
-        ledger_id: int,
-        lac: int,
-        master_key: bytes,
-        body: bytes,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """WRITE_LAC on ``bookie_id`` (see :meth:`BookieConnection.write_lac`)."""
-        t = self.config.read_timeout if timeout is None else timeout
-        self._wait(
-            lambda p: p.write_lac(bookie_id, ledger_id, lac, master_key, body, timeout=t),
-            self._guard(t),
-        )
-
-    def force_ledger(self, bookie_id: str, ledger_id: int, *, timeout: float | None = None) -> None:
-        """FORCE_LEDGER on ``bookie_id`` (see :meth:`BookieConnection.force_ledger`)."""
-        t = self.config.read_timeout if timeout is None else timeout
-        self._wait(lambda p: p.force_ledger(bookie_id, ledger_id, timeout=t), self._guard(t))
-
-    def list_entries(
-        self, bookie_id: str, ledger_id: int, *, timeout: float | None = None
-    ) -> bytes:
-        """Raw availability bytes of ``ledger_id`` on ``bookie_id`` (spec §6.8)."""
-        t = self.config.read_timeout if timeout is None else timeout
-        return self._wait(lambda p: p.list_entries(bookie_id, ledger_id, timeout=t), self._guard(t))
-
-    def bookie_info(
-        self, bookie_id: str, requested: int = BOOKIE_INFO_ALL, *, timeout: float | None = None
-    ) -> BookieInfo:
-        """Disk capacity and free space of ``bookie_id``."""
-        t = self.config.bookie_info_timeout if timeout is None else timeout
-        return self._wait(lambda p: p.bookie_info(bookie_id, requested, timeout=t), self._guard(t))
+    # Each one blocks on the pool method of the same name; see _blocking for the wait bound.
+    add = _blocking(BookieClientPool.add)
+    read = _blocking(BookieClientPool.read)
+    read_lac = _blocking(BookieClientPool.read_lac)
+    write_lac = _blocking(BookieClientPool.write_lac)
+    force_ledger = _blocking(BookieClientPool.force_ledger)
+    list_entries = _blocking(BookieClientPool.list_entries)
+    bookie_info = _blocking(BookieClientPool.bookie_info)
 
     def disconnect(self, bookie_id: str) -> None:
         """Drop the connection to ``bookie_id``; the next request reconnects."""
-        self._wait(lambda p: p.disconnect(bookie_id), self._guard(0))
+        self._wait(lambda p: p.disconnect(bookie_id), self.guard(0))
 
     # ---- shutdown ------------------------------------------------------------------------------
 

@@ -3,12 +3,13 @@
 * :class:`ClientContext` bundles what every ledger operation needs: the metadata store (kazoo,
   blocking, so it runs in the loop's default executor), the asyncio bookie pool, a placement
   policy and a few client settings.
-* :class:`LacReadTracker` is the pure decision logic of a LAC read (spec algorithms §1.3/§1.4):
+* :class:`LacReadTracker` is the pure decision logic of a LAC read (BookKeeper's
+  ``ReadLastConfirmedOp`` / ``PendingReadLacOp``; docs/safety-rules.md rules 1 and 2):
   replies from the E bookies of the last ensemble are tracked in an
   :class:`~bklib.quorum.RRQuorumCoverageSet`; the read completes once every possible write set
   has fewer than AQ unknown replies. Only OK with a *valid digest* and NoSuchEntry/NoSuchLedger
   are known: a digest failure counts as unknown (the Java client counts it as known, a hazard
-  the spec asks us not to copy).
+  we do not copy, see docs/safety-rules.md rule 1).
 * :func:`ask_replicas` is the replica-by-replica request engine shared by normal reads and
   recovery reads: ask the first replica of the write set, move to the next one on an error or
   when the current one has not answered within the speculative timeout, and stop as soon as a
@@ -134,7 +135,7 @@ def resolve_credentials(
 
 
 def first_error(errors: Sequence[BaseException]) -> BaseException | None:
-    """The error BookKeeper's ``PendingReadOp`` reports after every replica failed (spec §2.3).
+    """The error BookKeeper's ``PendingReadOp`` reports after every replica failed.
 
     It starts as "none"; a NoSuchEntry/NoSuchLedger is overwritten by any later error, and a
     BookieHandleNotAvailable by any later error that is not NoSuch*. So a mix such as
@@ -154,8 +155,9 @@ def first_error(errors: Sequence[BaseException]) -> BaseException | None:
 def read_failure(
     cause: BaseException | None, message: str, *, ledger_id: int, entry_id: int | None = None
 ) -> BKError:
-    """Map a failed read phase to the error recovery reports (spec §2.2 4a): a timeout stays a
-    timeout, unauthorized stays unauthorized, anything else is a ReadError naming the cause."""
+    """Map a failed read phase to the error recovery reports (as ``LedgerRecoveryOp`` does): a
+    timeout stays a timeout, unauthorized stays unauthorized, anything else is a ReadError
+    naming the cause."""
     if isinstance(cause, BKTimeoutError):
         err: BKError = BKTimeoutError(f"{message}: {cause}", ledger_id=ledger_id, entry_id=entry_id)
     elif isinstance(cause, UnauthorizedAccessError):
@@ -449,7 +451,8 @@ class LedgerReader:
         """Refresh metadata and, unless CLOSED, the LAC from the bookies; returns the LAC.
 
         Value per bookie = max(explicit LAC body, LAC field of its last entry) (READ_LAC,
-        spec wire §6.4); the result is the max over a covering set of replies.
+        as BookKeeper's ``PendingReadLacOp``); the result is the max over a covering set of
+        replies.
         """
         self.versioned = await self.ctx.read_metadata(self.ledger_id)
         md = self.metadata
@@ -580,7 +583,9 @@ async def read_entry_from(
     def decide(replies: list[Reply[EntryView]], everyone: bool) -> EntryView | BKError | None:
         return read_verdict(replies, everyone, ledger_id, entry_id)
 
-    verdict = await ask_replicas(targets, send, decide, ctx.speculative_read_timeout)
+    verdict: EntryView | BKError = await ask_replicas(
+        targets, send, decide, ctx.speculative_read_timeout
+    )
     if isinstance(verdict, BKError):
         log.warning(
             "ledger %d entry %d: read failed on %s: %s", ledger_id, entry_id, targets, verdict

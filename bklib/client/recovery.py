@@ -1,7 +1,7 @@
 """Ledger recovery: fence the ledger, find its last entry, make it durable, close it.
 
-What BookKeeper's ``ReadOnlyLedgerHandle.recover`` + ``LedgerRecoveryOp`` do (spec algorithms
-§2, §6.1), step by step:
+What BookKeeper's ``ReadOnlyLedgerHandle.recover`` + ``LedgerRecoveryOp`` do
+(docs/safety-rules.md rules 1-8), step by step:
 
 1. Read the metadata; CLOSED -> nothing to do.
 2. CAS OPEN -> IN_RECOVERY. If another recoverer got there first nothing is written and this

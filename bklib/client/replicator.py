@@ -1,5 +1,5 @@
 """Copying a closed fragment's entries to replacement bookies (BookKeeper's
-``LedgerFragmentReplicator``, spec algorithms §5.3).
+``LedgerFragmentReplicator``).
 
 For each entry a moved position held, the body is read from the surviving replicas of its
 write set (digest verified, next replica on any error), and the same bytes are written to
@@ -92,7 +92,8 @@ def _entries_to_copy(
             yield eid, new
 
     streams = [stream(pos, new) for pos, new in sorted(targets.items())]
-    current, news = -1, []
+    current = -1
+    news: list[str] = []
     for eid, new in heapq.merge(*streams):
         if eid != current and news:
             yield current, news
@@ -122,7 +123,7 @@ async def _read_body(
 
     if not sources:
         raise _NoReplica()
-    verdict = await ask_replicas(sources, send, decide, speculative_timeout)
+    verdict: bytes | BaseException = await ask_replicas(sources, send, decide, speculative_timeout)
     if isinstance(verdict, BaseException):
         raise verdict
     return verdict

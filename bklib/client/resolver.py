@@ -1,4 +1,4 @@
-"""BookieId -> (host, port), the way BookKeeper's DefaultBookieAddressResolver does it (spec §8.3).
+"""BookieId -> (host, port), the way BookKeeper's DefaultBookieAddressResolver does it.
 
 A BookieId is opaque. Its address comes from the bookie's registration znode
 (``<root>/available/<id>``, else ``<root>/available/readonly/<id>``), whose data is a
@@ -23,25 +23,15 @@ from kazoo.exceptions import NoNodeError
 from bklib.errors import BookieHandleNotAvailableError, ClientClosedError, ZKError
 from bklib.meta import paths
 from bklib.meta.formats import decode_service_info
+from bklib.states import DEFAULT_LEDGERS_ROOT, parse_host_port
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEDGERS_ROOT = "/ledgers"
-
 
 def parse_legacy_bookie_id(bookie_id: str) -> tuple[str, int] | None:
-    """``"host:port"`` -> (host, port) as Java's ``BookieSocketAddress(String)`` reads it (split on
-    ':', first two parts); None if the id is not of that form."""
-    parts = bookie_id.split(":")
-    if len(parts) < 2 or not parts[0]:
-        return None
-    try:
-        port = int(parts[1])
-    except ValueError:
-        return None
-    if not 0 <= port <= 65535:
-        return None
-    return parts[0], port
+    """``"host:port"`` -> (host, port) as Java's ``BookieSocketAddress(String)`` reads it;
+    None if the id is not of that form (see :func:`bklib.states.parse_host_port`)."""
+    return parse_host_port(bookie_id)
 
 
 class BookieAddressResolver:

@@ -8,12 +8,14 @@ The pieces, pure logic first (unit-tested without I/O):
   entry was delivered and no ensemble change is in progress. Replacing ensemble indices
   un-acks them in every pending entry whose write set holds them and says what to re-send.
 * :func:`ensemble_change_transform` -- the CAS transform of a writer's ensemble change
-  (spec algorithms §2.8/§3.3): refused with LedgerClosedError / LedgerFencedError once the
-  stored metadata is CLOSED / IN_RECOVERY; a no-op when the failed bookies are no longer in
-  the last ensemble; otherwise the failed indices are replaced and the new ensemble starts at
-  LAC + 1 (replacing the last segment when it already starts there).
-* :func:`writer_close_transform` -- the CAS transform of a writer's close (§3.5): CLOSED at
-  (LAC, length); an existing CLOSED with the same values is success, different values are a
+  (``LedgerHandle.ensembleChangeLoop``, docs/safety-rules.md rule 9): refused with
+  LedgerClosedError / LedgerFencedError once the stored metadata is CLOSED / IN_RECOVERY; a
+  no-op when the failed bookies are no longer in the last ensemble; otherwise the failed
+  indices are replaced and the new ensemble starts at LAC + 1 (replacing the last segment when
+  it already starts there).
+* :func:`writer_close_transform` -- the CAS transform of a writer's close
+  (``LedgerHandle.doAsyncCloseInternal``, docs/safety-rules.md rule 8): CLOSED at (LAC,
+  length); an existing CLOSED with the same values is success, different values are a
   MetadataVersionError. IN_RECOVERY is overridden on purpose: the writer knows what it wrote.
 
 Then the I/O:
@@ -71,7 +73,7 @@ __all__ = [
 ]
 
 # Errors after which a bookie must not simply be replaced: the ledger was fenced, or we are not
-# allowed to write to it (spec §3.1 step 3).
+# allowed to write to it (as BookKeeper's ``PendingAddOp.writeComplete`` decides).
 _UNRECOVERABLE = (LedgerFencedError, UnauthorizedAccessError, IllegalOpError)
 
 

@@ -140,7 +140,8 @@ def encode_service_info(info: BookieServiceInfo) -> bytes:
         for key, value in info.properties.items():
             msg.properties[key] = value
         # Deterministic so equal infos give equal bytes (map order is otherwise unspecified).
-        return msg.SerializeToString(deterministic=True)
+        data: bytes = msg.SerializeToString(deterministic=True)
+        return data
     except (EncodeError, ValueError, TypeError) as exc:
         raise CorruptMetadataError(f"cannot serialise bookie service info: {exc}") from None
 
@@ -337,7 +338,8 @@ def decode_auditor_vote(data: bytes) -> str:
 def encode_check_ctime(ctime_ms: int) -> bytes:
     """Binary ``{1: int64}``, the shared wire form of CheckAllLedgersFormat,
     PlacementPolicyCheckFormat and ReplicasCheckFormat."""
-    return CheckAllLedgersFormat(checkAllLedgersCTime=ctime_ms).SerializeToString()
+    data: bytes = CheckAllLedgersFormat(checkAllLedgersCTime=ctime_ms).SerializeToString()
+    return data
 
 
 def decode_check_ctime(data: bytes) -> int:
@@ -359,7 +361,8 @@ def _pb_str(value: str | bytes) -> str:
 def _to_text(msg: Message) -> bytes:
     # protobuf-java's printer escapes non-ASCII as octal UTF-8 bytes; Python's default
     # (as_utf8=True) would not.
-    return text_format.MessageToString(msg, as_utf8=False).encode("ascii")
+    text: str = text_format.MessageToString(msg, as_utf8=False)
+    return text.encode("ascii")
 
 
 def _utf8(data: bytes, what: str) -> str:

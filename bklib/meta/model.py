@@ -151,12 +151,16 @@ class LedgerMetadata:
     def segment_last_entry_id(self, index: int, lac: int | None = None) -> int:
         """Last entry id covered by segment ``index``.
 
-        A middle segment ends before the next one starts. The last segment ends at
-        ``last_entry_id`` when CLOSED, otherwise at ``lac`` (the caller's view of the LAC;
-        -1 if unknown). The result may be below the first entry id: an empty segment.
+        This is the one rule for segment ends; the audit and the repair both use it. A middle
+        segment ends before the next one starts, and never past ``last_entry_id`` of a CLOSED
+        ledger (nothing beyond it belongs to the ledger, even where an ensemble change was
+        recorded above it). The last segment ends at ``last_entry_id`` when CLOSED, otherwise
+        at ``lac`` (the caller's view of the LAC; -1 if unknown). The result may be below the
+        first entry id: an empty segment.
         """
         if index + 1 < len(self.segments):
-            return self.segments[index + 1].first_entry_id - 1
+            end = self.segments[index + 1].first_entry_id - 1
+            return min(end, self.last_entry_id) if self.is_closed else end
         if self.is_closed:
             return self.last_entry_id
         return INVALID_ENTRY_ID if lac is None else lac

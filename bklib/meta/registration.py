@@ -11,6 +11,7 @@ from kazoo.exceptions import NoNodeError
 from bklib.errors import CorruptMetadataError
 from bklib.meta import paths
 from bklib.meta.formats import BookieServiceInfo, Cookie, decode_service_info, parse_cookie
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def _read_one(zk: KazooClient, path: str, bookie_id: str, readonly: bool) -> Boo
         return BookieRegistration(bookie_id, readonly, None, f"{path}: {exc}")
 
 
-def list_bookies(zk: KazooClient, root: str = "/ledgers") -> BookieRegistry:
+def list_bookies(zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT) -> BookieRegistry:
     """Read every writable and read-only registration with its service info."""
     avail = paths.join(root, "available")
     try:
@@ -81,7 +82,9 @@ def list_bookies(zk: KazooClient, root: str = "/ledgers") -> BookieRegistry:
     return BookieRegistry(writable, readonly, stat.cversion)
 
 
-def read_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> tuple[Cookie, int]:
+def read_cookie(
+    zk: KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT
+) -> tuple[Cookie, int]:
     """A bookie's cookie and its znode version. Raises NoNodeError if it has none."""
     path = paths.join(root, "cookies", bookie_id)
     data, stat = zk.get(path)
@@ -93,7 +96,7 @@ def read_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> tupl
         ) from exc
 
 
-def delete_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> bool:
+def delete_cookie(zk: KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT) -> bool:
     """Remove a decommissioned bookie's cookie, as the shell's ``decommissionbookie`` does
     after the admin call. Returns False if it had none."""
     path = paths.join(root, "cookies", bookie_id)
@@ -103,11 +106,3 @@ def delete_cookie(zk: KazooClient, bookie_id: str, root: str = "/ledgers") -> bo
         return False
     log.info("deleted cookie %s", path)
     return True
-
-
-def list_cookie_bookies(zk: KazooClient, root: str = "/ledgers") -> list[str]:
-    """Every bookie that ever joined the cluster (BookKeeper's Auditor's "known bookies")."""
-    try:
-        return sorted(zk.get_children(paths.join(root, "cookies")))
-    except NoNodeError:
-        return []

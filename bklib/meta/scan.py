@@ -12,6 +12,7 @@ from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
 from bklib.meta.zkbulk import ZNONODE, BulkReader, GetResult
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def scan_ledgers(
     hosts: str,
     ledger_ids: Iterable[int],
     *,
-    root: str = "/ledgers",
+    root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     auth: str | None = None,
@@ -72,7 +73,7 @@ def _to_result(ledger_id: int, got: GetResult) -> ScanResult | None:
         return None
     if got.err != 0 or got.data is None or got.stat is None:
         log.warning("ledger %d: read of %s failed: %s", ledger_id, path, got.error_name)
-        err = ZKError(f"read failed: {got.error_name}", ledger_id=ledger_id, path=path)
+        err: BKError = ZKError(f"read failed: {got.error_name}", ledger_id=ledger_id, path=path)
         return ScanResult(ledger_id, path, error=err)
     try:
         md = decode_metadata(got.data, ledger_id, znode_ctime_ms=got.stat.ctime)

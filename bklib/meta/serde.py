@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import cast
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError, EncodeError
@@ -180,6 +181,7 @@ def _from_proto(
             # 4.17 collects these with Collectors.toMap, which throws on a duplicate key.
             raise bad(f"duplicate custom metadata key {key!r}")
         custom[key] = entry.value
+    ctime: int | None
     if msg.HasField("ctime"):
         ctime, store_ctime = msg.ctime, True
     else:
@@ -303,10 +305,10 @@ def encode_metadata(md: LedgerMetadata) -> bytes:
     msg = _to_proto(md, with_ctoken=version == 3)
     try:
         if version == 3:
-            body = msg.SerializeToString()
+            body: bytes = msg.SerializeToString()
             return metadata_header(3) + _varint(len(body)) + body
         # as_utf8=False: like protobuf-java's printer, escape non-ASCII bytes as octal.
-        text = text_format.MessageToString(msg, as_utf8=False)
+        text: str = text_format.MessageToString(msg, as_utf8=False)
         return metadata_header(2) + text.encode("ascii")
     except (EncodeError, ValueError, UnicodeEncodeError) as exc:
         raise CorruptMetadataError(
@@ -331,12 +333,13 @@ def _to_proto(md: LedgerMetadata, *, with_ctoken: bool) -> LedgerMetadataFormat:
         msg.ensembleSize = md.ensemble_size
         msg.length = md.length if closed else 0
         msg.lastEntryId = md.last_entry_id if closed else INVALID_ENTRY_ID
-        msg.state = int(md.state)
+        # The stubs type enum fields as their enum class; the values are plain ints at run time.
+        msg.state = cast("LedgerMetadataFormat.State", int(md.state))
         for seg in md.segments:
             s = msg.segment.add()
             s.ensembleMember.extend(seg.ensemble)
             s.firstEntryId = seg.first_entry_id
-        msg.digestType = int(md.digest_type)
+        msg.digestType = cast("LedgerMetadataFormat.DigestType", int(md.digest_type))
         msg.password = bytes(md.password)
         msg.ackQuorumSize = md.ack_quorum
         if md.store_ctime and md.ctime is not None:

@@ -21,6 +21,7 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
 )
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from bklib.errors import (
     CompatibilityError,
@@ -36,12 +37,30 @@ from bklib.meta.formats import LedgerLayout, encode_layout, parse_layout
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata, encode_metadata
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
+_LIST_RETRY = KazooRetry(max_tries=5, delay=0.2, backoff=2, max_delay=3.0)
+"""Connection loss and operation timeouts while listing are retried before a listing fails."""
+
+
+@dataclass(frozen=True)
+class LeafDir:
+    """A directory whose children are ledger znodes: one contiguous ledger-id range.
+
+    ``prefix`` is the id digits the path contributes (a leaf ``L1234`` adds the rest);
+    ``count`` is its child count from the znode stat.
+    """
+
+    path: str
+    prefix: str
+    count: int
+
+
 T = TypeVar("T")
 
-DEFAULT_ROOT = "/ledgers"
+DEFAULT_ROOT = DEFAULT_LEDGERS_ROOT
 
 
 @dataclass(frozen=True)
@@ -141,7 +160,8 @@ class LedgerStore:
 
     def instance_id(self) -> str | None:
         try:
-            return self.zk.get(paths.join(self.root, "INSTANCEID"))[0].decode()
+            data: bytes = self.zk.get(paths.join(self.root, "INSTANCEID"))[0]
+            return data.decode()
         except NoNodeError:
             return None
 
@@ -151,34 +171,67 @@ class LedgerStore:
         return paths.ledger_path(self.root, ledger_id, self.kind)
 
     def _children(self, path: str) -> list[str]:
+        """Children of ``path``; a node deleted meanwhile has none. Transient ZooKeeper errors
+        are retried with backoff; anything else (no auth, session gone) fails closed, naming
+        the path, so a listing never silently shrinks."""
         try:
-            return sorted(self.zk.get_children(path))
+            return sorted(_LIST_RETRY.copy()(self.zk.get_children, path))
         except NoNodeError:  # raced with a delete: an empty directory
             return []
+        except (KazooException, RetryFailedError) as exc:
+            raise ZKError(f"cannot list children: {type(exc).__name__} {exc}", path=path) from exc
+
+    def _count(self, path: str) -> int:
+        try:
+            stat = _LIST_RETRY.copy()(self.zk.exists, path)
+        except (KazooException, RetryFailedError) as exc:
+            raise ZKError(f"cannot stat: {type(exc).__name__} {exc}", path=path) from exc
+        return int(stat.numChildren) if stat is not None else 0
+
+    def leaf_dirs(self, *, with_counts: bool = True) -> list[LeafDir]:
+        """Every directory holding ledger znodes, each one contiguous id range, in id order
+        within each tree (flat children, short hierarchical, long hierarchical). Counts come
+        from the directories' stats, so nothing below them is listed."""
+        root = self.root
+        out: list[LeafDir] = []
+        top = self._children(root)
+        flat = [c for c in top if paths.FLAT_LEAF_RE.match(c)]
+        if flat:
+            out.append(LeafDir(root, "", len(flat)))
+        for l1 in (c for c in top if paths.SHORT_TOP_RE.match(c)):
+            for l2 in self._children(paths.join(root, l1)):
+                if paths.LEVEL_RE.match(l2):
+                    p = paths.join(root, l1, l2)
+                    out.append(LeafDir(p, l1 + l2, self._count(p) if with_counts else 0))
+
+        def walk_long(path: str, prefix: str, depth: int) -> None:
+            for child in self._children(path):
+                if not paths.LEVEL_RE.match(child):
+                    continue
+                p = paths.join(path, child)
+                if depth == 3:
+                    out.append(LeafDir(p, prefix + child, self._count(p) if with_counts else 0))
+                else:
+                    walk_long(p, prefix + child, depth + 1)
+
+        for l1 in (c for c in top if paths.LONG_TOP_RE.match(c)):
+            walk_long(paths.join(root, l1), l1, 1)
+        return out
+
+    def ledger_ids_in(self, leaf_dir: LeafDir) -> list[int]:
+        """The ledger ids whose znodes are children of ``leaf_dir``, ascending."""
+        leaf = paths.FLAT_LEAF_RE if leaf_dir.prefix == "" else paths.LEAF_RE
+        return [
+            int(leaf_dir.prefix + name[1:])
+            for name in self._children(leaf_dir.path)
+            if leaf.match(name)
+        ]
 
     def list_ledger_ids(self) -> Iterator[int]:
         """Every ledger id, in ascending order within each tree: the short hierarchical tree,
         then the long one (or the flat children). Special znodes are never ledgers."""
-        top = self._children(self.root)
-        flat = [c for c in top if paths.FLAT_LEAF_RE.match(c)]
-        for name in flat:
-            yield int(name[1:])
-        for l1 in (c for c in top if paths.SHORT_TOP_RE.match(c)):
-            for l2 in self._children(paths.join(self.root, l1)):
-                if not paths.LEVEL_RE.match(l2):
-                    continue
-                for leaf in self._children(paths.join(self.root, l1, l2)):
-                    if paths.LEAF_RE.match(leaf):
-                        yield int(l1 + l2 + leaf[1:])
-        for l1 in (c for c in top if paths.LONG_TOP_RE.match(c)):
-            yield from self._walk_long(paths.join(self.root, l1), l1, depth=1)
-
-    def _walk_long(self, path: str, prefix: str, depth: int) -> Iterator[int]:
-        for child in self._children(path):
-            if depth < 4 and paths.LEVEL_RE.match(child):
-                yield from self._walk_long(paths.join(path, child), prefix + child, depth + 1)
-            elif depth == 4 and paths.LEAF_RE.match(child):
-                yield int(prefix + child[1:])
+        for d in self.leaf_dirs(with_counts=False):
+            yield from self.ledger_ids_in(d)
 
     # ---- id generation ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from bklib.meta.formats import (
     encode_lock_data,
     encode_ur_ledger,
 )
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,9 @@ class UrLock:
 class UnderReplicationManager:
     """Marks, locks and flags under ``<root>/underreplication``."""
 
-    def __init__(self, zk: KazooClient, root: str = "/ledgers", worker_id: str | None = None):
+    def __init__(
+        self, zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT, worker_id: str | None = None
+    ):
         self.zk = zk
         self.root = root.rstrip("/")
         self.base = paths.ur_base(self.root)

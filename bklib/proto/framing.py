@@ -2,7 +2,7 @@
 
 The same framing carries v3 (protobuf) and v2 (binary) messages; N excludes the 4 length
 bytes. Like Netty's ``LengthFieldBasedFrameDecoder`` in the Java bookie, a frame whose total size
-(N + 4) exceeds the maximum is refused (spec wire-protocol §1.1).
+(N + 4) exceeds the maximum is refused.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Bookie status codes (v3 ``StatusCode`` and v2 rc) and their mapping to bklib.errors.
 
-The mapping follows the Java client (``CompletionValue``, spec wire-protocol §2.3): specific
+The mapping follows the Java client (``CompletionValue``): specific
 statuses get specific exceptions; EIO, EBADREQ and anything unknown become the operation's
 generic error (ReadError for reads, WriteError for writes).
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 from bklib.errors import (
     BKError,
@@ -34,7 +36,7 @@ EREADONLY = pb.EREADONLY
 ETOOMANYREQUESTS = pb.ETOOMANYREQUESTS
 EUNKNOWNLEDGERSTATE = pb.EUNKNOWNLEDGERSTATE
 
-# v2 binary rc <-> v3 StatusCode (spec wire-protocol §3.1).
+# v2 binary rc <-> v3 StatusCode (BookKeeper's ``BookieProtocol`` error codes).
 V2_TO_V3: dict[int, int] = {
     0: EOK,
     1: ENOLEDGER,
@@ -65,10 +67,17 @@ _SPECIFIC: dict[int, type[BKError]] = {
 _WRITE_OPS = frozenset({pb.ADD_ENTRY, pb.WRITE_LAC, pb.FORCE_LEDGER, pb.RANGE_ADD_ENTRY})
 
 
+def status_code(status: int) -> pb.StatusCode:
+    """``status`` typed as a ``StatusCode`` for the generated stubs. Enum values are plain ints at
+    run time; assigning one to a message field is what rejects a number outside the enum."""
+    return cast("pb.StatusCode", status)
+
+
 def status_name(status: int) -> str:
     """``"ENOENTRY"`` etc., or ``"status <n>"`` for a number outside the enum."""
     try:
-        return pb.StatusCode.Name(status)
+        name: str = pb.StatusCode.Name(status)
+        return name
     except ValueError:
         return f"status {status}"
 

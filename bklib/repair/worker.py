@@ -1,7 +1,8 @@
 """Repairing one ledger at a time: what a re-replication task does per ledger.
 
-:class:`LedgerRepairer` follows BookKeeper's ReplicationWorker and recoverBookieData (spec
-algorithms §5, zk-metadata §4, §6), in this order:
+:class:`LedgerRepairer` follows BookKeeper's ReplicationWorker and
+``BookKeeperAdmin.recoverBookieData``, with ``ZkLedgerUnderreplicationManager``'s marks and locks
+(docs/repair.md; docs/safety-rules.md rules 7 and 10-12), in this order:
 
 1. honour ``underreplication/disable``; publish the ledger's ``urL`` mark (merging, as the
    Auditor does) and take its ephemeral lock, so neither a Java ReplicationWorker nor another
@@ -51,18 +52,14 @@ from bklib.repair.plan import (
     plan_ledger,
     stripe_entries,
 )
+from bklib.repair.requests import LedgerRequest
+from bklib.states import ActionKind, ActionStatus
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 __all__ = ["Action", "LedgerRepairer", "LedgerRequest", "RepairSettings"]
-
-# Action kinds and statuses: the same strings as jobs.load (bklib never imports jobs).
-FENCE_AND_CLOSE, COPY, METADATA_UPDATE, SKIP = "FENCE_AND_CLOSE", "COPY", "METADATA_UPDATE", "SKIP"
-DONE, PLANNED, SKIPPED, FAILED = "DONE", "PLANNED", "SKIPPED", "FAILED"
-WAITING_GRACE, NO_REPLICA, LOCKED, DISABLED = "WAITING_GRACE", "NO_REPLICA", "LOCKED", "DISABLED"
-FINAL_STATUSES = frozenset({DONE, PLANNED, SKIPPED})
 
 
 @dataclass
@@ -81,30 +78,6 @@ class RepairSettings:
     target: str | None = None
     retry_no_replica: bool = False
     registry_ttl: float = 5.0
-
-
-@dataclass(frozen=True)
-class LedgerRequest:
-    """One ledger to repair.
-
-    ``bad_bookies`` must leave every segment naming them (lost, unreachable, or the sources
-    of a manual recover). ``segment_bookies`` are bad in one segment only (keyed by its first
-    entry id: entries missing, digest mismatch). ``detected_segments`` and
-    ``first_detected_at`` come from the audit (None for a manual recover, which fences open
-    ledgers at once). ``no_replica`` holds ``(segment first entry id, bookie)`` pairs an
-    earlier run found unrecoverable: they are reported again, not copied again.
-    """
-
-    ledger_id: int
-    bad_bookies: frozenset[str] = frozenset()
-    segment_bookies: Mapping[int, frozenset[str]] = field(default_factory=dict)
-    detected_segments: frozenset[int] | None = None
-    first_detected_at: datetime | None = None
-    no_replica: frozenset[tuple[int, str]] = frozenset()
-
-    @property
-    def all_bad(self) -> set[str]:
-        return set(self.bad_bookies).union(*self.segment_bookies.values())
 
 
 @dataclass
@@ -207,7 +180,11 @@ class LedgerRepairer:
             actions = self._repair(req)
         except Exception as exc:
             log.exception("ledger %d: repair failed", req.ledger_id)
-            actions = [Action(req.ledger_id, SKIP, FAILED, error=_describe(exc)).finish()]
+            actions = [
+                Action(
+                    req.ledger_id, ActionKind.SKIP, ActionStatus.FAILED, error=_describe(exc)
+                ).finish()
+            ]
         for a in actions:
             log.info(
                 "ledger %d segment %s: %s %s%s%s",
@@ -223,16 +200,29 @@ class LedgerRepairer:
     def _repair(self, req: LedgerRequest) -> list[Action]:
         lid, s = req.ledger_id, self.settings
         if not s.dry_run and not self._replication_enabled():
-            return [Action(lid, SKIP, DISABLED, error="underreplication/disable exists").finish()]
+            return [
+                Action(
+                    lid,
+                    ActionKind.SKIP,
+                    ActionStatus.DISABLED,
+                    error="underreplication/disable exists",
+                ).finish()
+            ]
         try:
             md = self.store.read_ledger(lid).value
         except NoSuchLedgerError:
-            return [Action(lid, SKIP, SKIPPED, error="ledger deleted").finish()]
+            return [
+                Action(lid, ActionKind.SKIP, ActionStatus.SKIPPED, error="ledger deleted").finish()
+            ]
         work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies)
         if not work.fragments:
             if not s.dry_run:
                 self._clear_stale_mark(md)
-            return [Action(lid, SKIP, SKIPPED, error="already repaired").finish()]
+            return [
+                Action(
+                    lid, ActionKind.SKIP, ActionStatus.SKIPPED, error="already repaired"
+                ).finish()
+            ]
         if s.dry_run:
             return self._plan_only(req, md)
         named = sorted(req.all_bad & md.bookies())
@@ -240,7 +230,11 @@ class LedgerRepairer:
         lock = self.urm.try_acquire(lid)
         if lock is None:
             holder = self.urm.lock_holder(lid)
-            return [Action(lid, SKIP, LOCKED, error=f"lock held by {holder}").finish()]
+            return [
+                Action(
+                    lid, ActionKind.SKIP, ActionStatus.LOCKED, error=f"lock held by {holder}"
+                ).finish()
+            ]
         complete = False
         try:
             actions, complete = self._repair_locked(req)
@@ -266,6 +260,7 @@ class LedgerRepairer:
         lid = req.ledger_id
         actions: list[Action] = []
         fenced = False
+        current: Versioned[LedgerMetadata] | None
         while True:
             current = self.store.read_ledger(lid)
             md = current.value
@@ -278,12 +273,17 @@ class LedgerRepairer:
                 for frag in work.open_fragments:
                     actions += self._waiting(md, frag, decision)
                 break
-            act = Action(lid, FENCE_AND_CLOSE, DONE, *self._bounds(work.open_fragments[-1]))
+            act = Action(
+                lid,
+                ActionKind.FENCE_AND_CLOSE,
+                ActionStatus.DONE,
+                *self._bounds(work.open_fragments[-1]),
+            )
             try:
                 closed = self._recover(md)
                 act.segment_last_entry_id = closed.last_entry_id
             except BKError as exc:
-                act.status, act.error = FAILED, _describe(exc)
+                act.status, act.error = ActionStatus.FAILED, _describe(exc)
                 actions.append(act.finish())
                 break
             actions.append(act.finish())
@@ -315,8 +315,8 @@ class LedgerRepairer:
         return [
             Action(
                 md.ledger_id,
-                SKIP,
-                WAITING_GRACE,
+                ActionKind.SKIP,
+                ActionStatus.WAITING_GRACE,
                 frag.first_entry_id,
                 None,
                 old_bookie=old,
@@ -370,8 +370,8 @@ class LedgerRepairer:
                 [
                     Action(
                         lid,
-                        COPY,
-                        NO_REPLICA,
+                        ActionKind.COPY,
+                        ActionStatus.NO_REPLICA,
                         first,
                         last,
                         old_bookie=old,
@@ -390,7 +390,15 @@ class LedgerRepairer:
         except BKError as exc:
             return (
                 [
-                    Action(lid, COPY, FAILED, first, last, old_bookie=old, error=_describe(exc))
+                    Action(
+                        lid,
+                        ActionKind.COPY,
+                        ActionStatus.FAILED,
+                        first,
+                        last,
+                        old_bookie=old,
+                        error=_describe(exc),
+                    )
                     for old in replace.values()
                 ],
                 False,
@@ -406,8 +414,8 @@ class LedgerRepairer:
                 [
                     Action(
                         lid,
-                        COPY,
-                        FAILED,
+                        ActionKind.COPY,
+                        ActionStatus.FAILED,
                         first,
                         last,
                         frag.moves[pos],
@@ -424,10 +432,22 @@ class LedgerRepairer:
         for pos, new in targets.items():
             n, nbytes = result.per_target.get(new, [0, 0])
             act = Action(
-                lid, COPY, DONE, first, last, frag.moves[pos], new, n, nbytes, started_at=started
+                lid,
+                ActionKind.COPY,
+                ActionStatus.DONE,
+                first,
+                last,
+                frag.moves[pos],
+                new,
+                n,
+                nbytes,
+                started_at=started,
             )
             if result.no_replica:
-                act.status, act.no_replica_entries = NO_REPLICA, list(result.no_replica)
+                act.status, act.no_replica_entries = (
+                    ActionStatus.NO_REPLICA,
+                    list(result.no_replica),
+                )
                 act.error = f"{len(result.no_replica)} entries have no surviving replica"
             actions.append(act.finish())
         if result.no_replica:  # the metadata keeps naming the bookie: the loss stays visible
@@ -435,14 +455,14 @@ class LedgerRepairer:
         mapping = {frag.moves[pos]: new for pos, new in targets.items() if pos not in in_place}
         if not mapping:
             return actions, True, current
-        act = Action(lid, METADATA_UPDATE, DONE, first, last)
+        act = Action(lid, ActionKind.METADATA_UPDATE, ActionStatus.DONE, first, last)
         act.old_bookie, act.new_bookie = ",".join(mapping), ",".join(mapping.values())
         try:
             current = self.store.update_ledger(
                 lid, _replace_in_segment(first, mapping), current=current
             )
         except BKError as exc:
-            act.status, act.error = FAILED, _describe(exc)
+            act.status, act.error = ActionStatus.FAILED, _describe(exc)
             actions.append(act.finish())
             return actions, False, None
         actions.append(act.finish())
@@ -508,7 +528,12 @@ class LedgerRepairer:
             decision = self._grace(req, md)
             if decision is GraceDecision.FENCE:
                 actions.append(
-                    Action(md.ledger_id, FENCE_AND_CLOSE, PLANNED, frag.first_entry_id).finish()
+                    Action(
+                        md.ledger_id,
+                        ActionKind.FENCE_AND_CLOSE,
+                        ActionStatus.PLANNED,
+                        frag.first_entry_id,
+                    ).finish()
                 )
             else:
                 actions += self._waiting(md, frag, decision)
@@ -516,6 +541,7 @@ class LedgerRepairer:
         reg = self.registry()
         for frag in work.closed_fragments:
             in_place, replace = self._split_moves(req, frag, reg)
+            error: str | None
             try:
                 targets = self._choose(md, replace_moves(frag, replace), req.all_bad)
             except BKError as exc:
@@ -527,8 +553,8 @@ class LedgerRepairer:
                 n = stripe_entries(md, frag, pos)
                 act = Action(
                     md.ledger_id,
-                    COPY,
-                    PLANNED if pos in targets else FAILED,
+                    ActionKind.COPY,
+                    ActionStatus.PLANNED if pos in targets else ActionStatus.FAILED,
                     frag.first_entry_id,
                     frag.last_entry_id,
                     old,

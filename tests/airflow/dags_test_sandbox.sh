@@ -15,7 +15,7 @@ state() { .venv/bin/python -c "import json,sys; s=json.load(open('$SB/sandbox.js
 ZK=$(state "s['zk']")
 .venv/bin/python -c "
 import asyncio
-from jobs.workload import write_ledgers
+from bklib.testing.workload import write_ledgers
 print('wrote', len(asyncio.run(write_ledgers('$ZK', 12, max_entries=40))), 'ledgers')"
 kill "$(state "s['bookies'][-1]['pid']")"  # SIGTERM: the bookie unregisters
 sleep 3

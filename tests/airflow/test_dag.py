@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs import load
+from bklib.states import RunStatus
 from jobs.audit import add_audit_arguments
 from jobs.rereplicate import add_repair_arguments
+from jobs.spark import load
+from jobs.tables.runs import RunRecord
 from tests.audit_helpers import spark as spark  # the session fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,22 +188,22 @@ def test_branch_and_verification_read_real_delta_audit_runs(
 
     def record(run_id: str, status: str, minutes: int, **counts: int) -> None:
         started = t0 + timedelta(minutes=minutes)
-        run = load.RunRecord(run_id, started, "zk:2181", "replicas", status)
+        run = RunRecord(run_id, started, "zk:2181", "replicas", status)
         run.finished_at = started + timedelta(seconds=30)
         run.counts = dict(counts)
-        run.error = "boom" if status == load.STATUS_FAILED else None
+        run.error = "boom" if status == RunStatus.FAILED else None
         load.write_run_record(spark, warehouse, run)
 
     # ts A: first try failed, the retry found 3 ledgers; the verify still finds 1.
-    record("airflow-A-audit-t1", load.STATUS_FAILED, 0)
-    record("airflow-A-audit-t2", load.STATUS_COMPLETED, 1, underreplicated_ledgers=3, fragments=4)
-    record("airflow-A-verify-t1", load.STATUS_COMPLETED, 5, underreplicated_ledgers=1, fragments=1)
+    record("airflow-A-audit-t1", RunStatus.FAILED, 0)
+    record("airflow-A-audit-t2", RunStatus.COMPLETED, 1, underreplicated_ledgers=3, fragments=4)
+    record("airflow-A-verify-t1", RunStatus.COMPLETED, 5, underreplicated_ledgers=1, fragments=1)
     # ts B: clean audit, clean verify. ts C: the audit failed. ts D: no run at all.
-    record("airflow-B-audit-t1", load.STATUS_COMPLETED_WITH_ERRORS, 10, fragments=0)
-    record("airflow-B-verify-t1", load.STATUS_COMPLETED, 11, fragments=0)
-    record("airflow-C-audit-t1", load.STATUS_FAILED, 20)
+    record("airflow-B-audit-t1", RunStatus.COMPLETED_WITH_ERRORS, 10, fragments=0)
+    record("airflow-B-verify-t1", RunStatus.COMPLETED, 11, fragments=0)
+    record("airflow-C-audit-t1", RunStatus.FAILED, 20)
     # Another writer's run that only looks similar must not be picked up.
-    record("manual-A-audit-t1", load.STATUS_COMPLETED, 30, underreplicated_ledgers=9)
+    record("manual-A-audit-t1", RunStatus.COMPLETED, 30, underreplicated_ledgers=9)
 
     out = run_checker(
         tmp_path,

@@ -29,7 +29,7 @@ from bklib.client.placement import PlacementPolicy
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.meta.store import LedgerStore
-from bklib.zkserver import ZooKeeperServer
+from bklib.testing.zkserver import ZooKeeperServer
 from tests.bookie_helpers import BookieProcess, wait_for_znode
 
 T = TypeVar("T")

@@ -9,8 +9,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.quorum import classify_replicas, stripe_count
-from jobs import load
+from bklib.states import RunStatus
 from jobs.audit import run_audit
+from jobs.spark import load
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, list_report
 from tests.audit_helpers import spark as spark  # the session fixture
 
@@ -40,7 +41,7 @@ def test_lost_check_reports_exactly_the_segments_naming_the_stopped_bookie(
         assert run_audit(audit_args(c.zk, warehouse, "lost"), spark) == 0
 
         run = load.latest_run(spark, warehouse)
-        assert run is not None and run["status"] == load.STATUS_COMPLETED
+        assert run is not None and run["status"] == RunStatus.COMPLETED
         assert run["counts"]["ledgers"] == len(ledgers)
         assert run["counts"]["bookies_lost"] == 1
         rows = fragments_of(spark, warehouse, run["run_id"])

@@ -9,8 +9,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs import load
-from jobs.audit import AuditConfig, AuditJob, run_audit
+from bklib.states import RunStatus
+from jobs.audit import AuditConfig, run_audit
+from jobs.spark import load
+from jobs.spark.audit_job import AuditJob
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, list_report
 from tests.audit_helpers import spark as spark  # the session fixture
 
@@ -32,7 +34,7 @@ def test_corrupt_znode_is_recorded_and_the_run_completes(
 
         run = load.latest_run(spark, warehouse)
         assert run is not None
-        assert run["status"] == load.STATUS_COMPLETED_WITH_ERRORS
+        assert run["status"] == RunStatus.COMPLETED_WITH_ERRORS
         assert run["counts"]["metadata_errors"] == 1
         assert run["counts"]["ledgers"] == 4
         errors = (
@@ -90,7 +92,7 @@ def test_ledgers_deleted_or_changed_during_the_audit_are_not_reported(
         rows = fragments_of(spark, warehouse, run.run_id)
         assert [(r["ledger_id"], r["bookie_id"]) for r in rows] == [(kept.ledger_id, b2)]
         assert run.counts["dropped_after_reread"] == 2
-        assert run.status == load.STATUS_COMPLETED
+        assert run.status == RunStatus.COMPLETED
 
         code, text = list_report(spark, warehouse, "--run-id", run.run_id)
         assert code == 1 and f"\n{kept.ledger_id}\n" in text

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs import load
+from bklib.states import RunStatus
 from jobs.audit import run_audit
+from jobs.spark import load
 from tests.audit_helpers import (
     AuditCluster,
     audit_args,
@@ -97,7 +98,7 @@ def test_replicas_reports_exactly_the_removed_entries(
     run = load.latest_run(spark, warehouse)
     assert run is not None
     # b3 answered nothing for one ledger: the run completes and says so.
-    assert run["status"] == load.STATUS_COMPLETED_WITH_ERRORS
+    assert run["status"] == RunStatus.COMPLETED_WITH_ERRORS
     assert run["counts"]["pairs_PROBE_OK"] >= 1
     rows = _by_key(fragments_of(spark, warehouse, run["run_id"]))
 

@@ -19,7 +19,8 @@ from bklib.bookie import storage as st
 from bklib.meta.formats import decode_service_info
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
-from bklib.zkserver import free_port
+from bklib.testing import datadir
+from bklib.testing.zkserver import free_port
 from tests.bookie_helpers import (
     KEY,
     BookieProcess,
@@ -228,10 +229,10 @@ def test_offline_helpers_on_a_stopped_bookie(zk_chroot: str, tmp_path: Path) -> 
     with bookie, RawClient(bookie.address) as c:
         assert c.add_many(9, range(10), b"q" * 100) == [pb.EOK] * 10
         with pytest.raises(st.DataDirLockedError):
-            st.stored_entries(data_dir)  # refuses while the bookie runs
-    assert st.delete_entries(data_dir, 9, [2, 3]) == [2, 3]
-    st.corrupt_entry(data_dir, 9, 5)
-    assert st.stored_entries(data_dir) == {9: [0, 1, 4, 5, 6, 7, 8, 9]}
+            datadir.stored_entries(data_dir)  # refuses while the bookie runs
+    assert datadir.delete_entries(data_dir, 9, [2, 3]) == [2, 3]
+    datadir.corrupt_entry(data_dir, 9, 5)
+    assert datadir.stored_entries(data_dir) == {9: [0, 1, 4, 5, 6, 7, 8, 9]}
     with bookie, RawClient(bookie.address) as c:
         assert c.read(9, 2).status == pb.ENOENTRY
         assert c.read(9, 4).readResponse.body == entry_body(9, 4, b"q" * 100)

@@ -22,7 +22,7 @@ from bklib.digest import parse_entry_header
 from bklib.meta.formats import decode_service_info
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
-from bklib.zkserver import ZooKeeperServer
+from bklib.testing.zkserver import ZooKeeperServer
 from tests.bookie_helpers import (
     KEY,
     WRONG_KEY,
@@ -191,7 +191,7 @@ def test_master_key_checked_on_add_and_write_lac(client: RawClient) -> None:
 def test_write_and_read_lac(client: RawClient) -> None:
     lid = new_ledger()
     assert client.read_lac(lid).status == pb.ENOLEDGER
-    # Explicit LAC on a ledger with no entries: EIO with lacBody (spec §6.4 quirk).
+    # Explicit LAC on a ledger with no entries: EIO with lacBody (a ReadLacProcessorV3 quirk).
     wl = client.write_lac(lid, 7)
     assert wl.status == pb.EOK and wl.writeLacResponse.ledgerId == lid
     r = client.read_lac(lid)

@@ -1,5 +1,5 @@
 """Ledger recovery on real bookie processes: acceptance scenarios 3-10 and 14 of
-spec/algorithms.md §6.3, each with the exact expected outcome, plus convergence of concurrent
+docs/safety-rules.md, each with the exact expected outcome, plus convergence of concurrent
 recoverers.
 
 Faults come from the bookies' fault-injection hook (drop / fail / delay per operation, ledger
@@ -217,7 +217,7 @@ def test_s06_unacked_entry_on_one_bookie(
                 # Coverage needs 2 of 3 fencing replies. If the holder's was among them, its
                 # last entry (e10, LAC 9) set the start *and* the length -- BookKeeper takes
                 # the length from the highest-LAC reply even when nothing is written back
-                # (spec §2.10); otherwise e9 was re-written and gave the length.
+                # (LedgerRecoveryOp); otherwise e9 was re-written and gave the length.
                 assert op.start_lac in (8, 9)
                 assert md.length == (with_e10 if op.start_lac == 9 else w.length)
 
@@ -297,7 +297,7 @@ def test_s08_first_writer_cannot_commit_after_second_closes(cluster: Cluster) ->
             assert (md.state, md.last_entry_id) == (CLOSED, 1)
             assert cluster.hits(b3, b3_read) == 1
             # The recovered length comes from the highest-LAC reply (b3's last entry, e2):
-            # BookKeeper's behaviour, spec §2.10.
+            # BookKeeper's behaviour (LedgerRecoveryOp).
             assert md.length == w1.length + len(payload(2))
 
             pool.release(b2, 2)

@@ -1,5 +1,5 @@
 """The ledger writer on real bookie processes: pipelined adds, close, and acceptance scenarios
-11-13 of spec/algorithms.md §6.3 (ensemble change, writer vs recovery metadata, writer vs
+11-13 of docs/safety-rules.md (ensemble change, writer vs recovery metadata, writer vs
 re-replication), each with the exact expected outcome."""
 
 from __future__ import annotations

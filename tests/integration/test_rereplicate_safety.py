@@ -20,7 +20,9 @@ from pyspark.sql import SparkSession
 from bklib.errors import LedgerFencedError
 from bklib.meta.model import LedgerState
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs.rereplicate import RepairConfig, RepairJob, _repair_task
+from bklib.repair.requests import LedgerRequest
+from jobs.rereplicate import RepairConfig
+from jobs.spark.repair_job import RepairJob, _repair_task
 from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.repair_helpers import (
@@ -192,7 +194,7 @@ time.sleep(600)
 # ---- (d) SIGKILL at random points ------------------------------------------------------------
 
 
-def _run_worker(cfg: RepairConfig, rows: list[dict[str, Any]], started: str) -> None:
+def _run_worker(cfg: RepairConfig, rows: list[LedgerRequest], started: str) -> None:
     """A child process running exactly the executors' per-partition function."""
     Path(started).touch()
     for _ in _repair_task(cfg)(iter(rows)):
@@ -220,7 +222,7 @@ def test_d_killed_at_random_points_then_rerun_converges(
         job = RepairJob(spark, cfg)
         requests = job.requests_from_audit()
         assert requests is not None
-        rows = [r.asDict(recursive=True) for r in requests.collect()]
+        rows = list(requests)
 
         # Five worker processes killed by SIGKILL at seeded random moments mid-repair
         # (spawned, not forked: a fork would share the Spark gateway's socket).

@@ -7,7 +7,7 @@ import sys
 
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LedgerStore, connect
-from bklib.sandbox import Sandbox
+from bklib.testing.sandbox import Sandbox
 
 
 def test_sandbox_in_a_chroot_registers_bookies_and_survives_restart(tmp_path, zk_chroot):

@@ -2,7 +2,7 @@
 
 from kazoo.client import KazooClient
 
-from bklib.zkserver import four_letter_word
+from bklib.testing.zkserver import four_letter_word
 
 
 def test_server_answers_ruok(zk_server):

@@ -26,8 +26,8 @@ from bklib.client.placement import PlacementPolicy
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.meta.store import LedgerStore
-from bklib.sandbox import BookieProcess
-from bklib.zkserver import ZooKeeperServer
+from bklib.testing.sandbox import BookieProcess
+from bklib.testing.zkserver import ZooKeeperServer
 from tests.interop import harness
 from tests.interop.harness import JavaBookie, JavaClient, JavaShell, JavaUnavailable
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from bklib.zkserver import cache_dir, free_port, terminate
+from bklib.testing.zkserver import cache_dir, free_port, terminate
 
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "scripts" / "java" / "bookkeeper"

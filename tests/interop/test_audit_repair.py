@@ -20,8 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.meta.model import LedgerState
-from jobs import load
 from jobs.audit import run_audit
+from jobs.spark import load
 from tests.audit_helpers import audit_args, fragments_of
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.interop.harness import REPO, JavaClient, payloads

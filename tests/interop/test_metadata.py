@@ -12,7 +12,7 @@ import pytest
 from bklib.client.reader import LedgerReader
 from bklib.meta import LedgerMetadata, Segment
 from bklib.meta.model import DigestType, LedgerState
-from bklib.sandbox import BookieProcess
+from bklib.testing.sandbox import BookieProcess
 from tests.interop.conftest import ROOT, InteropCluster, _wait_znode
 from tests.interop.harness import JavaClient, payloads
 

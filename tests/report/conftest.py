@@ -3,7 +3,7 @@
 Four Python bookies on a real ZooKeeper; ledgers chosen so the latest audit has every
 severity (BELOW_WQ, BELOW_AQ, NO_REPLICA) and an open ledger; three ``lost`` audit runs by the
 real audit job (one before the bookie stops, two after); then one repair run's
-``replication_actions`` rows appended by Spark with ``jobs.load.ACTIONS_SCHEMA``, exactly the
+``replication_actions`` rows appended by Spark with ``jobs.spark.load.ACTIONS_SCHEMA``, exactly the
 schema ``jobs/rereplicate.py`` writes: two ledgers repaired (COPY + METADATA_UPDATE DONE), one
 NO_REPLICA, one open ledger WAITING_GRACE.
 """
@@ -20,9 +20,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.quorum import classify_replicas, stripe_count
-from bklib.zkserver import ZooKeeperServer
-from jobs import load
+from bklib.states import ActionKind, ActionStatus
+from bklib.testing.zkserver import ZooKeeperServer
 from jobs.audit import run_audit
+from jobs.spark import load
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, shared_spark
 
 REPAIR_RUN = "repair-20260101T000000Z-test"
@@ -167,8 +168,8 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
         start = t0 + timedelta(minutes=3 * i)
         end = action(
             lid,
-            load.ACTION_COPY,
-            load.ACTION_DONE,
+            ActionKind.COPY,
+            ActionStatus.DONE,
             start,
             1.5,
             old=wh.victim,
@@ -178,8 +179,8 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
         )
         wh.repaired_at[lid] = action(
             lid,
-            load.ACTION_METADATA_UPDATE,
-            load.ACTION_DONE,
+            ActionKind.METADATA_UPDATE,
+            ActionStatus.DONE,
             end,
             0.1,
             old=wh.victim,
@@ -188,8 +189,8 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
         wh.copied[lid] = (missing, nbytes)
     action(
         wh.no_replica,
-        load.ACTION_COPY,
-        load.ACTION_NO_REPLICA,
+        ActionKind.COPY,
+        ActionStatus.NO_REPLICA,
         t0,
         0.2,
         old=wh.victim,
@@ -198,8 +199,8 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
     )
     action(
         wh.open_ledger,
-        load.ACTION_FENCE_AND_CLOSE,
-        load.ACTION_WAITING_GRACE,
+        ActionKind.FENCE_AND_CLOSE,
+        ActionStatus.WAITING_GRACE,
         t0,
         0.0,
         error="open; grace period 30s not over",

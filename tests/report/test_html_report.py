@@ -1,4 +1,4 @@
-"""jobs.html_report: the queries on a real warehouse (chispa), the page rendered by headless
+"""jobs.reports.html: the queries on a real warehouse (chispa), the page rendered by headless
 Chromium (DOM and pixels), and the pure rendering helpers."""
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs import load
-from jobs.html_report import (
+from jobs.reports.html import (
     SEVERITY_COLORS,
     ReportData,
     add_report_arguments,
@@ -40,6 +39,7 @@ from jobs.html_report import (
     svg_hbar_chart,
     time_to_repair,
 )
+from jobs.spark import load
 from tests.report.conftest import ReportWarehouse
 
 pytestmark = pytest.mark.integration

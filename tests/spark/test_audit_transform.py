@@ -7,18 +7,10 @@ from datetime import datetime, timezone
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from bklib.quorum import stripe_count, stripe_first_last
-from jobs import transform
-from jobs.transform import (
-    BOOKIE_LOST,
-    BOOKIE_UNREACHABLE,
-    DIGEST_MISMATCH,
-    ENTRIES_MISSING,
-    STATUS_NO_LEDGER,
-    STATUS_UNREACHABLE,
-)
+from bklib.quorum import stripe_count
+from bklib.states import Reason, ReplicaStatus
+from jobs.spark import transform
 from tests.audit_helpers import (
     bookies_df,
     entries_df,
@@ -28,6 +20,13 @@ from tests.audit_helpers import (
     ledgers_df,
     metadata,
 )
+
+BOOKIE_LOST = Reason.BOOKIE_LOST
+BOOKIE_UNREACHABLE = Reason.BOOKIE_UNREACHABLE
+DIGEST_MISMATCH = Reason.DIGEST_MISMATCH
+ENTRIES_MISSING = Reason.ENTRIES_MISSING
+STATUS_NO_LEDGER = ReplicaStatus.NO_LEDGER
+STATUS_UNREACHABLE = ReplicaStatus.UNREACHABLE
 
 B = [f"10.0.0.{i}:3181" for i in range(8)]
 B0, B1, B2, B3, B4, B5 = B[:6]
@@ -44,97 +43,6 @@ def full(ledger_id: int, bookies: list[str], last: int, lac: int | None = None) 
 
 
 # ---- expected stripes ---------------------------------------------------------------------------
-
-STRIPE_SCHEMA = T.StructType(
-    [
-        T.StructField("ledger_id", T.LongType()),
-        T.StructField("segment_index", T.IntegerType()),
-        T.StructField("bookie_index", T.IntegerType()),
-        T.StructField("segment_last_entry_id", T.LongType()),
-        T.StructField("expected_entries", T.LongType()),
-        T.StructField("stripe_first_entry_id", T.LongType()),
-        T.StructField("stripe_last_entry_id", T.LongType()),
-    ]
-)
-STRIPE_COLS = [f.name for f in STRIPE_SCHEMA.fields]
-
-
-def test_expected_stripes_match_quorum_arithmetic_for_every_e_and_wq(spark: SparkSession) -> None:
-    """Every E <= 5 and WQ <= E over ranges starting anywhere on the ring, against
-    bklib.quorum's residue arithmetic (the second segment is the one under test)."""
-    mds, want = [], []
-    lid = 0
-    for e in range(1, 6):
-        for wq in range(1, e + 1):
-            for first, last in [(1, 1), (1, 6), (3, 17), (7, 8), (10, 9), (4, 4 + 2 * e)]:
-                lid += 1
-                mds.append(metadata(lid, [(0, B[:e]), (first, B[:e])], wq=wq, aq=1, last=last))
-                for i in range(e):
-                    fl = stripe_first_last(i, first, last, e, wq)
-                    want.append(
-                        (
-                            lid,
-                            1,
-                            i,
-                            last,
-                            stripe_count(i, first, last, e, wq),
-                            fl[0] if fl else None,
-                            fl[1] if fl else None,
-                        )
-                    )
-    got = transform.expected_stripes(ledgers_df(spark, mds)).filter("segment_index = 1")
-    eq(got.select(*STRIPE_COLS), spark.createDataFrame(want, STRIPE_SCHEMA))
-
-
-def test_expected_stripes_wrap_around_multi_segment_open_and_empty(spark: SparkSession) -> None:
-    mds = [
-        # E=5, WQ=3: entry 4 is on indices [4, 0, 1] (wrap-around).
-        metadata(1, [(0, B[:5])], wq=3, aq=2, last=9),
-        # Two segments, index 1 replaced from entry 4; closed at 7.
-        metadata(2, [(0, E3), (4, [B0, B5, B2])], wq=2, aq=2, last=7),
-        # Open ledgers: the last segment ends at the LAC (known for ledger 3 only).
-        metadata(3, [(0, E3)], wq=3, aq=2),
-        metadata(4, [(0, E3)], wq=2, aq=2),
-        # An empty closed ledger, and an empty last segment (starts after lastEntryId).
-        metadata(5, [(0, E3)], wq=2, aq=2, last=-1),
-        metadata(6, [(0, E3), (3, [B3, B4, B5])], wq=2, aq=2, last=2),
-    ]
-    lac = spark.createDataFrame([(3, 4)], "ledger_id long, lac long")
-    got = transform.expected_stripes(ledgers_df(spark, mds), lac).select(*STRIPE_COLS)
-    want = [
-        # ledger 1 over [0, 9]: index i holds residues {i, i-1, i-2} mod 5
-        (1, 0, 0, 9, 6, 0, 9),  # 0 3 4 5 8 9
-        (1, 0, 1, 9, 6, 0, 9),  # 0 1 4 5 6 9
-        (1, 0, 2, 9, 6, 0, 7),  # 0 1 2 5 6 7
-        (1, 0, 3, 9, 6, 1, 8),  # 1 2 3 6 7 8
-        (1, 0, 4, 9, 6, 2, 9),  # 2 3 4 7 8 9
-        # ledger 2, segment [0, 3] then [4, 7]; index i holds residues {i, i-1} mod 3
-        (2, 0, 0, 3, 3, 0, 3),  # 0 2 3
-        (2, 0, 1, 3, 3, 0, 3),  # 0 1 3
-        (2, 0, 2, 3, 2, 1, 2),  # 1 2
-        (2, 1, 0, 7, 2, 5, 6),  # 5 6
-        (2, 1, 1, 7, 3, 4, 7),  # 4 6 7
-        (2, 1, 2, 7, 3, 4, 7),  # 4 5 7
-        (3, 0, 0, 4, 5, 0, 4),
-        (3, 0, 1, 4, 5, 0, 4),
-        (3, 0, 2, 4, 5, 0, 4),
-        (4, 0, 0, None, None, None, None),
-        (4, 0, 1, None, None, None, None),
-        (4, 0, 2, None, None, None, None),
-        (5, 0, 0, -1, 0, None, None),
-        (5, 0, 1, -1, 0, None, None),
-        (5, 0, 2, -1, 0, None, None),
-        (6, 0, 0, 2, 2, 0, 2),
-        (6, 0, 1, 2, 2, 0, 1),
-        (6, 0, 2, 2, 2, 1, 2),
-        (6, 1, 0, 2, 0, None, None),
-        (6, 1, 1, 2, 0, None, None),
-        (6, 1, 2, 2, 0, None, None),
-    ]
-    eq(got, spark.createDataFrame(want, STRIPE_SCHEMA))
-
-
-# ---- replicas: missing entries and classification ----------------------------------------------
 
 
 def test_missing_entries_are_counted_on_the_stripe_with_severity(spark: SparkSession) -> None:
@@ -392,76 +300,3 @@ def test_first_detected_at_is_carried_over(spark: SparkSession) -> None:
 
 
 # ---- the per-ledger core against brute force ----------------------------------------------------
-
-
-def _brute_force(md, held: dict[str, set[int]], lost: set[str]) -> dict:  # type: ignore[no-untyped-def]
-    """Per (segment first, bookie): (missing count, min replicas), entry by entry."""
-    from bklib.quorum import classify_replicas, write_set
-
-    out = {}
-    for si, seg in enumerate(md.segments):
-        last = min(md.segment_last_entry_id(si), md.last_entry_id)  # rule 15
-        counts: dict[int, int] = {}
-        miss: dict[str, list[int]] = {}
-        for x in range(seg.first_entry_id, last + 1):
-            absent = [
-                seg.ensemble[i]
-                for i in write_set(x, md.ensemble_size, md.write_quorum)
-                if seg.ensemble[i] in lost or x not in held.get(seg.ensemble[i], set())
-            ]
-            counts[x] = len(absent)
-            for b in absent:
-                miss.setdefault(b, []).append(x)
-        for b, xs in miss.items():
-            worst = max(counts[x] for x in xs)
-            mr = md.write_quorum - worst
-            out[(seg.first_entry_id, b)] = (
-                len(xs),
-                mr,
-                classify_replicas(mr, md.write_quorum, md.ack_quorum),
-            )
-    return out
-
-
-def test_classify_ledger_agrees_with_entry_by_entry_counting() -> None:
-    import random
-
-    from jobs.extract import ledger_row
-    from jobs.transform import classify_ledger
-
-    rng = random.Random(5)
-    pool = B[:7]
-    for lid in range(300):
-        e = rng.randint(1, 5)
-        wq = rng.randint(1, e)
-        aq = rng.randint(1, wq)
-        last = rng.randint(-1, 40)
-        firsts = sorted(rng.sample(range(1, 45), rng.randint(0, 2)))
-        segs = [(f, rng.sample(pool, e)) for f in [0, *firsts]]
-        md = metadata(lid, segs, e=e, wq=wq, aq=aq, last=last)
-        bookies = {b for _, ens in segs for b in ens}
-        lost = {b for b in bookies if rng.random() < 0.15}
-        held = {b: {x for x in range(0, 50) if rng.random() > 0.15} for b in bookies - lost}
-        replicas = {
-            b: {
-                "bookie_id": b,
-                "status": "OK",
-                "entries": [{"first_entry_id": x, "last_entry_id": x} for x in sorted(xs)],
-                "bad_entries": [],
-                "unknown_entries": [],
-                "error": None,
-            }
-            for b, xs in held.items()
-        }
-        row = dict(
-            zip(transform.LEDGER_SCHEMA.fieldNames(), ledger_row(lid, "", md, 0, None), strict=True)
-        )
-        got = {}
-        for r in classify_ledger(row, frozenset(lost), replicas):
-            if r["missing_entries"]:
-                got[(r["segment_first_entry_id"], r["bookie_id"])] = (
-                    r["missing_entries"],
-                    r["min_replicas"],
-                    r["severity"],
-                )
-        assert got == _brute_force(md, held, lost), (lid, segs, last, lost)

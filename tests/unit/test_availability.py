@@ -1,4 +1,4 @@
-"""availabilityOfEntriesOfLedger bytes (wire spec 6.8) and missing-stripe arithmetic."""
+"""AvailabilityOfEntriesOfLedger bytes and missing-stripe arithmetic."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def test_queries_match_python_sets() -> None:
 
 
 def test_missing_checklist_item_19() -> None:
-    # Closed ledger E=3, WQ=3, AQ=2, entries 0..5, one segment.
+    # docs/safety-rules.md scenario 19. Closed ledger E=3, WQ=3, AQ=2, entries 0..5, one segment.
     full = from_entry_ids(range(6))
     lacks_1 = from_entry_ids([0, 2, 3, 4, 5])
     for idx in range(3):

@@ -16,6 +16,7 @@ from bklib.bookie import storage as st
 from bklib.bookie.journal import CorruptJournalError, Journal
 from bklib.bookie.storage import DataDirLockedError, Storage, StorageError
 from bklib.errors import NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
+from bklib.testing import datadir
 
 KEY = b"k" * 20
 OTHER_KEY = b"o" * 20
@@ -236,11 +237,11 @@ def test_offline_delete_and_corrupt_helpers(tmp_path: Path) -> None:
         await s.close()
 
     run(write())
-    assert st.stored_entries(tmp_path) == {5: [0, 1, 2, 3, 4, 5]}
-    assert st.delete_entries(tmp_path, 5, [1, 5, 77]) == [1, 5]
-    st.corrupt_entry(tmp_path, 5, 3)
-    assert st.stored_entries(tmp_path) == {5: [0, 2, 3, 4]}
-    corrupted = st.read_stored_entry(tmp_path, 5, 3)
+    assert datadir.stored_entries(tmp_path) == {5: [0, 1, 2, 3, 4, 5]}
+    assert datadir.delete_entries(tmp_path, 5, [1, 5, 77]) == [1, 5]
+    datadir.corrupt_entry(tmp_path, 5, 3)
+    assert datadir.stored_entries(tmp_path) == {5: [0, 2, 3, 4]}
+    corrupted = datadir.read_stored_entry(tmp_path, 5, 3)
     original = body(5, 3, payload=b"hello-3")
     assert corrupted[:-1] == original[:-1] and corrupted[-1] == original[-1] ^ 0xFF
 
@@ -260,4 +261,4 @@ def test_offline_delete_and_corrupt_helpers(tmp_path: Path) -> None:
         await s.close()
 
     run(reopen())
-    assert st.stored_entries(tmp_path) == {5: [2, 3, 4]}
+    assert datadir.stored_entries(tmp_path) == {5: [2, 3, 4]}

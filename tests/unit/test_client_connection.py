@@ -306,8 +306,9 @@ def test_add_and_read_roundtrip_with_java_request_fields(bookie: MockBookie) -> 
 
 
 def test_flags_and_priority_per_request_kind(bookie: MockBookie) -> None:
-    """Spec §7.2: recovery add = RECOVERY_ADD + priority 100; re-replication = RECOVERY_ADD only;
-    fencing read-LAC = FENCE_LEDGER + key, no priority; recovery read = fence + priority."""
+    """As the Java client sends them: recovery add = RECOVERY_ADD + priority 100;
+    re-replication = RECOVERY_ADD only; fencing read-LAC = FENCE_LEDGER + key, no priority;
+    recovery read = fence + priority."""
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import os
 import pickle
 import signal
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.client.connection import ClientConfig, ReadResult
+from bklib.client.connection import OPERATIONS, BookieConnection, ClientConfig, ReadResult
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.resolver import BookieAddressResolver, parse_legacy_bookie_id
 from bklib.errors import (
@@ -307,6 +308,68 @@ def test_sync_client_timeout(bookie: MockBookie) -> None:
             client.read("b", 3, 3, timeout=0.2)
         assert time.monotonic() - t0 < 2.0
         assert (ei.value.ledger_id, ei.value.entry_id, ei.value.bookie) == (3, 3, "b")
+
+
+def test_pool_and_sync_client_derive_every_operation_from_the_connection() -> None:
+    assert set(OPERATIONS) == {
+        "add",
+        "read",
+        "read_lac",
+        "write_lac",
+        "force_ledger",
+        "list_entries",
+        "bookie_info",
+    }
+    for name in OPERATIONS:
+        conn_op = getattr(BookieConnection, name)
+        _, *want = inspect.signature(conn_op).parameters.values()
+        for cls in (BookieClientPool, SyncBookieClient):
+            op = getattr(cls, name)
+            _, bookie_id, *got = inspect.signature(op).parameters.values()
+            assert (bookie_id.name, bookie_id.kind) == ("bookie_id", bookie_id.POSITIONAL_ONLY)
+            assert got == want, (cls.__name__, name)
+            assert inspect.getdoc(conn_op) in (op.__doc__ or "")
+        assert inspect.iscoroutinefunction(BookieClientPool.__dict__[name])
+        assert not inspect.iscoroutinefunction(SyncBookieClient.__dict__[name])
+
+
+def test_sync_client_guards_each_operation_with_its_own_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = ClientConfig(
+        add_timeout=1.0, read_timeout=2.0, bookie_info_timeout=3.0, connect_timeout=0.5
+    )
+    client = SyncBookieClient(config=cfg)
+    guards: list[float | None] = []
+    monkeypatch.setattr(client, "_wait", lambda fn, guard: guards.append(guard))
+    client.add("b", 1, 0, KEY, b"x")
+    client.read("b", 1, 0, fence=True, master_key=KEY)
+    client.read_lac("b", 1, timeout=7.0)
+    client.write_lac("b", 1, 0, KEY, b"lac")
+    client.force_ledger("b", 1)
+    client.list_entries("b", 1, timeout=0.25)
+    client.bookie_info("b")
+    client.call("read", "b", 1, 0)
+    assert guards == [t + 3 * 0.5 + 5.0 for t in (1.0, 2.0, 7.0, 2.0, 2.0, 0.25, 3.0, 2.0)]
+    assert client.guard(4.0) == 4.0 + 3 * 0.5 + 5.0
+    with pytest.raises(AttributeError, match="no bookie operation"):
+        client.call("close", "b")
+    with pytest.raises(TypeError, match="timeout"):
+        client.read("b", 1, 0, timeout="soon")  # type: ignore[arg-type]
+    client.close()
+
+
+def test_sync_client_call_runs_an_operation_by_name(bookie: MockBookie) -> None:
+    with SyncBookieClient(addresses={"b": bookie.address}, config=fast_config()) as client:
+        client.call("add", "b", 4, 0, KEY, b"by name", recovery=True)
+        assert client.call("read", "b", 4, 0).body == b"by name"
+
+        async def silent(req: pb.Request, conn: MockConn) -> None:
+            return
+
+        bookie.handler = silent
+        with pytest.raises(BKTimeoutError):
+            client.call("read_lac", "b", 4, timeout=0.2)
 
 
 def test_sync_client_is_not_picklable() -> None:

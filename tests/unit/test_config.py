@@ -1,4 +1,4 @@
-"""jobs.config: config file, environment and flags, in that order of precedence, applied to
+"""jobs.cli.config: config file, environment and flags, in that order of precedence, applied to
 the real command parsers (audit, listunderreplicated, report, sandbox, demo)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from jobs import cli
 from jobs.audit import add_audit_arguments
-from jobs.config import (
+from jobs.cli.config import (
     DEFAULT_CONFIG_FILE,
     ConfigError,
     apply_config,
@@ -23,8 +23,8 @@ from jobs.config import (
     load_config,
     parse_with_config,
 )
-from jobs.html_report import add_report_arguments
-from jobs.report import add_list_arguments
+from jobs.reports.html import add_report_arguments
+from jobs.reports.listing import add_list_arguments
 from jobs.rereplicate import add_repair_arguments
 
 

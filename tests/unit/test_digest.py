@@ -1,4 +1,4 @@
-"""Entry/LAC bodies and digests against the wire spec (sections 4 and 5) test vectors."""
+"""Entry/LAC bodies and digests against reference vectors (the JDK classes DigestManager uses)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from bklib.digest import (
 from bklib.errors import DigestMatchError, IncorrectParameterError
 from bklib.meta.model import DigestType
 
-# Spec section 4.5: ledgerId = 1, entryId = 0, lac = -1, length = 5, payload "hello".
+# Reference vector: ledgerId = 1, entryId = 0, lac = -1, length = 5, payload "hello".
 HEADER_1_0 = bytes.fromhex("0000000000000001 0000000000000000 ffffffffffffffff 0000000000000005")
 VECTOR_DIGESTS = {
     DigestType.CRC32: "0000000030a56872",

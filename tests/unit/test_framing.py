@@ -22,7 +22,7 @@ from bklib.proto.status import V2_TO_V3, V3_TO_V2, error_for_status, status_name
 
 
 def test_fencing_read_matches_the_spec_worked_example() -> None:
-    """Spec wire-protocol §2.3: the exact bytes protobuf-java produces."""
+    """The exact bytes protobuf-java produces for a Java recovery read of entry -1."""
     req = pb.Request()
     req.header.version = pb.VERSION_THREE
     req.header.operation = pb.READ_ENTRY

@@ -1,4 +1,5 @@
-"""LAYOUT, registration data, cookies and under-replication znodes (spec zk-metadata §1, §4)."""
+"""LAYOUT, registration data, cookies and under-replication znodes, in BookKeeper's formats
+(``LedgerLayout``, ``ZKRegistrationManager``, ``Cookie``, ``ZkLedgerUnderreplicationManager``)."""
 
 from __future__ import annotations
 

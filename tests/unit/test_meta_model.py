@@ -1,4 +1,5 @@
-"""LedgerMetadata validation, queries and transforms (spec zk-metadata §1.2, §3.3, §6)."""
+"""LedgerMetadata validation (BookKeeper's ``LedgerMetadataBuilder`` checks), queries and
+transforms (in-place segment rewrites, as ``LedgerFragmentReplicator`` does)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def test_validate_rejects(changes: dict[str, object], word: str) -> None:
 
 
 def test_first_segment_need_not_start_at_zero_and_members_may_repeat() -> None:
-    # BookKeeper checks neither (spec §3.3).
+    # BookKeeper checks neither (LedgerMetadataBuilder).
     make(segments=(Segment(3, (A, A, B)),)).validate()
 
 

@@ -1,4 +1,5 @@
-"""Path arithmetic against the examples in spec/zk-metadata.md §2.1 and §4."""
+"""Path arithmetic of BookKeeper's (Long)HierarchicalLedgerManager and
+ZkLedgerUnderreplicationManager."""
 
 import pytest
 

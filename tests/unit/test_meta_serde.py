@@ -1,4 +1,4 @@
-"""Ledger metadata serde against the byte layouts of BookKeeper 4.17 (spec zk-metadata §3)."""
+"""Ledger metadata serde against the byte layouts of BookKeeper 4.17 (``LedgerMetadataSerDe``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def member(b: str) -> bytes:
     return bytes([0x0A, len(b)]) + b.encode()
 
 
-# The spec §3.2 worked example, byte for byte.
+# An open v3 ledger as LedgerMetadataSerDe writes it (E=3, WQ=2, AQ=2, CRC32C, empty password,
+# cToken 0, no ctime), byte for byte.
 SPEC_V3_BODY = (
     bytes.fromhex("4f 08 02 10 03 18 00")
     + bytes.fromhex("20 ff ff ff ff ff ff ff ff ff 01")

@@ -1,4 +1,4 @@
-"""Write sets, stripes, coverage and recovery-read decisions (algorithms spec 1, 2.3, 6)."""
+"""Write sets, stripes, coverage and recovery-read decisions (docs/safety-rules.md)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ P, N, U = ReplyKind.POSITIVE, ReplyKind.NEGATIVE, ReplyKind.UNKNOWN
 D = RecoveryReadDecision
 
 
-# ---- write sets (checklist item 1) ------------------------------------------------------------
+# ---- write sets (docs/safety-rules.md scenario 1) ---------------------------------------------
 
 
 def test_write_sets_checklist_item_1() -> None:
@@ -180,7 +180,7 @@ def test_stripes_partition_replicas() -> None:
         assert total == wq * (last - first + 1)
 
 
-# ---- coverage (checklist item 2) --------------------------------------------------------------
+# ---- coverage (docs/safety-rules.md scenario 2) ----------------------------------------------
 
 
 def test_coverage_checklist_item_2() -> None:
@@ -226,7 +226,7 @@ def test_coverage_matches_definition_and_sufficient_count() -> None:
             cs.add(i, kind)
         assert cs.is_covered() == expected
         if e - len(unknown) >= e - aq + 1:
-            assert expected  # the global sufficient condition from the spec
+            assert expected  # the global sufficient condition (known >= E - AQ + 1)
 
 
 def test_coverage_set_keeps_last_reply() -> None:
@@ -255,14 +255,14 @@ def test_reply_kind_mapping() -> None:
         assert reply_kind(err) is U
 
 
-# ---- recovery reads (checklist items 3, 6, 7) -------------------------------------------------
+# ---- recovery reads (docs/safety-rules.md scenarios 3, 6, 7) ---------------------------------
 
 
 @pytest.mark.parametrize(
     ("replies", "wq", "aq", "expected"),
     [
-        ([N, U, U], 3, 2, D.UNKNOWN_FAIL),  # item 7: must not truncate
-        ([N, N, None], 3, 2, D.ABSENT),  # item 7: no waiting for the zombie
+        ([N, U, U], 3, 2, D.UNKNOWN_FAIL),  # scenario 7: must not truncate
+        ([N, N, None], 3, 2, D.ABSENT),  # scenario 7: no waiting for the zombie
         ([None, N, N], 3, 2, D.ABSENT),
         ([N, None, None], 3, 2, D.PENDING),
         ([N, U, None], 3, 2, D.PENDING),
@@ -270,7 +270,7 @@ def test_reply_kind_mapping() -> None:
         ([U, P, None], 3, 2, D.FOUND),
         ([N, N, P], 3, 2, D.FOUND),
         ([None, None, None], 3, 2, D.PENDING),
-        ([N, None], 2, 2, D.ABSENT),  # item 3: WQ-AQ+1 = 1
+        ([N, None], 2, 2, D.ABSENT),  # scenario 3: WQ-AQ+1 = 1
         ([U, None], 2, 2, D.PENDING),
         ([U, U], 2, 2, D.UNKNOWN_FAIL),
         ([N, N, U], 3, 1, D.UNKNOWN_FAIL),  # AQ=1 needs all 3 negatives
@@ -306,7 +306,7 @@ def test_recovery_read_decision_exhaustive_rules() -> None:
                     assert replies.count(N) > wq - aq
 
 
-# ---- replicas classification (checklist item 19) ----------------------------------------------
+# ---- replicas classification (docs/safety-rules.md scenario 19) ------------------------------
 
 
 def test_classify_replicas_checklist_item_19() -> None:

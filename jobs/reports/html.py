@@ -1,7 +1,7 @@
 """``bkaudit report``: one self-contained HTML page about under-replication and repair.
 
     bkaudit report --warehouse PATH --out report.html [--run-id R] [--runs 30]
-    spark-submit jobs/html_report.py --warehouse PATH --out report.html
+    spark-submit jobs/reports/html.py --warehouse PATH --out report.html
 
 The page has three charts (under-replicated fragments per bookie by severity, findings per
 severity over the recent audit runs, repair throughput over time), the ledgers whose repair is
@@ -32,16 +32,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # `spark-submit jobs/html_report.py`: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # `spark-submit jobs/reports/html.py`: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from jobs import load
-from jobs.config import parse_with_config
+from jobs.cli.config import parse_with_config
+from jobs.spark import load
 
-log = logging.getLogger("jobs.html_report")
+log = logging.getLogger("jobs.reports.html")
 
 SEVERITIES = ("NO_REPLICA", "BELOW_AQ", "BELOW_WQ")
 SEVERITY_COLORS = {"NO_REPLICA": "#b91c1c", "BELOW_AQ": "#ea580c", "BELOW_WQ": "#ca8a04"}
@@ -55,7 +55,7 @@ REPORT_EPILOG = """examples:
   bkaudit report --warehouse /data/bkaudit --out report.html
   bkaudit report --warehouse s3a://ops/bkaudit --out /tmp/r.html --runs 90
   bkaudit report --warehouse /data/bkaudit --run-id 20260101T000000Z-1a2b3c4d --out old.html
-  spark-submit jobs/html_report.py --warehouse /data/bkaudit --out report.html
+  spark-submit jobs/reports/html.py --warehouse /data/bkaudit --out report.html
 """
 
 
@@ -724,7 +724,7 @@ def run_report(args: argparse.Namespace, spark: SparkSession | None = None) -> i
     """Write the report from parsed arguments; 0 when written, 2 on error."""
     try:
         if spark is None:
-            from jobs.spark import build_spark
+            from jobs.spark.session import build_spark
 
             spark = build_spark(
                 "bkaudit-report",
@@ -758,7 +758,7 @@ def run_report(args: argparse.Namespace, spark: SparkSession | None = None) -> i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit jobs/html_report.py ...`` entry point."""
+    """``spark-submit jobs/reports/html.py ...`` entry point."""
     parser = add_report_arguments(
         argparse.ArgumentParser(
             prog="html_report",

@@ -32,7 +32,7 @@ def _cmd_bookie(args: argparse.Namespace) -> int:
 
 
 def _cmd_sandbox(args: argparse.Namespace) -> int:
-    from bklib.sandbox import Sandbox, SandboxError, detached_status, stop_detached
+    from bklib.testing.sandbox import Sandbox, SandboxError, detached_status, stop_detached
 
     base = Path(args.dir)
     try:
@@ -77,7 +77,7 @@ def _spark_command(
     ``bkaudit bookie`` and ``sandbox`` never import Spark."""
 
     def run(args: argparse.Namespace) -> int:
-        from jobs.config import help_epilog, parse_with_config
+        from jobs.cli.config import help_epilog, parse_with_config
 
         add_arguments, runner = load()
         parser = argparse.ArgumentParser(
@@ -99,13 +99,13 @@ def _audit_job() -> JobParts:
 
 
 def _list_job() -> JobParts:
-    from jobs.report import add_list_arguments, run_listunderreplicated
+    from jobs.reports.listing import add_list_arguments, run_listunderreplicated
 
     return add_list_arguments, run_listunderreplicated
 
 
 def _report_job() -> JobParts:
-    from jobs.html_report import add_report_arguments, run_report
+    from jobs.reports.html import add_report_arguments, run_report
 
     return add_report_arguments, run_report
 
@@ -162,7 +162,7 @@ SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from jobs.demo import run_demo
+    from jobs.cli.demo import run_demo
 
     return run_demo(args)
 
@@ -170,7 +170,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; ``sandbox`` and ``demo`` take their defaults from the config
     file and environment too (the Spark commands apply them in their own parsers)."""
-    from jobs.config import apply_config, help_epilog
+    from jobs.cli.config import apply_config, help_epilog
 
     parser = argparse.ArgumentParser(
         prog="bkaudit",
@@ -232,7 +232,7 @@ def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from jobs.config import ConfigError, config_path_from_argv, configure_logging
+    from jobs.cli.config import ConfigError, config_path_from_argv, configure_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path = config_path_from_argv(argv)

@@ -21,8 +21,8 @@ from pathlib import Path
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext, LedgerReader
 from bklib.meta.store import LedgerStore, connect
-from bklib.sandbox import Sandbox
-from jobs.workload import PASSWORD, WrittenLedger, write_ledgers
+from bklib.testing.sandbox import Sandbox
+from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
     from jobs.audit import add_audit_arguments, run_audit
-    from jobs.report import add_list_arguments, run_listunderreplicated
+    from jobs.reports.listing import add_list_arguments, run_listunderreplicated
     from jobs.rereplicate import add_repair_arguments, run_rereplicate
-    from jobs.spark import build_spark
+    from jobs.spark.session import build_spark
 
     total = 9
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bkaudit-demo-"))

@@ -4,24 +4,25 @@ BookKeeper's ``listunderreplicated`` prints one ledger id per line and, with
 ``-printmissingreplica``, a ``MissingReplica : <bookie>`` line under it per bookie. This
 prints the same shape from the Delta tables, with each fragment's range, reason, missing
 entry count and severity. Exit status: 0 when the report is clean, 1 when it has findings,
-2 on error (no warehouse, no completed run, unknown run id).
+2 on error (no warehouse, no completed run, unknown run id, unreadable table).
+
+The tables are read through delta-rs (:mod:`jobs.tables.delta`): no JVM, so the command
+answers in about a second and runs where Spark is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
-from pyspark.sql import SparkSession
-
-from jobs import load
+from bklib.states import Severity
+from jobs.tables import delta
 
 log = logging.getLogger(__name__)
-
-SEVERITY_ORDER = {"NO_REPLICA": 0, "BELOW_AQ": 1, "BELOW_WQ": 2}
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -36,7 +37,6 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument(
         "--run-id", default=None, help="report of this run (default: the latest completed one)"
     )
-    parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     return parser
 
 
@@ -87,10 +87,8 @@ def format_report(
     if not by_ledger and not errors:
         lines.append("no under-replicated ledgers")
     else:
-        worst = min(
-            (SEVERITY_ORDER[f["severity"]] for f in fragments if f["severity"]), default=None
-        )
-        label = next((k for k, v in SEVERITY_ORDER.items() if v == worst), "none")
+        ranked = [f["severity"] for f in fragments if f["severity"] in Severity.ORDER]
+        label = min(ranked, key=Severity.ORDER.__getitem__, default="none")
         lines.append(
             f"{len(by_ledger)} under-replicated ledgers, {len(fragments)} fragments, "
             f"{len(errors)} unreadable znodes; worst severity {label}"
@@ -98,55 +96,58 @@ def format_report(
     return "\n".join(lines)
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (delta-rs errors span many)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return first or type(exc).__name__
+
+
+def _is_missing_dir(warehouse: str) -> bool:
+    local = warehouse.removeprefix("file://") if warehouse.startswith("file://") else warehouse
+    return "://" not in local and not os.path.isdir(local)
+
+
 def list_underreplicated(
-    spark: SparkSession,
     warehouse: str,
     *,
     missing_replica: str | None = None,
     run_id: str | None = None,
     out: TextIO | None = None,
 ) -> int:
-    """Print the report of the latest completed run (or ``run_id``); 0 clean, 1 findings,
-    2 when there is no such run."""
-    run = load.latest_run(spark, warehouse, run_id)
-    if run is None:
-        what = f"run {run_id}" if run_id else "completed audit run"
-        print(f"listunderreplicated: no {what} in {warehouse}", file=sys.stderr)
+    """Print the report of the latest completed run (or ``run_id``): 0 clean, 1 findings,
+    2 on error (no warehouse, no such run, a table that cannot be read), with one line on
+    stderr saying why."""
+    try:
+        if _is_missing_dir(warehouse):
+            print(f"listunderreplicated: no warehouse at {warehouse}", file=sys.stderr)
+            return 2
+        run = delta.latest_run(warehouse, run_id)
+        if run is None:
+            what = f"run {run_id}" if run_id else "completed audit run"
+            print(f"listunderreplicated: no {what} in {warehouse}", file=sys.stderr)
+            return 2
+        filters = {"bookie_id": missing_replica} if missing_replica else None
+        frags = delta.run_fragments(warehouse, run["run_id"], filters)
+        # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
+        errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run["run_id"])
+    except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
+        log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
+        print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2
-    filters = {"bookie_id": missing_replica} if missing_replica else {}
-    frags = []
-    if load.table_exists(spark, warehouse, load.FRAGMENTS):
-        frags = [
-            r.asDict(recursive=True)
-            for r in load.run_fragments(spark, warehouse, run["run_id"], filters).collect()
-        ]
-    errors = []
-    if missing_replica is None and load.table_exists(spark, warehouse, load.LEDGERS):
-        errors = [
-            r.asDict()
-            for r in load.run_metadata_errors(spark, warehouse, run["run_id"])
-            .orderBy("ledger_id")
-            .collect()
-        ]
     print(format_report(run, frags, errors), file=out or sys.stdout)
     return 1 if frags or errors else 0
 
 
-def run_listunderreplicated(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
-    """Entry point for parsed arguments (``bkaudit listunderreplicated``)."""
+def run_listunderreplicated(args: argparse.Namespace, spark: Any = None) -> int:
+    """Entry point for parsed arguments (``bkaudit listunderreplicated``). ``spark`` is
+    accepted for older callers and ignored: the tables are read through delta-rs."""
+    del spark
     try:
-        if spark is None:
-            from jobs.spark import build_spark
-
-            spark = build_spark(
-                "bkaudit-listunderreplicated",
-                master=getattr(args, "master", None),
-                overrides={"spark.ui.showConsoleProgress": "false"},
-            )
         return list_underreplicated(
-            spark, args.warehouse, missing_replica=args.missing_replica, run_id=args.run_id
+            args.warehouse, missing_replica=args.missing_replica, run_id=args.run_id
         )
-    except Exception as exc:
-        log.exception("listunderreplicated failed")
-        print(f"listunderreplicated: {exc}", file=sys.stderr)
+    except Exception as exc:  # formatting a malformed row, say: still one line, exit 2
+        log.debug("listunderreplicated failed", exc_info=True)
+        print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2

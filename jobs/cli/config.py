@@ -42,7 +42,7 @@ __all__ = [
     "resolve_config_path",
 ]
 
-DEFAULT_CONFIG_FILE = Path(__file__).resolve().parents[1] / "conf" / "bkaudit.yaml"
+DEFAULT_CONFIG_FILE = Path(__file__).resolve().parents[2] / "conf" / "bkaudit.yaml"
 CONFIG_ENV = "BKAUDIT_CONFIG"
 GLOBAL_SECTION = "global"
 LOGGING_SECTION = "logging"
@@ -87,7 +87,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "report": (
         "bkaudit report --warehouse /data/bkaudit --out report.html",
         "bkaudit report --run-id 20260101T000000Z-1a2b3c4d --runs 90 --out old.html",
-        "spark-submit jobs/html_report.py --warehouse s3a://ops/bkaudit --out /tmp/r.html",
+        "spark-submit jobs/reports/html.py --warehouse s3a://ops/bkaudit --out /tmp/r.html",
     ),
     "sandbox": (
         "bkaudit sandbox up --bookies 5 --dir sandbox-data",

@@ -6,7 +6,7 @@ Tables (each keeps ``run_id``; new columns merge into the schema):
   Written last, so a run is visible to readers only once all its rows are in.
 * ``ledgers``: one row per ledger znode, metadata errors included (``error`` names it).
 * ``bookies``: bookie_id, state (writable / readonly / lost), host, port.
-* ``underreplicated_fragments``: see :data:`jobs.transform.FRAGMENT_SCHEMA`, plus
+* ``underreplicated_fragments``: see :data:`jobs.spark.transform.FRAGMENT_SCHEMA`, plus
   run_id, check, detected_at and first_detected_at.
 
 * ``replication_actions``: see :data:`ACTIONS_SCHEMA`; one row per action of a
@@ -21,100 +21,50 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from jobs.transform import carry_first_detected
+from bklib.states import RunStatus
+from jobs.tables import schema
+from jobs.tables.runs import RunRecord
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 
 log = logging.getLogger(__name__)
 
-AUDIT_RUNS = "audit_runs"
-LEDGERS = "ledgers"
-BOOKIES = "bookies"
-FRAGMENTS = "underreplicated_fragments"
-ACTIONS = "replication_actions"
 
-STATUS_COMPLETED = "COMPLETED"
-STATUS_COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
-"""Finished, but some znodes were unreadable or some bookies unreachable (rows say which)."""
-STATUS_FAILED = "FAILED"
-COMPLETED = (STATUS_COMPLETED, STATUS_COMPLETED_WITH_ERRORS)
-
-AUDIT_RUNS_SCHEMA = T.StructType(
-    [
-        T.StructField("run_id", T.StringType(), False),
-        T.StructField("started_at", T.TimestampType(), False),
-        T.StructField("finished_at", T.TimestampType(), True),
-        T.StructField("zk", T.StringType(), True),
-        T.StructField("check", T.StringType(), True),
-        T.StructField("status", T.StringType(), False),
-        T.StructField("counts", T.MapType(T.StringType(), T.LongType()), True),
-        T.StructField("error", T.StringType(), True),
-    ]
-)
+def spark_type(t: pa.DataType, nullable: bool = True) -> T.DataType:
+    """The Spark type of an Arrow type, keeping element nullability (Spark's own converter
+    drops it, and Delta compares ``containsNull`` when schemas merge)."""
+    if pa.types.is_struct(t):
+        return T.StructType(
+            [T.StructField(f.name, spark_type(f.type), f.nullable) for f in t]  # type: ignore[attr-defined]
+        )
+    if pa.types.is_map(t):
+        return T.MapType(spark_type(t.key_type), spark_type(t.item_type), t.item_field.nullable)
+    if pa.types.is_list(t):
+        return T.ArrayType(spark_type(t.value_type), t.value_field.nullable)
+    simple = {
+        pa.int64(): T.LongType(),
+        pa.int32(): T.IntegerType(),
+        pa.string(): T.StringType(),
+        pa.binary(): T.BinaryType(),
+        pa.bool_(): T.BooleanType(),
+        pa.timestamp("us", tz="UTC"): T.TimestampType(),
+    }
+    return simple[t]
 
 
-# ---- replication_actions ----------------------------------------------------------------------
-
-# Action kinds.
-ACTION_FENCE_AND_CLOSE = "FENCE_AND_CLOSE"
-ACTION_COPY = "COPY"
-ACTION_METADATA_UPDATE = "METADATA_UPDATE"
-ACTION_SKIP = "SKIP"
-
-# Action statuses. DONE/PLANNED/SKIPPED are final; FAILED and WAITING_GRACE are retried by the
-# next run; NO_REPLICA is terminal (the entries named in no_replica_entries exist nowhere).
-ACTION_DONE = "DONE"
-ACTION_PLANNED = "PLANNED"
-"""--dry-run: what would have been done."""
-ACTION_SKIPPED = "SKIPPED"
-ACTION_FAILED = "FAILED"
-ACTION_WAITING_GRACE = "WAITING_GRACE"
-ACTION_NO_REPLICA = "NO_REPLICA"
-ACTION_LOCKED = "LOCKED"
-"""Another worker (ours or a Java ReplicationWorker) holds the ledger's lock."""
-ACTION_DISABLED = "DISABLED"
-"""``underreplication/disable`` exists: autorecovery is switched off cluster-wide."""
-
-ACTIONS_SCHEMA = T.StructType(
-    [
-        T.StructField("run_id", T.StringType(), False),
-        T.StructField("mode", T.StringType(), False),  # rereplicate / recover / decommission
-        T.StructField("audit_run_id", T.StringType(), True),
-        T.StructField("ledger_id", T.LongType(), False),
-        T.StructField("segment_first_entry_id", T.LongType(), True),
-        T.StructField("segment_last_entry_id", T.LongType(), True),
-        T.StructField("old_bookie", T.StringType(), True),
-        T.StructField("new_bookie", T.StringType(), True),
-        T.StructField("action", T.StringType(), False),
-        T.StructField("entries_copied", T.LongType(), False),
-        T.StructField("bytes_copied", T.LongType(), False),
-        T.StructField("no_replica_entries", T.ArrayType(T.LongType()), True),
-        T.StructField("status", T.StringType(), False),
-        T.StructField("error", T.StringType(), True),
-        T.StructField("started_at", T.TimestampType(), False),
-        T.StructField("finished_at", T.TimestampType(), True),
-    ]
-)
+def spark_schema(schema: pa.Schema) -> T.StructType:
+    """A :mod:`jobs.tables.schema` schema as a Spark StructType."""
+    return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in schema])
 
 
-@dataclass
-class RunRecord:
-    """One row of ``audit_runs``."""
-
-    run_id: str
-    started_at: datetime
-    zk: str
-    check: str
-    status: str = STATUS_FAILED
-    finished_at: datetime | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
+AUDIT_RUNS_SCHEMA = spark_schema(schema.AUDIT_RUNS_SCHEMA)
+ACTIONS_SCHEMA = spark_schema(schema.ACTIONS_SCHEMA)
 
 
 def table_path(warehouse: str, name: str) -> str:
@@ -184,7 +134,7 @@ def latest_run(
     if run_id is not None:
         runs = runs.filter(F.col("run_id") == run_id)
     else:
-        runs = runs.filter(F.col("status").isin(*COMPLETED))
+        runs = runs.filter(F.col("status").isin(*RunStatus.FINISHED))
     row = runs.orderBy(F.col("finished_at").desc_nulls_last(), F.col("started_at").desc()).first()
     return row.asDict(recursive=True) if row is not None else None
 
@@ -211,6 +161,8 @@ def write_run(
     as written."""
     run_col = F.lit(run.run_id)
     detected = F.lit(run.started_at).cast("timestamp")
+    from jobs.spark.transform import carry_first_detected
+
     final = carry_first_detected(
         fragments, previous_fragments(spark, warehouse), run.started_at
     ).select(
@@ -232,16 +184,8 @@ def write_run(
 
 def write_run_record(spark: SparkSession, warehouse: str, run: RunRecord) -> None:
     """Append the ``audit_runs`` row (also used to record a failed run)."""
-    row = (
-        run.run_id,
-        run.started_at,
-        run.finished_at,
-        run.zk,
-        run.check,
-        run.status,
-        {k: int(v) for k, v in run.counts.items()},
-        run.error,
-    )
+    r = run.as_row()
+    row = tuple(r[f.name] for f in AUDIT_RUNS_SCHEMA.fields)
     _append(spark.createDataFrame([row], AUDIT_RUNS_SCHEMA), warehouse, AUDIT_RUNS, False)
 
 

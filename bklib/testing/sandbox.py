@@ -20,16 +20,37 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
+
+from kazoo.client import KazooClient
 
 from bklib.bookie.faults import AdminClient
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LedgerStore, connect
 from bklib.meta.underreplication import UnderReplicationManager
-from bklib.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
+from bklib.states import DEFAULT_LEDGERS_ROOT
+from bklib.testing.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "sandbox.json"
+
+
+class BookieState(TypedDict):
+    """One bookie of a detached sandbox, as recorded in its state file."""
+
+    id: str
+    pid: int | None
+    dir: str
+
+
+class SandboxState(TypedDict):
+    """The state file of a detached sandbox (JSON in ``STATE_FILE`` under its base dir)."""
+
+    zk: str
+    ledgers_root: str
+    zk_pid: int | None
+    bookies: list[BookieState]
 
 
 class SandboxError(RuntimeError):
@@ -162,7 +183,7 @@ class Sandbox:
 
     base_dir: Path
     num_bookies: int = 3
-    ledgers_root: str = "/ledgers"
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT
     fault_injection: bool = False
     external_zk: str | None = None
     detach: bool = False
@@ -221,22 +242,24 @@ class Sandbox:
             self.wait_registered([b.bookie_id])
         return b
 
-    def wait_registered(self, ids: list[str], zk: object = None, timeout: float = 60.0) -> None:
+    def wait_registered(
+        self, ids: list[str], zk: KazooClient | None = None, timeout: float = 60.0
+    ) -> None:
         """Block until every bookie in ``ids`` has a writable or read-only registration."""
         own = zk is None
-        client = connect(self.zk_connect) if own else zk
+        client = connect(self.zk_connect) if zk is None else zk
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                reg = list_bookies(client, self.ledgers_root)  # type: ignore[arg-type]
+                reg = list_bookies(client, self.ledgers_root)
                 if all(reg.is_available(i) for i in ids):
                     return
                 time.sleep(0.1)
             raise SandboxError(f"bookies {ids} did not register within {timeout}s")
         finally:
             if own:
-                client.stop()  # type: ignore[union-attr]
-                client.close()  # type: ignore[union-attr]
+                client.stop()
+                client.close()
 
     def wait_unregistered(self, bookie_id: str, timeout: float = 60.0) -> float:
         """Block until ``bookie_id`` has no registration (a killed bookie's session expired);
@@ -288,7 +311,7 @@ class Sandbox:
     # ---- detached clusters for the CLI ----------------------------------------------------------
 
     def save_state(self) -> Path:
-        state = {
+        state: SandboxState = {
             "zk": self.zk_connect,
             "ledgers_root": self.ledgers_root,
             "zk_pid": self.zk_server.proc.pid if self.zk_server and self.zk_server.proc else None,
@@ -302,11 +325,12 @@ class Sandbox:
         return path
 
 
-def load_state(base_dir: Path) -> dict[str, object]:
+def load_state(base_dir: Path) -> SandboxState:
     path = Path(base_dir) / STATE_FILE
     if not path.exists():
         raise SandboxError(f"no sandbox in {base_dir} (missing {path})")
-    return json.loads(path.read_text())
+    state: SandboxState = json.loads(path.read_text())
+    return state
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -325,10 +349,10 @@ def stop_detached(base_dir: Path, timeout: float = 15.0) -> list[str]:
     """Stop a sandbox started with ``detach=True``: bookies first, then ZooKeeper."""
     state = load_state(base_dir)
     stopped = []
-    pids = [(b["id"], b["pid"]) for b in state["bookies"]]  # type: ignore[index,union-attr]
+    pids = [(b["id"], b["pid"]) for b in state["bookies"]]
     pids.append(("zookeeper", state["zk_pid"]))
     for name, pid in pids:
-        if pid_alive(pid):
+        if pid is not None and pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
             while pid_alive(pid) and time.monotonic() < deadline:
@@ -365,6 +389,6 @@ def detached_status(base_dir: Path) -> dict[str, object]:
             "alive": pid_alive(b["pid"]),
             "registered": registered.get(b["id"], "no"),
         }
-        for b in state["bookies"]  # type: ignore[union-attr]
+        for b in state["bookies"]
     ]
     return {"zk": state["zk"], "zk_serving": zk_ok, "bookies": bookies}

@@ -14,6 +14,7 @@ from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter
 from bklib.meta.model import DigestType
 from bklib.meta.store import LedgerStore, connect
+from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ async def write_ledgers(
     payload_size: int = 1024,
     open_fraction: float = 0.1,
     concurrency: int = 16,
-    ledgers_root: str = "/ledgers",
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT,
     shapes: tuple[tuple[int, int, int], ...] = SHAPES,
 ) -> list[WrittenLedger]:
     """Write ``count`` ledgers with 1..``max_entries`` entries each; close most of them."""

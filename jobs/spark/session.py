@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
 LOG4J_FILE = CONF_DIR / "log4j2.properties"
 

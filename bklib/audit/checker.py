@@ -1,0 +1,374 @@
+"""Asking bookies what they hold: the I/O half of BookKeeper's LedgerChecker.
+
+For each ledger, every bookie its ensembles name (lost bookies excepted) is asked:
+
+* ``replicas``: one GET_LIST_OF_ENTRIES_OF_LEDGER per (ledger, bookie). A bookie whose list
+  request times out (Java's DbLedgerStorage never answers it) is probed with pipelined reads
+  of the stripe it must hold, and is not asked to list again.
+* ``deep``: every expected entry is read and its digest verified.
+
+Ledgers that are not closed also get their LAC read from the last ensemble, which bounds the
+open last segment. A bookie that answers nothing on several ledgers in a row is treated as
+down for the rest of the run, so a black-holed bookie does not cost a timeout per ledger.
+
+Fail closed: only NoSuchLedger / NoSuchEntry is "missing". A timeout, an I/O error or a digest
+that cannot be checked is unknown and lands in ``unknown_entries`` or UNREACHABLE.
+
+Blocking, on a :class:`~bklib.client.pool.SyncBookieClient`, with bounded windows of ledgers and
+reads in flight: the local executor calls it in-process, the Spark executor inside each task.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
+from bklib.availability import decode as decode_availability
+from bklib.availability import from_entry_ids
+from bklib.digest import DigestManager, digest_manager, parse_entry_header
+from bklib.errors import (
+    BKError,
+    BKTimeoutError,
+    BookieHandleNotAvailableError,
+    DigestMatchError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from bklib.meta.model import DigestType
+from bklib.quorum import iter_stripe
+from bklib.states import Check, FetchMethod, ReplicaStatus
+
+__all__ = ["SILENT_STRIKES", "CheckSettings", "ReplicaChecker"]
+
+log = logging.getLogger(__name__)
+
+SILENT_STRIKES = 3
+"""Ledgers in a row on which a bookie answered nothing before it is treated as down."""
+
+# Errors meaning "cannot talk to this bookie at all": later requests would fail the same way.
+_DOWN_ERRORS = (BookieHandleNotAvailableError, ConnectionError, OSError)
+
+Run = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """Timeouts and windows of the replica check (picklable: shipped to Spark executors)."""
+
+    read_timeout: float = 5.0
+    connect_timeout: float = 5.0
+    ledgers_in_flight: int = 64
+    """Ledgers with list-entries / read-LAC requests outstanding."""
+    reads_in_flight: int = 256
+    """Entry reads outstanding when probing or verifying digests."""
+
+
+class _RunBuilder:
+    """Accumulates ids, asked in ascending stripe order, into runs per outcome.
+
+    Consecutive stripe entries with the same outcome share one run, which then also spans the
+    ids between them that are not on the stripe (never asked; the classifier ignores them), so
+    a healthy bookie's stripe stays one run instead of one per entry.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[list[int]]] = {"held": [], "unknown": []}
+        self._last_kind: str | None = None
+
+    def add(self, entry_id: int, kind: str) -> None:
+        runs = self.runs.get(kind)
+        if runs is not None:
+            if self._last_kind == kind and runs:
+                runs[-1][1] = entry_id
+            else:
+                runs.append([entry_id, entry_id])
+        self._last_kind = kind
+
+    def cut(self) -> None:
+        """Start fresh runs (a new segment)."""
+        self._last_kind = None
+
+    def get(self, kind: str) -> tuple[Run, ...]:
+        return tuple((a, b) for a, b in self.runs[kind])
+
+
+def _digest(ledger: LedgerView) -> DigestManager | None:
+    if ledger.digest_type is None:
+        return None
+    try:
+        return digest_manager(
+            ledger.ledger_id, DigestType[ledger.digest_type], ledger.password or b""
+        )
+    except (BKError, KeyError):
+        return None
+
+
+def _lac_of(result: Any, dm: DigestManager | None) -> int | None:
+    """A READ_LAC answer's LAC: max of the explicit LAC and the last entry's piggybacked one.
+    A body failing its digest tells nothing, so it counts as unknown."""
+    values = []
+    if result.lac_body is not None:
+        with contextlib.suppress(BKError, struct.error):
+            values.append(
+                dm.verify_lac(result.lac_body)
+                if dm
+                else struct.unpack_from(">q", result.lac_body, 8)[0]
+            )
+    if result.last_entry_body is not None:
+        with contextlib.suppress(BKError, struct.error):
+            if dm:
+                values.append(dm.verify_entry(result.last_entry_body, None).lac)
+            else:
+                values.append(parse_entry_header(result.last_entry_body)[2])
+    return max(values) if values else None
+
+
+def _stripe_plan(
+    segments: Iterable[SegmentSpan], bookie: str, lac: int | None
+) -> list[tuple[int, int, int]]:
+    """(index, first, last) of every segment range where ``bookie`` must hold entries."""
+    out = []
+    for s in segments:
+        last = s.last_entry_id if s.last_entry_id is not None else lac
+        if last is None or last < s.first_entry_id:
+            continue
+        for i, b in enumerate(s.ensemble):
+            if b == bookie:
+                out.append((i, s.first_entry_id, last))
+    return out
+
+
+@dataclass
+class _Probe:
+    status: str
+    entries: tuple[Run, ...]
+    bad: tuple[Run, ...]
+    unknown: tuple[Run, ...]
+    error: str | None
+    answered: int
+    unknown_count: int
+
+
+@dataclass
+class _Pending:
+    ledger: LedgerView
+    lac_futs: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
+    list_futs: dict[str, concurrent.futures.Future[Any] | None] = field(default_factory=dict)
+
+
+class ReplicaChecker:
+    """One run's (or one Spark task's) replica check, and what it learnt about each bookie.
+
+    ``client`` is a :class:`~bklib.client.pool.SyncBookieClient`; ``lost`` the bookies known to
+    be gone (never asked: the classifier reports them as BOOKIE_LOST).
+    """
+
+    def __init__(
+        self, client: Any, settings: CheckSettings, check: str, lost: frozenset[str] = frozenset()
+    ) -> None:
+        if check not in (Check.REPLICAS, Check.DEEP):
+            raise ValueError(f"the replica checker runs {Check.REPLICAS} or {Check.DEEP}")
+        self.client = client
+        self.settings = settings
+        self.deep = check == Check.DEEP
+        self.lost = lost
+        self.no_list: set[str] = set()  # list-entries timed out but reads work: probe
+        self.down: dict[str, str] = {}  # silent too often: skip for the rest of the run
+        self.strikes: dict[str, int] = {}  # ledgers in a row with no answer at all
+        self._guard = client.guard(settings.read_timeout)
+
+    # ---- bookie health -------------------------------------------------------------------------
+
+    def _silent(self, bookie: str, error: str) -> None:
+        """Count a ledger on which ``bookie`` answered nothing; after a few in a row it is
+        treated as down. One ledger's fault alone never marks it down."""
+        n = self.strikes.get(bookie, 0) + 1
+        self.strikes[bookie] = n
+        if n >= SILENT_STRIKES:
+            self.down[bookie] = f"unreachable: {error}"
+            log.warning("bookie %s: no answer on %d ledgers in a row; treated as down", bookie, n)
+
+    def _answered(self, bookie: str) -> None:
+        self.strikes.pop(bookie, None)
+
+    def _wait(self, fut: concurrent.futures.Future[Any]) -> Any:
+        try:
+            return fut.result(self._guard)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise BKTimeoutError(f"no answer within {self._guard}s") from None
+
+    # ---- the check -----------------------------------------------------------------------------
+
+    def check(
+        self, ledgers: Iterable[LedgerView]
+    ) -> Iterator[tuple[LedgerView, list[ReplicaReport]]]:
+        """For each readable ledger, what each of its non-lost bookies answered; at most
+        ``ledgers_in_flight`` ledgers have requests outstanding. Unreadable ledgers are
+        skipped (their error is already the finding)."""
+        pending: list[_Pending] = []
+        t = self.settings.read_timeout
+        for ledger in ledgers:
+            if not ledger.ok or not ledger.segments:
+                continue
+            lid = ledger.ledger_id
+            item = _Pending(ledger)
+            if not ledger.is_closed:
+                for b in dict.fromkeys(ledger.segments[-1].ensemble):
+                    if b not in self.lost and b not in self.down:
+                        item.lac_futs[b] = self.client.submit(
+                            lambda p, b=b, lid=lid: p.read_lac(b, lid, timeout=t)
+                        )
+            for b in ledger.bookies():
+                if b in self.lost:
+                    continue
+                if self.deep or b in self.no_list or b in self.down:
+                    item.list_futs[b] = None
+                else:
+                    item.list_futs[b] = self.client.submit(
+                        lambda p, b=b, lid=lid: p.list_entries(b, lid, timeout=t)
+                    )
+            pending.append(item)
+            if len(pending) >= self.settings.ledgers_in_flight:
+                done = pending.pop(0)
+                yield done.ledger, self._finish(done)
+        while pending:
+            done = pending.pop(0)
+            yield done.ledger, self._finish(done)
+
+    def _finish(self, item: _Pending) -> list[ReplicaReport]:
+        ledger = item.ledger
+        lid = ledger.ledger_id
+        dm = _digest(ledger)
+        lacs: dict[str, int | None] = {}
+        for b, fut in item.lac_futs.items():
+            try:
+                lacs[b] = _lac_of(self._wait(fut), dm)
+            except BKError:
+                lacs[b] = None  # NoSuchEntry/NoSuchLedger or unknown: no LAC from this bookie
+        known = [v for v in lacs.values() if v is not None]
+        lac = max(known) if known else None
+        out = []
+        for b, fut in item.list_futs.items():
+            base = ReplicaReport(lid, b, lac=lacs.get(b))
+            if b in self.down:
+                if fut is not None:
+                    fut.cancel()
+                out.append(_with(base, status=ReplicaStatus.UNREACHABLE, error=self.down[b]))
+                continue
+            report = base
+            probe = fut is None
+            if fut is not None:
+                try:
+                    runs = decode_availability(self._wait(fut))
+                    report = _with(base, entries=tuple(runs.runs()))
+                    self._answered(b)
+                except (NoSuchLedgerError, NoSuchEntryError) as exc:
+                    # Only a negative answer means "does not have it".
+                    report = _with(base, status=ReplicaStatus.NO_LEDGER, error=str(exc))
+                except BKTimeoutError as exc:
+                    # Java bookies on DbLedgerStorage never answer list-entries: probe by reads.
+                    log.info("bookie %s: list-entries timed out (%s); probing by reads", b, exc)
+                    probe = True
+                except _DOWN_ERRORS as exc:
+                    log.warning("bookie %s unreachable for ledger %d: %s", b, lid, exc)
+                    self._silent(b, str(exc))
+                    report = _with(
+                        base, status=ReplicaStatus.UNREACHABLE, error=f"unreachable: {exc}"
+                    )
+                except (BKError, ValueError) as exc:
+                    report = _with(
+                        base, status=ReplicaStatus.UNREACHABLE, error=f"list-entries failed: {exc}"
+                    )
+            if probe:
+                got = self._read_entries(ledger, b, lac, dm)
+                report = _with(
+                    base,
+                    method=FetchMethod.READ if self.deep else FetchMethod.PROBE,
+                    status=got.status,
+                    entries=got.entries,
+                    bad_entries=got.bad,
+                    unknown_entries=got.unknown,
+                    error=got.error,
+                )
+                if got.unknown_count and not got.answered:
+                    self._silent(b, got.error or "no answer")
+                elif got.answered:
+                    self._answered(b)
+                    if fut is not None:
+                        self.no_list.add(b)  # answers reads but not list-entries
+            out.append(report)
+        return out
+
+    def _read_entries(
+        self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
+    ) -> _Probe:
+        """Read every entry ``bookie`` must hold (pipelined), verifying digests when deep."""
+        lid = ledger.ledger_id
+        e, wq = ledger.ensemble_size, ledger.write_quorum
+        assert e is not None and wq is not None
+        t = self.settings.read_timeout
+        runs = _RunBuilder()
+        bad: list[int] = []
+        errors: list[str] = []
+        held = unknown = missing = 0
+        window: list[tuple[int, concurrent.futures.Future[Any]]] = []
+
+        def drain() -> None:
+            nonlocal held, unknown, missing
+            for x, fut in window:
+                try:
+                    res = self._wait(fut)
+                except (NoSuchEntryError, NoSuchLedgerError):
+                    runs.add(x, "missing")
+                    missing += 1
+                    continue
+                except BKError as exc:
+                    runs.add(x, "unknown")
+                    unknown += 1
+                    if len(errors) < 3:
+                        errors.append(str(exc))
+                    continue
+                runs.add(x, "held")
+                held += 1
+                if self.deep and dm is not None:
+                    try:
+                        dm.verify_entry(res.body, x)
+                    except DigestMatchError:
+                        bad.append(x)
+            window.clear()
+
+        def submit(x: int) -> concurrent.futures.Future[Any]:
+            return self.client.submit(lambda p: p.read(bookie, lid, x, timeout=t))
+
+        for idx, first, last in _stripe_plan(ledger.segments or (), bookie, lac):
+            drain()
+            runs.cut()
+            for x in iter_stripe(idx, first, last, e, wq):
+                window.append((x, submit(x)))
+                if len(window) >= self.settings.reads_in_flight:
+                    drain()
+        drain()
+        # Not one answer: the bookie is unreachable, not empty.
+        status = (
+            ReplicaStatus.UNREACHABLE if unknown and not held and not missing else ReplicaStatus.OK
+        )
+        return _Probe(
+            status=status,
+            entries=runs.get("held"),
+            bad=tuple(from_entry_ids(bad).runs()),
+            unknown=runs.get("unknown"),
+            error="; ".join(errors) or None,
+            answered=held + missing,
+            unknown_count=unknown,
+        )
+
+
+def _with(report: ReplicaReport, **changes: Any) -> ReplicaReport:
+    return replace(report, **changes)

@@ -1,0 +1,210 @@
+"""One audit's steps over ZooKeeper and the bookies, for either executor.
+
+The local executor calls these in-process over the whole cluster; the Spark executor calls the
+same functions inside its tasks, each over its share of the ledger tree. Both therefore read the
+same ledgers, ask the bookies the same questions and reach the same verdicts.
+
+Steps: plan the scan from the ledger tree's directories; read each ledger's metadata; list the
+bookies (a bookie named in an ensemble but not registered is lost); ask the bookies
+(:class:`~bklib.audit.checker.ReplicaChecker`); classify
+(:func:`~bklib.audit.classify.classify_ledger`); re-read the flagged ledgers and drop findings
+whose ledger changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bklib.audit.checker import CheckSettings, ReplicaChecker
+from bklib.audit.classify import classify_ledger, ledger_lac
+from bklib.audit.model import Finding, LedgerView, ReplicaReport
+from bklib.errors import BKError
+from bklib.meta.paths import LayoutKind
+from bklib.meta.registration import BookieRegistry
+from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
+from bklib.meta.store import LeafDir, LedgerStore, connect
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, parse_host_port
+
+__all__ = [
+    "BookieRow",
+    "ScanPlan",
+    "bookie_rows",
+    "check_ledgers",
+    "lost_bookies",
+    "plan_scan",
+    "read_ledgers",
+    "scan_dirs",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The ledger tree's leaf directories and the layout, read once by the driver."""
+
+    dirs: tuple[LeafDir, ...]
+    kind: LayoutKind
+
+    @property
+    def expected(self) -> int:
+        """Ledger znodes the directory stats announced."""
+        return sum(d.count for d in self.dirs)
+
+    @classmethod
+    def read(
+        cls, hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: str | None = None
+    ) -> ScanPlan:
+        zk = connect(hosts, auth=auth)
+        try:
+            store = LedgerStore(zk, root)
+            return cls(tuple(store.leaf_dirs()), store.kind)
+        finally:
+            zk.stop()
+            zk.close()
+
+
+def plan_scan(dirs: Sequence[LeafDir], groups: int) -> list[list[LeafDir]]:
+    """Spread the directories over at most ``groups`` groups of similar ledger counts
+    (largest first, each to the lightest group)."""
+    groups = max(1, min(groups, len(dirs)))
+    heap: list[tuple[int, int]] = [(0, k) for k in range(groups)]
+    out: list[list[LeafDir]] = [[] for _ in range(groups)]
+    for d in sorted(dirs, key=lambda d: -d.count):
+        load, k = heapq.heappop(heap)
+        out[k].append(d)
+        heapq.heappush(heap, (load + d.count, k))
+    for g in out:
+        g.sort(key=lambda d: d.path)
+    return [g for g in out if g]
+
+
+def _view(r: Any) -> LedgerView:
+    if r.metadata is None:
+        return LedgerView.unreadable(r.ledger_id, r.path, str(r.error))
+    return LedgerView.from_metadata(r.metadata, r.path, r.version)
+
+
+def scan_dirs(
+    hosts: str,
+    dirs: Iterable[LeafDir],
+    *,
+    root: str = DEFAULT_LEDGERS_ROOT,
+    kind: LayoutKind = LayoutKind.HIERARCHICAL,
+    auth: str | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+) -> Iterator[LedgerView]:
+    """Every ledger under ``dirs``, read over one ZooKeeper session. A corrupt or unreadable
+    znode is a view whose error names it; a ledger deleted meanwhile is skipped. A directory
+    that cannot be listed (other than deleted) raises: an audit never shrinks silently."""
+    dirs = list(dirs)
+    if not dirs:
+        return
+    zk = connect(hosts, auth=auth)
+    try:
+        store = LedgerStore(zk, root, kind=kind)
+
+        def ids() -> Iterator[int]:
+            for d in dirs:
+                yield from store.ledger_ids_in(d)
+
+        for r in scan_ledgers(
+            hosts, ids(), root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
+        ):
+            yield _view(r)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def read_ledgers(
+    hosts: str,
+    ledger_ids: Iterable[int],
+    *,
+    root: str = DEFAULT_LEDGERS_ROOT,
+    kind: LayoutKind = LayoutKind.HIERARCHICAL,
+    auth: str | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+) -> dict[int, LedgerView | None]:
+    """Read the given ledgers now: each id maps to its view, or None when it was deleted."""
+    wanted = sorted(set(ledger_ids))
+    out: dict[int, LedgerView | None] = dict.fromkeys(wanted)
+    for r in scan_ledgers(
+        hosts, wanted, root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
+    ):
+        out[r.ledger_id] = _view(r)
+    return out
+
+
+@dataclass(frozen=True)
+class BookieRow:
+    """A row of the ``bookies`` table."""
+
+    bookie_id: str
+    state: str
+    host: str | None
+    port: int | None
+    error: str | None = None
+
+    def as_row(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def bookie_rows(registry: BookieRegistry, named: Iterable[str]) -> list[BookieRow]:
+    """Registered bookies (writable / readonly) and lost ones: named in some ensemble of a
+    readable ledger but not registered."""
+    rows = []
+    registered = registry.all()
+    for bid, reg in sorted(registered.items()):
+        host, port = parse_host_port(bid) or (None, None)
+        if reg.info is not None:
+            with contextlib.suppress(BKError):
+                host, port = reg.info.rpc_address()
+        state = BookieState.READONLY if reg.readonly else BookieState.WRITABLE
+        rows.append(BookieRow(bid, state, host, port, reg.error))
+    for bid in sorted(set(named) - set(registered)):
+        host, port = parse_host_port(bid) or (None, None)
+        rows.append(
+            BookieRow(bid, BookieState.LOST, host, port, "named in an ensemble but not registered")
+        )
+    return rows
+
+
+def lost_bookies(rows: Iterable[BookieRow]) -> frozenset[str]:
+    """The ids of the lost bookies among ``rows``."""
+    return frozenset(r.bookie_id for r in rows if r.state == BookieState.LOST)
+
+
+def check_ledgers(
+    ledgers: Iterable[LedgerView],
+    lost: frozenset[str],
+    check: str,
+    *,
+    client: Any = None,
+    settings: CheckSettings | None = None,
+    on_checker: Any = None,
+) -> Iterator[tuple[LedgerView, list[ReplicaReport], list[Finding]]]:
+    """Each readable ledger with what its bookies answered and its findings.
+
+    ``lost``: metadata only, ``client`` unused. ``replicas`` / ``deep``: ``client`` is a
+    :class:`~bklib.client.pool.SyncBookieClient`; ``on_checker`` (optional) receives the
+    checker, so a caller can read what it learnt about each bookie afterwards.
+    """
+    if check == Check.LOST:
+        for ledger in ledgers:
+            if ledger.ok:
+                yield ledger, [], classify_ledger(ledger, lost, None)
+        return
+    if client is None:
+        raise ValueError(f"the {check} check needs a bookie client")
+    checker = ReplicaChecker(client, settings or CheckSettings(), check, lost)
+    if on_checker is not None:
+        on_checker(checker)
+    for ledger, reports in checker.check(ledgers):
+        replicas = {r.bookie_id: r for r in reports}
+        yield ledger, reports, classify_ledger(ledger, lost, replicas, ledger_lac(reports))

@@ -1,0 +1,219 @@
+"""The one vocabulary of bkaudit: every name a finding, an action or a run can carry.
+
+Like kazoo's ``protocol/states.py``: plain classes of string constants, so the values go into
+Delta tables, Arrow batches and log lines unchanged, and every layer (the engine, the Spark
+jobs, the local executor, the reports, the Airflow support module) imports them from here.
+This module imports nothing outside the standard library, so the Airflow worker can use it
+without bkaudit's dependencies.
+
+It also holds the two small facts every layer needs: BookKeeper's default ledgers root and
+how a ``host:port`` bookie id splits.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_LEDGERS_ROOT",
+    "ActionKind",
+    "ActionStatus",
+    "BookieState",
+    "Check",
+    "CountKey",
+    "Executor",
+    "FetchMethod",
+    "Reason",
+    "RepairMode",
+    "ReplicaStatus",
+    "RunStatus",
+    "Severity",
+    "parse_host_port",
+]
+
+DEFAULT_LEDGERS_ROOT = "/ledgers"
+"""BookKeeper's ``zkLedgersRootPath`` default."""
+
+
+class Check:
+    """What an audit run compares (``audit_runs.check``)."""
+
+    LOST = "lost"
+    """Metadata only: segments naming a bookie that is not registered."""
+    REPLICAS = "replicas"
+    """Each bookie's entry list (or probe reads) against the stripes it must hold."""
+    DEEP = "deep"
+    """Every expected replica is read and its digest verified."""
+    ALL = (LOST, REPLICAS, DEEP)
+
+
+class Reason:
+    """Why a fragment is under-replicated (``underreplicated_fragments.reason``)."""
+
+    BOOKIE_LOST = "BOOKIE_LOST"
+    ENTRIES_MISSING = "ENTRIES_MISSING"
+    BOOKIE_UNREACHABLE = "BOOKIE_UNREACHABLE"
+    """Unknown: the bookie did not answer. Never counted as missing, never as present."""
+    DIGEST_MISMATCH = "DIGEST_MISMATCH"
+    ALL = (BOOKIE_LOST, ENTRIES_MISSING, BOOKIE_UNREACHABLE, DIGEST_MISMATCH)
+    WHOLE_BOOKIE = (BOOKIE_LOST, BOOKIE_UNREACHABLE)
+    """Reasons that move a bookie out of every segment naming it (a bookie-level problem)."""
+
+
+class Severity:
+    """How bad the worst entry of a fragment is (``underreplicated_fragments.severity``)."""
+
+    NO_REPLICA = "NO_REPLICA"
+    """Some entry has no replica left: data loss unless a bookie comes back."""
+    BELOW_AQ = "BELOW_AQ"
+    BELOW_WQ = "BELOW_WQ"
+    ORDER = {NO_REPLICA: 0, BELOW_AQ: 1, BELOW_WQ: 2}
+    """Worst first."""
+    ALL = (NO_REPLICA, BELOW_AQ, BELOW_WQ)
+
+
+class BookieState:
+    """``bookies.state``."""
+
+    WRITABLE = "writable"
+    READONLY = "readonly"
+    LOST = "lost"
+    """Named in some ensemble but not registered."""
+    ALL = (WRITABLE, READONLY, LOST)
+
+
+class ReplicaStatus:
+    """What one bookie answered about one ledger, before classification."""
+
+    OK = "OK"
+    NO_LEDGER = "NO_LEDGER"
+    """NoSuchLedger / NoSuchEntry: a negative answer, the only kind that means missing."""
+    UNREACHABLE = "UNREACHABLE"
+
+
+class FetchMethod:
+    """How a bookie's holdings were learnt."""
+
+    LIST = "LIST"
+    """GET_LIST_OF_ENTRIES_OF_LEDGER."""
+    PROBE = "PROBE"
+    """Reads, because the bookie does not list (DbLedgerStorage)."""
+    READ = "READ"
+    """Reads with digest verification (the deep check)."""
+
+
+class RunStatus:
+    """``audit_runs.status``."""
+
+    COMPLETED = "COMPLETED"
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    """Finished, but some znodes were unreadable or some bookies unreachable (rows say which)."""
+    FAILED = "FAILED"
+    FINISHED = (COMPLETED, COMPLETED_WITH_ERRORS)
+    """Statuses whose findings a reader may act on."""
+
+
+class ActionKind:
+    """``replication_actions.action``."""
+
+    FENCE_AND_CLOSE = "FENCE_AND_CLOSE"
+    COPY = "COPY"
+    METADATA_UPDATE = "METADATA_UPDATE"
+    SKIP = "SKIP"
+
+
+class ActionStatus:
+    """``replication_actions.status``. DONE, PLANNED and SKIPPED are final; FAILED, LOCKED,
+    DISABLED and WAITING_GRACE are retried by the next run; NO_REPLICA is terminal (the entries
+    named in ``no_replica_entries`` exist nowhere)."""
+
+    DONE = "DONE"
+    PLANNED = "PLANNED"
+    """``--dry-run``: what would have been done."""
+    SKIPPED = "SKIPPED"
+    FAILED = "FAILED"
+    WAITING_GRACE = "WAITING_GRACE"
+    NO_REPLICA = "NO_REPLICA"
+    """Not to be confused with :attr:`Severity.NO_REPLICA`: here the copy found no source."""
+    LOCKED = "LOCKED"
+    """Another worker (ours or a Java ReplicationWorker) holds the ledger's lock."""
+    DISABLED = "DISABLED"
+    """``underreplication/disable`` exists: autorecovery is switched off cluster-wide."""
+    FINAL = frozenset({DONE, PLANNED, SKIPPED})
+
+
+class RepairMode:
+    """``replication_actions.mode``: which command wrote the row."""
+
+    REREPLICATE = "rereplicate"
+    RECOVER = "recover"
+    DECOMMISSION = "decommission"
+    ALL = (REREPLICATE, RECOVER, DECOMMISSION)
+
+
+class Executor:
+    """Where the engine runs (``--executor``; the ``executor`` column of the tables)."""
+
+    SPARK = "spark"
+    LOCAL = "local"
+    AUTO = "auto"
+    ALL = (SPARK, LOCAL, AUTO)
+
+
+class CountKey:
+    """Keys of ``audit_runs.counts``, written by the audit and read by reports and Airflow."""
+
+    LEDGERS = "ledgers"
+    LEDGERS_EXPECTED = "ledgers_expected"
+    """Ledger znodes the directory stats announced before the scan."""
+    METADATA_ERRORS = "metadata_errors"
+    LEDGERS_NOT_CLOSED = "ledgers_not_closed"
+    FRAGMENTS = "fragments"
+    UNDERREPLICATED_LEDGERS = "underreplicated_ledgers"
+    MISSING_ENTRIES = "missing_entries"
+    BOOKIE_LEDGER_PAIRS = "bookie_ledger_pairs"
+    FRAGMENTS_BEFORE_REREAD = "fragments_before_reread"
+    DROPPED_AFTER_REREAD = "dropped_after_reread"
+
+    @staticmethod
+    def reason(reason: str) -> str:
+        """Fragments with ``reason``."""
+        return f"reason_{reason}"
+
+    @staticmethod
+    def severity(severity: str) -> str:
+        """Fragments of ``severity``."""
+        return f"severity_{severity}"
+
+    @staticmethod
+    def bookies(state: str) -> str:
+        """Bookies in ``state`` (a :class:`BookieState`)."""
+        return f"bookies_{state}"
+
+    @staticmethod
+    def pairs(method: str, status: str) -> str:
+        """(ledger, bookie) pairs fetched by ``method`` that ended in ``status``."""
+        return f"pairs_{method}_{status}"
+
+
+def parse_host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` -> (host, port), or None when ``address`` has no valid port.
+
+    ``[v6addr]:port`` gives the address without brackets. Other ids split as Java's
+    ``BookieSocketAddress(String)`` splits them: on ``:``, first two parts, so
+    ``"a:1:2"`` is ``("a", 1)``.
+    """
+    if address.startswith("["):
+        host, sep, rest = address[1:].partition("]")
+        if not sep or not host or not rest.startswith(":"):
+            return None
+        port_text = rest[1:]
+    else:
+        parts = address.split(":")
+        if len(parts) < 2 or not parts[0]:
+            return None
+        host, port_text = parts[0], parts[1]
+    if not port_text.isdigit():
+        return None
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        return None
+    return host, port

@@ -1,0 +1,7 @@
+"""``python -m jobs.cli``: the ``bkaudit`` command."""
+
+import sys
+
+from jobs.cli.commands import main
+
+sys.exit(main())

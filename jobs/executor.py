@@ -1,0 +1,159 @@
+"""Where a command runs the engine: ``--executor spark|local|auto``.
+
+``local`` runs :mod:`bklib.audit` and :mod:`bklib.repair` in this process, with no JVM, and
+writes the Delta tables through delta-rs. ``spark`` runs the same engine inside Spark tasks.
+``auto`` (the default) decides from the size of the work, known before anything is read: the
+ledger count from the ledger tree's directory stats (audit, recover) or from the findings to
+repair (rereplicate), and the bytes to read or copy from the ledgers' lengths. Below both
+thresholds it runs locally; above either, on Spark. The thresholds live in
+``conf/bkaudit.yaml`` (``local-max-ledgers``, ``local-max-bytes``).
+
+``local`` also has a hard limit: it holds every ledger's metadata in memory, so work whose
+estimate exceeds ``local-memory-limit`` (default: half the memory available now) is refused
+with one line that suggests ``--executor spark``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+
+from bklib.states import Executor
+
+__all__ = [
+    "BYTES_PER_LEDGER",
+    "ExecutorChoice",
+    "LocalLimits",
+    "LocalTooBigError",
+    "add_executor_arguments",
+    "choose_executor",
+]
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_LEDGER = 4096
+"""Memory the local executor needs per ledger (metadata, answers, findings), rounded up."""
+
+DEFAULT_LOCAL_MAX_LEDGERS = 50_000
+DEFAULT_LOCAL_MAX_BYTES = 2 * 1024**3
+
+
+class LocalTooBigError(RuntimeError):
+    """``--executor local`` on work above the local executor's memory limit."""
+
+
+@dataclass(frozen=True)
+class LocalLimits:
+    """``auto``'s thresholds and ``local``'s hard limit."""
+
+    max_ledgers: int = DEFAULT_LOCAL_MAX_LEDGERS
+    max_bytes: int = DEFAULT_LOCAL_MAX_BYTES
+    memory_limit: int | None = None
+    """Bytes; None is half of the memory available when the command starts."""
+
+    def memory(self) -> int:
+        if self.memory_limit is not None:
+            return self.memory_limit
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            avail = 8 * 1024**3
+        return avail // 2
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """The executor picked, and why (logged, and kept for the tables)."""
+
+    executor: str
+    reason: str
+
+
+def choose_executor(
+    requested: str, *, ledgers: int, work_bytes: int, limits: LocalLimits, what: str
+) -> ExecutorChoice:
+    """Pick the executor for ``ledgers`` ledgers and ``work_bytes`` bytes to read or copy.
+
+    Raises :class:`LocalTooBigError` when ``local`` is requested above the memory limit.
+    """
+    need = ledgers * BYTES_PER_LEDGER
+    if requested == Executor.LOCAL:
+        if need > limits.memory():
+            raise LocalTooBigError(
+                f"{what}: {ledgers} ledgers need about {need / 1e6:.0f} MB, above the local "
+                f"executor's limit of {limits.memory() / 1e6:.0f} MB; use --executor spark"
+            )
+        return ExecutorChoice(Executor.LOCAL, "requested")
+    if requested == Executor.SPARK:
+        return ExecutorChoice(Executor.SPARK, "requested")
+    if ledgers > limits.max_ledgers:
+        return ExecutorChoice(
+            Executor.SPARK, f"{ledgers} ledgers > local-max-ledgers {limits.max_ledgers}"
+        )
+    if work_bytes > limits.max_bytes:
+        return ExecutorChoice(
+            Executor.SPARK, f"{work_bytes} bytes > local-max-bytes {limits.max_bytes}"
+        )
+    if need > limits.memory():
+        return ExecutorChoice(Executor.SPARK, f"{need} bytes of state > local memory limit")
+    return ExecutorChoice(
+        Executor.LOCAL,
+        f"{ledgers} ledgers <= {limits.max_ledgers} and {work_bytes} bytes <= {limits.max_bytes}",
+    )
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``2GiB``, ``500MB``, ``1000``."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+    units |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6}
+    units |= {"G": 10**9}
+    t = text.strip().upper()
+    num = t.rstrip("KMGTIB")
+    unit = t[len(num) :]
+    try:
+        value = float(num)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (use e.g. 2GiB, 500MB)") from None
+    if unit not in units or value < 0:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (use e.g. 2GiB, 500MB)")
+    return int(value * units[unit])
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor`` and the local limits, for every engine command."""
+    parser.add_argument(
+        "--executor",
+        choices=Executor.ALL,
+        default=Executor.AUTO,
+        help="where the engine runs: local (in-process, no JVM), spark, or auto (local below "
+        "--local-max-ledgers and --local-max-bytes, else spark; default)",
+    )
+    parser.add_argument(
+        "--local-max-ledgers",
+        type=int,
+        default=DEFAULT_LOCAL_MAX_LEDGERS,
+        help="auto: more ledgers than this run on Spark",
+    )
+    parser.add_argument(
+        "--local-max-bytes",
+        type=parse_size,
+        default=DEFAULT_LOCAL_MAX_BYTES,
+        help="auto: more bytes to read (deep) or copy (repair) than this run on Spark",
+    )
+    parser.add_argument(
+        "--local-memory-limit",
+        type=parse_size,
+        default=None,
+        help="local: refuse work whose state would exceed this (default: half the free memory)",
+    )
+
+
+def limits_from_args(args: argparse.Namespace) -> LocalLimits:
+    """The :class:`LocalLimits` the flags of :func:`add_executor_arguments` describe."""
+    return LocalLimits(
+        max_ledgers=args.local_max_ledgers,
+        max_bytes=args.local_max_bytes,
+        memory_limit=args.local_memory_limit,
+    )

@@ -1,0 +1,228 @@
+"""The audit in this process: the engine's steps over the whole cluster, no JVM, the tables
+written through delta-rs. Same steps and same rows as :mod:`jobs.spark.audit_job`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from bklib.audit.classify import keep_still_current, summarize
+from bklib.audit.engine import (
+    ScanPlan,
+    bookie_rows,
+    check_ledgers,
+    lost_bookies,
+    read_ledgers,
+    scan_dirs,
+)
+from bklib.audit.model import Finding, LedgerView
+from bklib.meta.registration import list_bookies
+from bklib.meta.store import connect
+from bklib.states import BookieState, Check, CountKey, Executor
+from jobs.audit_run import run_status
+from jobs.tables import delta
+from jobs.tables.runs import RunRecord, new_run_id
+from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
+
+if TYPE_CHECKING:
+    from jobs.audit import AuditConfig
+
+__all__ = ["LocalAudit"]
+
+log = logging.getLogger("jobs.audit")
+
+PROGRESS_EVERY = 5.0
+
+
+class LocalAudit:
+    """One audit run in-process. ``plan`` is the scan plan the executor choice was made from."""
+
+    def __init__(self, config: AuditConfig, plan: ScanPlan) -> None:
+        self.config = config
+        self.plan = plan
+        started = datetime.now(timezone.utc)
+        self.run = RunRecord(
+            config.run_id or new_run_id(started),
+            started,
+            config.zk,
+            config.check,
+            executor=Executor.LOCAL,
+        )
+        self.ledgers: list[LedgerView] = []
+        self.bookies: list[Any] = []
+        self.findings: list[Finding] = []
+
+    def scan(self) -> None:
+        """Read every ledger's metadata and the bookie registrations."""
+        cfg, counts = self.config, self.run.counts
+        t0 = time.monotonic()
+        self.ledgers = list(
+            scan_dirs(
+                cfg.zk,
+                self.plan.dirs,
+                root=cfg.ledgers_root,
+                kind=self.plan.kind,
+                auth=cfg.zk_auth,
+                max_in_flight=cfg.scan_in_flight,
+            )
+        )
+        zk = connect(cfg.zk, auth=cfg.zk_auth)
+        try:
+            registry = list_bookies(zk, cfg.ledgers_root)
+        finally:
+            zk.stop()
+            zk.close()
+        named = {b for v in self.ledgers if v.ok for b in v.bookies()}
+        self.bookies = bookie_rows(registry, named)
+        counts[CountKey.LEDGERS_EXPECTED] = self.plan.expected
+        counts[CountKey.LEDGERS] = len(self.ledgers)
+        counts[CountKey.METADATA_ERRORS] = sum(1 for v in self.ledgers if not v.ok)
+        counts[CountKey.LEDGERS_NOT_CLOSED] = sum(
+            1 for v in self.ledgers if v.ok and not v.is_closed
+        )
+        states = Counter(b.state for b in self.bookies)
+        for s in BookieState.ALL:
+            counts[CountKey.bookies(s)] = states.get(s, 0)
+        log.info(
+            "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
+            "%d readonly, %d lost; %.1fs",
+            counts[CountKey.LEDGERS],
+            counts[CountKey.LEDGERS_NOT_CLOSED],
+            counts[CountKey.METADATA_ERRORS],
+            states[BookieState.WRITABLE],
+            states[BookieState.READONLY],
+            states[BookieState.LOST],
+            time.monotonic() - t0,
+        )
+        for v in [v for v in self.ledgers if not v.ok][:20]:
+            log.warning("unreadable ledger %d: %s", v.ledger_id, v.error)
+
+    def check(self) -> None:
+        """Run the configured check over every readable ledger."""
+        cfg, counts = self.config, self.run.counts
+        t0 = time.monotonic()
+        lost = lost_bookies(self.bookies)
+        pairs: Counter[tuple[str, str]] = Counter()
+        found: list[Finding] = []
+        if cfg.check == Check.LOST:
+            for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
+                found.extend(f)
+        else:
+            from bklib.client.connection import ClientConfig
+            from bklib.client.pool import SyncBookieClient
+
+            client_config = ClientConfig(
+                read_timeout=cfg.fetch.read_timeout,
+                connect_timeout=cfg.fetch.connect_timeout,
+                reconnect_backoff_initial=0.05,
+                reconnect_backoff_max=1.0,
+            )
+            with SyncBookieClient(
+                cfg.zk, ledgers_root=cfg.ledgers_root, config=client_config
+            ) as client:
+                for _, reports, f in _progress(
+                    check_ledgers(self.ledgers, lost, cfg.check, client=client, settings=cfg.fetch),
+                    len(self.ledgers),
+                    cfg.check,
+                ):
+                    found.extend(f)
+                    pairs.update((r.method, r.status) for r in reports)
+            counts[CountKey.BOOKIE_LEDGER_PAIRS] = sum(pairs.values())
+            for (method, status), n in pairs.items():
+                counts[CountKey.pairs(method, status)] = n
+            log.info(
+                "%s: %d (ledger, bookie) answers (%s); %.1fs",
+                cfg.check,
+                counts[CountKey.BOOKIE_LEDGER_PAIRS],
+                ", ".join(f"{m} {s}: {n}" for (m, s), n in sorted(pairs.items())) or "none",
+                time.monotonic() - t0,
+            )
+        counts[CountKey.FRAGMENTS_BEFORE_REREAD] = len(found)
+        self.findings = found
+
+    def recheck(self) -> None:
+        """Re-read the flagged ledgers; drop findings whose ledger changed or vanished."""
+        cfg = self.config
+        if not cfg.reread or not self.findings:
+            return
+        flagged = {f.ledger_id for f in self.findings}
+        current = read_ledgers(
+            cfg.zk,
+            flagged,
+            root=cfg.ledgers_root,
+            kind=self.plan.kind,
+            auth=cfg.zk_auth,
+            max_in_flight=cfg.scan_in_flight,
+        )
+        before = len(self.findings)
+        self.findings = keep_still_current(self.findings, current)
+        self.run.counts[CountKey.DROPPED_AFTER_REREAD] = before - len(self.findings)
+
+    def load(self) -> RunRecord:
+        """Append the run to the Delta tables, ``audit_runs`` last."""
+        cfg, run = self.config, self.run
+        t0 = time.monotonic()
+        run.counts.update(summarize(self.findings))
+        run.status = run_status(run.counts)
+        wh = cfg.warehouse
+        previous: dict[tuple[int, int, str], datetime] = {}
+        prev = delta.latest_run(wh)
+        if prev is not None:
+            for r in delta.read_rows(
+                wh,
+                FRAGMENTS,
+                columns=["ledger_id", "segment_first_entry_id", "bookie_id", "first_detected_at"],
+                filters=[("run_id", "=", prev["run_id"])],
+            ):
+                key = (r["ledger_id"], r["segment_first_entry_id"], r["bookie_id"])
+                t = r["first_detected_at"]
+                if t is not None and (key not in previous or t < previous[key]):
+                    previous[key] = t
+        fragments = [
+            {
+                "run_id": run.run_id,
+                "check": run.check,
+                "detected_at": run.started_at,
+                **f.as_row(),
+                "first_detected_at": previous.get(f.key, run.started_at),
+            }
+            for f in self.findings
+        ]
+        delta.append_rows(wh, FRAGMENTS, fragments)
+        delta.append_rows(wh, LEDGERS, ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers))
+        delta.append_rows(wh, BOOKIES, ({"run_id": run.run_id, **b.as_row()} for b in self.bookies))
+        run.finished_at = datetime.now(timezone.utc)
+        delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
+        log.info(
+            "load: run %s written to %s (%s); %.1fs",
+            run.run_id,
+            wh,
+            run.status,
+            time.monotonic() - t0,
+        )
+        return run
+
+    def run_all(self) -> RunRecord:
+        """scan, check, recheck, load."""
+        self.scan()
+        self.check()
+        self.recheck()
+        return self.load()
+
+
+def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:
+    """Pass ``items`` through, logging how far the check got every few seconds."""
+    t0 = last = time.monotonic()
+    for n, item in enumerate(items, 1):
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY:
+            last = now
+            rate = n / (now - t0)
+            log.info(
+                "%s: %d/%d ledgers, %.0f/s, ETA %.0fs", what, n, total, rate, (total - n) / rate
+            )
+        yield item

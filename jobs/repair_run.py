@@ -1,0 +1,71 @@
+"""What every repair run ends with, whichever executor ran it: counts and the printed summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bklib.states import ActionKind, ActionStatus
+
+__all__ = ["copied_bytes", "print_summary", "summarize"]
+
+
+def _copied(r: Mapping[str, Any]) -> bool:
+    return r["action"] == ActionKind.COPY and r["status"] == ActionStatus.DONE
+
+
+def copied_bytes(rows: Sequence[Mapping[str, Any]]) -> int:
+    """Bytes the run's finished copies wrote."""
+    return sum(int(r["bytes_copied"]) for r in rows if _copied(r))
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts for the printed summary: actions by (action, status), ledgers left to do."""
+    by = Counter((r["action"], r["status"]) for r in rows)
+    pending = sorted({r["ledger_id"] for r in rows if r["status"] not in ActionStatus.FINAL})
+    # Repaired: some step was done and nothing is left (a fence may finish the job by itself,
+    # an in-place copy needs no metadata update).
+    repaired = {r["ledger_id"] for r in rows if r["status"] == ActionStatus.DONE} - set(pending)
+    copied = [r for r in rows if _copied(r)]
+    return {
+        "actions": dict(by),
+        "ledgers_repaired": len(repaired),
+        "ledgers_pending": pending,
+        "entries_copied": sum(r["entries_copied"] for r in copied),
+        "bytes_copied": sum(r["bytes_copied"] for r in copied),
+        "no_replica": sorted(
+            (r["ledger_id"], r["segment_first_entry_id"], tuple(r["no_replica_entries"] or ()))
+            for r in rows
+            if r["status"] == ActionStatus.NO_REPLICA
+        ),
+    }
+
+
+def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Print what the run did; returns the exit status (0 done, 1 work left)."""
+    s = summarize(rows)
+    ledgers = len({r["ledger_id"] for r in rows})
+    print(
+        f"{mode} {run_id}: {ledgers} ledgers, {s['ledgers_repaired']} repaired, "
+        f"{len(s['ledgers_pending'])} need another run; {s['entries_copied']} entries "
+        f"({s['bytes_copied'] / 1e6:.1f} MB) copied"
+    )
+    for (action, status), count in sorted(s["actions"].items()):
+        print(f"  {action:<16} {status:<14} {count}")
+    reasons = Counter(
+        (r["error"] or "").split(":", 1)[0]
+        for r in rows
+        if r["status"] == ActionStatus.FAILED and r["error"]
+    )
+    for reason, count in reasons.most_common(5):
+        example = next(
+            r for r in rows if r["status"] == ActionStatus.FAILED and r["error"].startswith(reason)
+        )
+        print(f"  FAILED x{count}: {example['error']} (e.g. ledger {example['ledger_id']})")
+    for lid, seg, entries in s["no_replica"][:20]:
+        shown = ", ".join(map(str, entries[:20])) + (" ..." if len(entries) > 20 else "")
+        print(f"  NO_REPLICA ledger {lid} segment {seg}: entries {shown or '(earlier run)'}")
+    if s["ledgers_pending"]:
+        print(f"  ledgers needing another run: {s['ledgers_pending'][:30]}")
+    return 1 if s["ledgers_pending"] else 0

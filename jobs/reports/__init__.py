@@ -1,0 +1,1 @@
+"""What operators read: ``listunderreplicated`` and the HTML report, over delta-rs (no JVM)."""

@@ -1,0 +1,239 @@
+"""The audit on Spark: the engine's steps as DataFrame phases (scan, bookies, check, re-read,
+load), each persisted because it talks to ZooKeeper and bookies and must not run twice."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from bklib.audit.engine import ScanPlan
+from bklib.meta.model import LedgerState
+from bklib.meta.paths import LayoutKind
+from bklib.states import BookieState, Check, CountKey, Executor
+from jobs.audit_run import run_status
+from jobs.spark import extract, load, transform
+from jobs.tables.runs import RunRecord, new_run_id
+
+if TYPE_CHECKING:
+    from jobs.audit import AuditConfig
+
+log = logging.getLogger("jobs.audit")
+
+CLOSED = LedgerState.CLOSED.name
+
+
+class AuditJob:
+    """One audit run, phase by phase (:meth:`run` does them all in order).
+
+    Each phase persists what it produced, because the extract phases talk to ZooKeeper and
+    bookies and must not run again when a later phase reuses their output.
+    """
+
+    def __init__(
+        self, spark: SparkSession, config: AuditConfig, plan: ScanPlan | None = None
+    ) -> None:
+        if config.check not in Check.ALL:
+            raise ValueError(f"unknown check {config.check!r}; use one of {Check.ALL}")
+        self.spark = spark
+        self.config = config
+        self.plan = plan
+        started = datetime.now(timezone.utc)
+        run_id = config.run_id or new_run_id(started)
+        self.run = RunRecord(run_id, started, config.zk, config.check, executor=Executor.SPARK)
+        self.ledgers: DataFrame | None = None
+        self.bookies: DataFrame | None = None
+        self.bookie_entries: DataFrame | None = None
+        self.fragments: DataFrame | None = None
+        self.kind = LayoutKind.HIERARCHICAL
+        self._persisted: list[DataFrame] = []
+
+    def _keep(self, df: DataFrame) -> DataFrame:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(df)
+        return df
+
+    def _phase(self, name: str) -> None:
+        self.spark.sparkContext.setJobDescription(f"bkaudit {self.run.run_id}: {name}")
+
+    # ---- phases --------------------------------------------------------------------------------
+
+    def extract(self) -> None:
+        """Scan all ledger metadata and read the bookie registrations."""
+        cfg, counts = self.config, self.run.counts
+        t0 = time.monotonic()
+        self._phase("metadata scan")
+        ledgers, plan = extract.scan_ledgers_df(
+            self.spark,
+            cfg.zk,
+            root=cfg.ledgers_root,
+            auth=cfg.zk_auth,
+            max_in_flight=cfg.scan_in_flight,
+            ledgers_per_task=cfg.ledgers_per_task,
+            plan=self.plan,
+        )
+        self.kind = plan.kind
+        counts[CountKey.LEDGERS_EXPECTED] = plan.expected
+        self.ledgers = self._keep(ledgers)
+        row = self.ledgers.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count("error").alias("errors"),
+            F.sum(F.when(F.col("state") != LedgerState.CLOSED.name, 1).otherwise(0)).alias(
+                "not_closed"
+            ),
+        ).first()
+        counts[CountKey.LEDGERS] = int(row["n"])
+        counts[CountKey.METADATA_ERRORS] = int(row["errors"])
+        counts[CountKey.LEDGERS_NOT_CLOSED] = int(row["not_closed"] or 0)
+        self._phase("bookies")
+        self.bookies = self._keep(
+            extract.bookies_df(
+                self.spark, cfg.zk, self.ledgers, root=cfg.ledgers_root, auth=cfg.zk_auth
+            )
+        )
+        states = {r["state"]: r["count"] for r in self.bookies.groupBy("state").count().collect()}
+        for s in BookieState.ALL:
+            counts[CountKey.bookies(s)] = int(states.get(s, 0))
+        log.info(
+            "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
+            "%d readonly, %d lost; %.1fs",
+            counts[CountKey.LEDGERS],
+            counts[CountKey.LEDGERS_NOT_CLOSED],
+            counts[CountKey.METADATA_ERRORS],
+            counts[CountKey.bookies(BookieState.WRITABLE)],
+            counts[CountKey.bookies(BookieState.READONLY)],
+            counts[CountKey.bookies(BookieState.LOST)],
+            time.monotonic() - t0,
+        )
+        if counts[CountKey.METADATA_ERRORS]:
+            for r in transform.metadata_errors(self.ledgers).limit(20).collect():
+                log.warning("unreadable ledger %d: %s", r["ledger_id"], r["error"])
+
+    def check(self) -> DataFrame:
+        """Run the configured check; returns the fragments found (persisted)."""
+        assert self.ledgers is not None and self.bookies is not None, "extract() first"
+        cfg, counts = self.config, self.run.counts
+        t0 = time.monotonic()
+        entries = None
+        if cfg.check != Check.LOST:
+            self._phase(f"{cfg.check}: bookie entry lists")
+            lost = transform.lost_bookie_ids(self.bookies)
+            entries = self._keep(
+                extract.fetch_bookie_entries(
+                    self.ledgers,
+                    self.bookies,
+                    cfg.zk,
+                    cfg.check,
+                    root=cfg.ledgers_root,
+                    settings=cfg.fetch,
+                    lost=lost,
+                )
+            )
+            self.bookie_entries = entries
+            stats = {
+                (r["method"], r["status"]): r["count"]
+                for r in entries.groupBy("method", "status").count().collect()
+            }
+            counts[CountKey.BOOKIE_LEDGER_PAIRS] = int(sum(stats.values()))
+            for (method, status), n in stats.items():
+                counts[CountKey.pairs(method, status)] = int(n)
+            log.info(
+                "%s: %d (ledger, bookie) entry lists fetched (%s); %.1fs",
+                cfg.check,
+                counts[CountKey.BOOKIE_LEDGER_PAIRS],
+                ", ".join(f"{m} {s}: {n}" for (m, s), n in sorted(stats.items())) or "none",
+                time.monotonic() - t0,
+            )
+        self._phase(f"{cfg.check}: compare with stripes")
+        t1 = time.monotonic()
+        self.fragments = self._keep(
+            transform.find_underreplicated(self.ledgers, self.bookies, entries)
+        )
+        n = self.fragments.count()
+        counts[CountKey.FRAGMENTS_BEFORE_REREAD] = n
+        log.info(
+            "%s: %d under-replicated fragments found; %.1fs", cfg.check, n, time.monotonic() - t1
+        )
+        return self.fragments
+
+    def recheck(self) -> DataFrame:
+        """Re-read the flagged ledgers and drop findings for ledgers deleted or changed since
+        they were scanned."""
+        assert self.fragments is not None, "check() first"
+        cfg = self.config
+        if not cfg.reread:
+            return self.fragments
+        t0 = time.monotonic()
+        self._phase("re-read flagged ledgers")
+        flagged = self._keep(transform.flagged_ledger_ids(self.fragments))
+        n_flagged = flagged.count()
+        if n_flagged == 0:
+            return self.fragments
+        current = self._keep(
+            extract.reread_ledgers(
+                self.spark,
+                flagged,
+                cfg.zk,
+                root=cfg.ledgers_root,
+                kind=self.kind,
+                auth=cfg.zk_auth,
+                max_in_flight=cfg.scan_in_flight,
+            )
+        )
+        before = self.run.counts[CountKey.FRAGMENTS_BEFORE_REREAD]
+        self.fragments = self._keep(transform.keep_still_current(self.fragments, current))
+        after = self.fragments.count()
+        self.run.counts[CountKey.DROPPED_AFTER_REREAD] = before - after
+        log.info(
+            "re-read: %d flagged ledgers read again; %d findings dropped (ledger deleted or "
+            "changed meanwhile); %.1fs",
+            n_flagged,
+            before - after,
+            time.monotonic() - t0,
+        )
+        return self.fragments
+
+    def load(self) -> RunRecord:
+        """Append the run to the Delta tables; returns the run record."""
+        assert self.ledgers is not None and self.bookies is not None
+        assert self.fragments is not None
+        t0 = time.monotonic()
+        self._phase("write Delta tables")
+        counts = self.run.counts
+        counts.update(transform.summarize(self.fragments))
+        self.run.status = run_status(counts)
+        self.run.finished_at = datetime.now(timezone.utc)
+        load.write_run(
+            self.spark,
+            self.config.warehouse,
+            self.run,
+            ledgers=self.ledgers,
+            bookies=self.bookies,
+            fragments=self.fragments,
+        )
+        log.info(
+            "load: run %s written to %s (%s); %.1fs",
+            self.run.run_id,
+            self.config.warehouse,
+            self.run.status,
+            time.monotonic() - t0,
+        )
+        return self.run
+
+    def run_all(self) -> RunRecord:
+        """extract, check, recheck, load."""
+        self.extract()
+        self.check()
+        self.recheck()
+        return self.load()
+
+    def close(self) -> None:
+        """Release the cached DataFrames."""
+        for df in self._persisted:
+            df.unpersist()
+        self._persisted.clear()

@@ -1,0 +1,224 @@
+"""The repair on Spark: one :class:`~bklib.repair.requests.LedgerRequest` per ledger,
+repartitioned by ledger id; each task opens its own ZooKeeper session and bookie client and
+repairs its ledgers a few at a time with :class:`bklib.repair.worker.LedgerRepairer`. Every
+action goes to ``replication_actions``; the driver logs progress with an ETA."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
+from bklib.states import ActionStatus, Executor
+from jobs.repair_run import copied_bytes
+from jobs.spark import extract, load, repair_input
+from jobs.tables.runs import new_run_id
+from jobs.tables.schema import ACTIONS
+
+if TYPE_CHECKING:
+    from jobs.rereplicate import RepairConfig
+
+log = logging.getLogger("jobs.rereplicate")
+
+
+def _dicts(df: DataFrame) -> list[dict[str, Any]]:
+    return [r.asDict() for r in df.collect()]
+
+
+def _repair_task(
+    config: RepairConfig,
+) -> Callable[[Iterable[LedgerRequest]], Iterator[dict[str, Any]]]:
+    def run(rows: Iterable[LedgerRequest]) -> Iterator[dict[str, Any]]:
+        from bklib.client.connection import ClientConfig
+        from bklib.client.pool import SyncBookieClient
+        from bklib.meta.store import LedgerStore, connect
+        from bklib.repair.worker import LedgerRepairer
+
+        requests = list(rows)
+        if not requests:
+            return
+        zk = connect(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
+        client_config = ClientConfig(read_timeout=config.read_timeout)
+        try:
+            with SyncBookieClient(
+                config.zk, ledgers_root=config.ledgers_root, config=client_config
+            ) as client:
+                from bklib.meta.racks import read_racks
+
+                repairer = LedgerRepairer(
+                    LedgerStore(zk, config.ledgers_root),
+                    client,
+                    config.settings,
+                    racks=read_racks(zk, config.racks_znode),
+                )
+                with concurrent.futures.ThreadPoolExecutor(
+                    max(1, config.ledgers_in_flight), thread_name_prefix="repair"
+                ) as pool:
+                    for actions in pool.map(repairer.repair, requests):
+                        for a in actions:
+                            yield a.as_row()
+        finally:
+            zk.stop()
+            zk.close()
+
+    return run
+
+
+# ---- driver side --------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Logs task progress of the running Spark job group, with an ETA, every few seconds."""
+
+    def __init__(self, spark: SparkSession, group: str, ledgers: int, every: float = 5.0):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.group, self.ledgers, self.every = group, ledgers, every
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="repair-progress", daemon=True)
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _tasks(self) -> tuple[int, int]:
+        done = total = 0
+        for job in self.tracker.getJobIdsForGroup(self.group):
+            info = self.tracker.getJobInfo(job)
+            for sid in info.stageIds if info else ():
+                st = self.tracker.getStageInfo(sid)
+                if st is not None:
+                    done += st.numCompletedTasks
+                    total += st.numTasks
+        return done, total
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                done, total = self._tasks()
+            except Exception:  # the tracker is advisory
+                continue
+            if not total:
+                continue
+            elapsed = time.monotonic() - self.t0
+            eta = elapsed / done * (total - done) if done else float("nan")
+            log.info(
+                "progress: %d/%d tasks (~%d of %d ledgers), %.0fs elapsed, ETA %s",
+                done,
+                total,
+                self.ledgers * done // total,
+                self.ledgers,
+                elapsed,
+                f"{eta:.0f}s" if done else "unknown",
+            )
+
+
+class RepairJob:
+    """One repair run: build the per-ledger requests, run the workers, record the actions."""
+
+    def __init__(self, spark: SparkSession, config: RepairConfig) -> None:
+        self.spark = spark
+        self.config = config
+        started = datetime.now(timezone.utc)
+        self.run_id = config.run_id or new_run_id(started)
+        self.started_at = started
+
+    def requests_from_audit(self) -> list[LedgerRequest] | None:
+        """Requests for the latest completed audit run (or ``audit_run_id``); None if there
+        is no audit run."""
+        cfg = self.config
+        run = load.latest_run(self.spark, cfg.warehouse, cfg.audit_run_id)
+        if run is None:
+            return None
+        cfg.audit_run_id = run["run_id"]
+        fragments = load.run_fragments(self.spark, cfg.warehouse, run["run_id"])
+        previous: list[dict[str, Any]] = []
+        if load.table_exists(self.spark, cfg.warehouse, ACTIONS):
+            previous = _dicts(
+                load.read_table(self.spark, cfg.warehouse, ACTIONS)
+                .where(F.col("status") == ActionStatus.NO_REPLICA)
+                .select("ledger_id", "segment_first_entry_id", "old_bookie")
+            )
+        return requests_from_findings(_dicts(repair_input.finding_keys(fragments)), previous)
+
+    def requests_for_bookies(self) -> list[LedgerRequest]:
+        """Manual recover: every ledger whose metadata names one of the bookies."""
+        cfg = self.config
+        ledgers, _ = extract.scan_ledgers_df(
+            self.spark, cfg.zk, root=cfg.ledgers_root, auth=cfg.zk_auth
+        )
+        out = []
+        for r in repair_input.ledgers_with_bookies(ledgers, cfg.bookies).collect():
+            req = request_for_bookies(int(r["ledger_id"]), r["named"], cfg.bookies)
+            if req is not None:
+                out.append(req)
+        return out
+
+    def execute(self, reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
+        """Run the workers over ``reqs``; returns the action rows (also appended to
+        ``replication_actions``)."""
+        cfg = self.config
+        n = len(reqs)
+        if n == 0:
+            log.info("%s %s: nothing to repair", cfg.mode, self.run_id)
+            return []
+        if cfg.tasks:
+            tasks = max(1, min(cfg.tasks, n))
+        else:
+            tasks = max(1, min(-(-n // max(1, cfg.ledgers_per_task)), n))
+            tasks = max(tasks, min(n, self.spark.sparkContext.defaultParallelism))
+        log.info(
+            "%s %s: %d ledgers in %d tasks%s (audit run %s, grace %gs, rate %s)",
+            cfg.mode,
+            self.run_id,
+            n,
+            tasks,
+            " [dry run]" if cfg.settings.dry_run else "",
+            cfg.audit_run_id or "-",
+            cfg.settings.grace_period,
+            f"{cfg.settings.rate:.0f} B/s per task" if cfg.settings.rate else "unlimited",
+        )
+        sc = self.spark.sparkContext
+        group = f"bkaudit-{cfg.mode}-{self.run_id}"
+        sc.setJobGroup(group, f"bkaudit {cfg.mode} {self.run_id}")
+        rdd = (
+            sc.parallelize([(r.ledger_id, r) for r in reqs], tasks)
+            .partitionBy(tasks, lambda lid: lid % tasks)
+            .values()
+            .mapPartitions(_repair_task(cfg))
+        )
+        t0 = time.monotonic()
+        with _Progress(self.spark, group, n):
+            rows = rdd.collect()
+        elapsed = time.monotonic() - t0
+        for r in rows:
+            r["run_id"] = self.run_id
+            r["mode"] = cfg.mode
+            r["audit_run_id"] = cfg.audit_run_id
+            r["executor"] = Executor.SPARK
+        names = [f.name for f in load.ACTIONS_SCHEMA.fields]
+        load.append_actions(self.spark, cfg.warehouse, [tuple(r[k] for k in names) for r in rows])
+        copied = copied_bytes(rows)
+        log.info(
+            "%s %s: %d actions for %d ledgers in %.1fs (%.1f MB copied, %.1f MB/s)",
+            cfg.mode,
+            self.run_id,
+            len(rows),
+            n,
+            elapsed,
+            copied / 1e6,
+            copied / 1e6 / elapsed if elapsed > 0 else 0.0,
+        )
+        return rows
