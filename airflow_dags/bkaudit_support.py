@@ -10,11 +10,22 @@ there describes a finished run.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-AUDIT_RUNS = "audit_runs"
-COMPLETED = ("COMPLETED", "COMPLETED_WITH_ERRORS")
+# The Airflow worker may have the checkout (BKAUDIT_HOME) rather than the installed package;
+# bklib.states and jobs.tables.schema need nothing beyond the standard library and pyarrow.
+_HOME = os.environ.get("BKAUDIT_HOME") or str(Path(__file__).resolve().parents[1])
+if _HOME not in sys.path:
+    sys.path.append(_HOME)
+
+from bklib.states import CountKey, RunStatus  # noqa: E402
+from jobs.tables.schema import AUDIT_RUNS  # noqa: E402
+
+COMPLETED = RunStatus.FINISHED
 
 TASK_REPAIR = "rereplicate"
 TASK_CLEAN = "no_findings"
@@ -59,7 +70,7 @@ def find_run(runs: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, Any] |
 def has_findings(run: Mapping[str, Any]) -> bool:
     """True when a completed run found something to repair or look at."""
     c = run["counts"]
-    return bool(c.get("underreplicated_ledgers", 0) or c.get("fragments", 0))
+    return bool(c.get(CountKey.UNDERREPLICATED_LEDGERS, 0) or c.get(CountKey.FRAGMENTS, 0))
 
 
 def choose_branch(run: Mapping[str, Any] | None, prefix: str) -> str:
@@ -89,8 +100,8 @@ def verification_outcome(
         if k.startswith("severity_")
     )
     summary = (
-        f"verifying audit {run['run_id']}: {c.get('underreplicated_ledgers', 0)} "
-        f"under-replicated ledgers, {c.get('fragments', 0)} fragments"
+        f"verifying audit {run['run_id']}: {c.get(CountKey.UNDERREPLICATED_LEDGERS, 0)} "
+        f"under-replicated ledgers, {c.get(CountKey.FRAGMENTS, 0)} fragments"
         + (f" ({severities})" if severities else "")
         + f", {c.get('metadata_errors', 0)} unreadable znodes"
     )

@@ -1,14 +1,22 @@
-"""Benchmark: Java ``bookkeeper shell recover`` against ``bkaudit rereplicate`` on the same data.
+"""Benchmark: Java ``bookkeeper shell recover`` against ``bkaudit recover`` and ``bkaudit
+rereplicate`` on the same data, in one run.
 
-Twice, in two fresh clusters of four Java BookKeeper 4.17 bookies (DbLedgerStorage, fsync'd
-journals) on one ZooKeeper: the Java client writes the same ledgers (E=3 WQ=2 AQ=2, 1 KiB
-entries, ensembles rotating over the four bookies, closed), then one bookie is killed.
-The first cluster is repaired by ``BookieShell recover -f <bookie>`` (BookKeeperAdmin, one
-JVM), the second by ``bkaudit audit --check replicas`` then ``bkaudit rereplicate
---grace-period 0s --rate 0`` (Spark local[2]). Both runs are checked: no ledger keeps the dead
-bookie. Wall times include JVM / Spark start-up; the ratio uses the repair commands only.
+In fresh clusters of four Java BookKeeper 4.17 bookies (DbLedgerStorage, fsync'd journals) on one
+ZooKeeper, the Java client writes the same ledgers (E=3 WQ=2 AQ=2, 1 KiB entries, ensembles
+rotating over the four bookies, closed), then one bookie is killed. Each cluster is repaired by
+one tool:
+
+1. ``BookieShell recover -f <bookie>`` (BookKeeperAdmin, one JVM);
+2. ``bkaudit recover <bookie> --grace-period 0s --rate 0``;
+3. ``bkaudit audit --check lost`` (timed separately), then ``bkaudit rereplicate
+   --grace-period 0s --rate 0``.
+
+The bkaudit commands run with ``--executor`` (default ``auto``, which picks ``local`` at this
+size). Every run is checked: no ledger keeps the dead bookie. Wall times include process, JVM
+or Spark start-up; each ratio is Java's wall time over the repair command's.
 
     .venv/bin/python bench/java_recover_vs_rereplicate.py [--ledgers 24] [--entries 2000]
+        [--executor auto|local|spark]
 """
 
 from __future__ import annotations
@@ -103,6 +111,8 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=24)
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--executor", default="auto", choices=("auto", "local", "spark"))
+    ap.add_argument("--audit-check", default="lost", choices=("lost", "replicas", "deep"))
     args = ap.parse_args()
     classpath = harness.install()
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
@@ -128,33 +138,49 @@ def main() -> None:
             mb = nbytes / 1e6
             print(f"java shell recover: {mb:.1f} MB of entries in {java_s:.1f} s wall")
 
-            # 2. bkaudit: audit then rereplicate, on the same data.
-            with zks.private_chroot("bkaudit") as connect:
-                zk, store, bookies, nbytes2 = build(classpath, connect, base / "b", client, args)
-                assert nbytes2 == nbytes
-                try:
-                    victim = kill_victim(zk, bookies)
-                    wh = str(base / "warehouse")
-                    audit_s, _ = cli(
-                        "audit", "--zk", connect, "--warehouse", wh, "--check", "replicas",
-                        log=base / "audit.log",
-                    )  # fmt: skip
-                    rerep_s, out = cli(
-                        "rereplicate", "--zk", connect, "--warehouse", wh,
-                        "--grace-period", "0s", "--rate", "0", log=base / "rereplicate.log",
-                    )  # fmt: skip
-                    check_repaired(store, victim)
-                finally:
-                    for b in bookies:
-                        b.stop()
-                    zk.stop()
-            m = re.search(r"in ([\d.]+)s \(([\d.]+) MB copied", out)
-            work = f", {m.group(1)} s in the repair tasks ({m.group(2)} MB)" if m else ""
-            print(f"bkaudit audit --check replicas: {audit_s:.1f} s wall")
-            print(f"bkaudit rereplicate: {mb:.1f} MB of entries in {rerep_s:.1f} s wall{work}")
+            # 2. bkaudit recover, and 3. bkaudit audit + rereplicate, on the same data.
+            ex = ["--executor", args.executor]
+            fast = ["--grace-period", "0s", "--rate", "0", *ex]
+            results: dict[str, float] = {}
+            for name in ("recover", "rereplicate"):
+                with zks.private_chroot(name) as connect:
+                    zk, store, bookies, nbytes2 = build(
+                        classpath, connect, base / name, client, args
+                    )
+                    assert nbytes2 == nbytes
+                    try:
+                        victim = kill_victim(zk, bookies)
+                        wh = str(base / f"warehouse-{name}")
+                        common = ["--zk", connect, "--warehouse", wh]
+                        if name == "recover":
+                            results[name], out = cli(
+                                "recover", victim, *common, *fast, log=base / f"{name}.log"
+                            )
+                        else:
+                            results["audit"], _ = cli(
+                                "audit", *common, "--check", args.audit_check, *ex,
+                                log=base / "audit.log",
+                            )  # fmt: skip
+                            results[name], out = cli(
+                                "rereplicate", *common, *fast, log=base / f"{name}.log"
+                            )
+                        check_repaired(store, victim)
+                    finally:
+                        for b in bookies:
+                            b.stop()
+                        zk.stop()
+                m = re.search(r"in ([\d.]+)s \(([\d.]+) MB copied", out)
+                work = f", {m.group(1)} s copying ({m.group(2)} MB)" if m else ""
+                chosen = re.search(r"executor (\w+)", out)
+                print(
+                    f"bkaudit {name} [{chosen.group(1) if chosen else '?'}]: {mb:.1f} MB of "
+                    f"entries in {results[name]:.1f} s wall{work}; "
+                    f"{java_s / results[name]:.2f}x Java's speed"
+                )
             print(
-                f"ratio bkaudit/java (wall, repair command only): {java_s / rerep_s:.2f}x speed "
-                f"({mb / rerep_s:.2f} vs {mb / java_s:.2f} MB/s)"
+                f"bkaudit audit --check {args.audit_check} before rereplicate: "
+                f"{results['audit']:.1f} s wall; audit + rereplicate "
+                f"{java_s / (results['audit'] + results['rereplicate']):.2f}x Java's speed"
             )
         finally:
             client.close()

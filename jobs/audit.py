@@ -182,6 +182,10 @@ def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
     job = LocalAudit(config, plan)
     try:
         run = job.run_all()
+    except delta.TableError as exc:
+        log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         log.exception("audit run %s failed", job.run.run_id)
         _failed(job.run, exc)

@@ -263,6 +263,7 @@ def _execute(
 def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | None]:
     """Build the requests and run them; (exit status, run id). Errors are one line, 2."""
     from jobs.local.repair import LocalRepair, scan_views
+    from jobs.tables.delta import TableError
 
     args.mode = mode
     config = RepairConfig.from_args(args, mode)
@@ -279,7 +280,8 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         else:
             reqs = local.requests_for_bookies(scan_views(config))
         rows, run_id = _execute(config, args, spark, reqs, local)
-    except LocalTooBigError as exc:
+    except (LocalTooBigError, TableError) as exc:
+        log.debug("%s refused", mode, exc_info=True)
         print(f"{mode}: {exc}", file=sys.stderr)
         return 2, None
     except Exception as exc:

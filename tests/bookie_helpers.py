@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bklib import sandbox
+from bklib.testing import sandbox
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
 from bklib.proto import protocol_pb2 as pb

@@ -31,6 +31,7 @@ from typing import Any
 from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
 from bklib.availability import decode as decode_availability
 from bklib.availability import from_entry_ids
+from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
     BKError,
@@ -170,7 +171,11 @@ class ReplicaChecker:
     """
 
     def __init__(
-        self, client: Any, settings: CheckSettings, check: str, lost: frozenset[str] = frozenset()
+        self,
+        client: SyncBookieClient,
+        settings: CheckSettings,
+        check: str,
+        lost: frozenset[str] = frozenset(),
     ) -> None:
         if check not in (Check.REPLICAS, Check.DEEP):
             raise ValueError(f"the replica checker runs {Check.REPLICAS} or {Check.DEEP}")
@@ -204,6 +209,15 @@ class ReplicaChecker:
             fut.cancel()
             raise BKTimeoutError(f"no answer within {self._guard}s") from None
 
+    def _ask(self, bookie: str, ledger_id: int, op: str) -> concurrent.futures.Future[Any]:
+        """Send ``op`` (``read_lac`` or ``list_entries``) without waiting for the answer."""
+        t = self.settings.read_timeout
+
+        async def run(pool: BookieClientPool) -> Any:
+            return await getattr(pool, op)(bookie, ledger_id, timeout=t)
+
+        return self.client.submit(run)
+
     # ---- the check -----------------------------------------------------------------------------
 
     def check(
@@ -213,7 +227,6 @@ class ReplicaChecker:
         ``ledgers_in_flight`` ledgers have requests outstanding. Unreadable ledgers are
         skipped (their error is already the finding)."""
         pending: list[_Pending] = []
-        t = self.settings.read_timeout
         for ledger in ledgers:
             if not ledger.ok or not ledger.segments:
                 continue
@@ -222,18 +235,14 @@ class ReplicaChecker:
             if not ledger.is_closed:
                 for b in dict.fromkeys(ledger.segments[-1].ensemble):
                     if b not in self.lost and b not in self.down:
-                        item.lac_futs[b] = self.client.submit(
-                            lambda p, b=b, lid=lid: p.read_lac(b, lid, timeout=t)
-                        )
+                        item.lac_futs[b] = self._ask(b, lid, "read_lac")
             for b in ledger.bookies():
                 if b in self.lost:
                     continue
                 if self.deep or b in self.no_list or b in self.down:
                     item.list_futs[b] = None
                 else:
-                    item.list_futs[b] = self.client.submit(
-                        lambda p, b=b, lid=lid: p.list_entries(b, lid, timeout=t)
-                    )
+                    item.list_futs[b] = self._ask(b, lid, "list_entries")
             pending.append(item)
             if len(pending) >= self.settings.ledgers_in_flight:
                 done = pending.pop(0)
@@ -247,9 +256,9 @@ class ReplicaChecker:
         lid = ledger.ledger_id
         dm = _digest(ledger)
         lacs: dict[str, int | None] = {}
-        for b, fut in item.lac_futs.items():
+        for b, lac_fut in item.lac_futs.items():
             try:
-                lacs[b] = _lac_of(self._wait(fut), dm)
+                lacs[b] = _lac_of(self._wait(lac_fut), dm)
             except BKError:
                 lacs[b] = None  # NoSuchEntry/NoSuchLedger or unknown: no LAC from this bookie
         known = [v for v in lacs.values() if v is not None]

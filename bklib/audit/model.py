@@ -260,7 +260,7 @@ class Finding:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Finding:
-        values = {k: row.get(k) for k in FINDING_COLUMNS}
+        values: dict[str, Any] = {k: row.get(k) for k in FINDING_COLUMNS}
         if values["missing_ranges"] is not None:
             values["missing_ranges"] = tuple(runs_from_rows(values["missing_ranges"]))
         return cls(**values)

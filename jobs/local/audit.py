@@ -207,7 +207,8 @@ class LocalAudit:
         return run
 
     def run_all(self) -> RunRecord:
-        """scan, check, recheck, load."""
+        """scan, check, recheck, load (after making sure every table can take the rows)."""
+        delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
         self.scan()
         self.check()
         self.recheck()

@@ -116,6 +116,7 @@ class LocalRepair:
         if n == 0:
             log.info("%s %s: nothing to repair", cfg.mode, self.run_id)
             return []
+        delta.check_writable(cfg.warehouse, (ACTIONS,))
         log.info(
             "%s %s: %d ledgers in-process%s (audit run %s, grace %gs, rate %s)",
             cfg.mode,

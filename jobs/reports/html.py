@@ -1,7 +1,6 @@
 """``bkaudit report``: one self-contained HTML page about under-replication and repair.
 
     bkaudit report --warehouse PATH --out report.html [--run-id R] [--runs 30]
-    spark-submit jobs/reports/html.py --warehouse PATH --out report.html
 
 The page has three charts (under-replicated fragments per bookie by severity, findings per
 severity over the recent audit runs, repair throughput over time), the ledgers whose repair is
@@ -11,9 +10,11 @@ ticket and opens offline.
 
 Three layers, kept apart so each is tested on its own:
 
-* queries: DataFrame -> DataFrame transforms over the Delta tables (also used by
+* queries: plain-Python functions over rows of the Delta tables (dicts keyed by column, as
+  :func:`jobs.tables.delta.read_rows` or a collected Spark DataFrame gives them; also used by
   ``notebooks/underreplication.ipynb``);
-* :func:`collect_report_data`: runs them and collects small Python lists (:class:`ReportData`);
+* :func:`collect_report_data`: reads the tables through delta-rs (no JVM) and runs the
+  queries into small Python lists (:class:`ReportData`);
 * rendering: pure functions from those lists to SVG and HTML strings.
 
 Exit status: 0 when the page was written, 2 on error (no warehouse, no completed run).
@@ -22,30 +23,35 @@ Exit status: 0 when the page was written, 2 on error (no warehouse, no completed
 from __future__ import annotations
 
 import argparse
+import heapq
 import html
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # `spark-submit jobs/reports/html.py`: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-
+from bklib.states import ActionKind, ActionStatus, CountKey, RunStatus, Severity
 from jobs.cli.config import parse_with_config
-from jobs.spark import load
+from jobs.tables import delta
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 
 log = logging.getLogger("jobs.reports.html")
 
-SEVERITIES = ("NO_REPLICA", "BELOW_AQ", "BELOW_WQ")
-SEVERITY_COLORS = {"NO_REPLICA": "#b91c1c", "BELOW_AQ": "#ea580c", "BELOW_WQ": "#ca8a04"}
-STUCK_STATUSES = (load.ACTION_WAITING_GRACE, load.ACTION_NO_REPLICA)
+Row = dict[str, Any]
+
+SEVERITIES = Severity.ALL
+UNKNOWN_SEVERITY = "UNKNOWN"
+"""Chart label for fragments without a severity (their replica count is unknown)."""
+SEVERITY_COLORS = {
+    Severity.NO_REPLICA: "#b91c1c",
+    Severity.BELOW_AQ: "#ea580c",
+    Severity.BELOW_WQ: "#ca8a04",
+}
+STUCK_STATUSES = (ActionStatus.WAITING_GRACE, ActionStatus.NO_REPLICA)
 DEFAULT_RUNS = 30
 DEFAULT_MAX_FINDINGS = 5000
 """Findings table rows; a large incident has far more fragments than a page can show."""
@@ -55,62 +61,126 @@ REPORT_EPILOG = """examples:
   bkaudit report --warehouse /data/bkaudit --out report.html
   bkaudit report --warehouse s3a://ops/bkaudit --out /tmp/r.html --runs 90
   bkaudit report --warehouse /data/bkaudit --run-id 20260101T000000Z-1a2b3c4d --out old.html
-  spark-submit jobs/reports/html.py --warehouse /data/bkaudit --out report.html
+  python -m jobs.reports.html --warehouse /data/bkaudit --out report.html
 """
 
+_FINDING_COLUMNS_READ = (
+    "run_id",
+    "ledger_id",
+    "segment_first_entry_id",
+    "segment_last_entry_id",
+    "bookie_id",
+    "reason",
+    "missing_entries",
+    "min_replicas",
+    "severity",
+    "ledger_state",
+    "first_detected_at",
+)
+"""Fragment columns the page uses; missing_ranges and the rest stay on disk."""
+_ACTION_COLUMNS_READ = (
+    "run_id",
+    "ledger_id",
+    "segment_first_entry_id",
+    "old_bookie",
+    "action",
+    "status",
+    "error",
+    "no_replica_entries",
+    "entries_copied",
+    "bytes_copied",
+    "started_at",
+    "finished_at",
+)
 
-# ---- queries (DataFrame -> DataFrame) -------------------------------------------------------
+
+# ---- queries (rows -> rows) -------------------------------------------------------------------
 
 
-def fragments_per_bookie(fragments: DataFrame) -> DataFrame:
+def _epoch_seconds(ts: datetime) -> float:
+    """Seconds since the epoch. A naive timestamp is local time, as pyspark's ``collect``
+    gives it; delta-rs gives UTC-aware ones."""
+    return ts.timestamp()
+
+
+def _from_epoch(seconds: int, like: datetime) -> datetime:
+    """``seconds`` as a timestamp of the same kind as ``like``: UTC-aware, or naive local
+    time (what pyspark's ``collect`` of ``timestamp_seconds`` gives)."""
+    if like.tzinfo is not None:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(seconds)
+
+
+def _distinct_count(values: Iterable[Any]) -> int:
+    """count(DISTINCT x): nulls are not counted."""
+    return len({v for v in values if v is not None})
+
+
+def fragments_per_bookie(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Per missing bookie and severity: fragments, distinct ledgers and missing entries.
 
-    Columns: bookie_id, severity, fragments, ledgers, missing_entries. Fragments without a
-    severity (the replica count is unknown) count as severity ``UNKNOWN``.
+    Keys: bookie_id, severity, fragments, ledgers, missing_entries; sorted by bookie_id,
+    severity. Fragments without a severity (the replica count is unknown) count as severity
+    ``UNKNOWN``.
     """
-    return (
-        fragments.groupBy("bookie_id", F.coalesce("severity", F.lit("UNKNOWN")).alias("severity"))
-        .agg(
-            F.count(F.lit(1)).alias("fragments"),
-            F.countDistinct("ledger_id").alias("ledgers"),
-            F.coalesce(F.sum("missing_entries"), F.lit(0)).cast("long").alias("missing_entries"),
-        )
-        .orderBy("bookie_id", "severity")
-    )
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for f in fragments:
+        key = (f["bookie_id"], f["severity"] or UNKNOWN_SEVERITY)
+        groups.setdefault(key, []).append(f)
+    return [
+        {
+            "bookie_id": bookie,
+            "severity": sev,
+            "fragments": len(rows),
+            "ledgers": _distinct_count(r["ledger_id"] for r in rows),
+            "missing_entries": sum(r["missing_entries"] or 0 for r in rows),
+        }
+        for (bookie, sev), rows in sorted(groups.items())
+    ]
+
+
+def recent_runs(runs: Iterable[Mapping[str, Any]], limit: int = DEFAULT_RUNS) -> list[Row]:
+    """The latest ``limit`` finished audit runs (COMPLETED or COMPLETED_WITH_ERRORS), newest
+    first: run_id, started_at, check, status."""
+    finished = [r for r in runs if r["status"] in RunStatus.FINISHED]
+    newest = heapq.nlargest(max(limit, 0), finished, key=lambda r: r["started_at"])
+    return [{k: r[k] for k in ("run_id", "started_at", "check", "status")} for r in newest]
 
 
 def severity_over_runs(
-    runs: DataFrame, fragments: DataFrame, limit: int = DEFAULT_RUNS
-) -> DataFrame:
+    runs: Iterable[Mapping[str, Any]],
+    fragments: Iterable[Mapping[str, Any]],
+    limit: int = DEFAULT_RUNS,
+) -> list[Row]:
     """Fragments per severity in each of the latest ``limit`` completed audit runs, oldest
     first. Runs without findings are kept (with zeros), so a repair shows as a drop to 0.
+    ``fragments`` is read once and may be a generator over many runs.
 
-    Columns: run_id, started_at, check, status, NO_REPLICA, BELOW_AQ, BELOW_WQ, fragments,
+    Keys: run_id, started_at, check, status, NO_REPLICA, BELOW_AQ, BELOW_WQ, fragments,
     underreplicated_ledgers.
     """
-    recent = (
-        runs.filter(F.col("status").isin(*load.COMPLETED))
-        .orderBy(F.col("started_at").desc())
-        .limit(limit)
-        .select("run_id", "started_at", "check", "status")
-    )
-    per_run = fragments.groupBy("run_id").agg(
-        *[F.sum(F.when(F.col("severity") == s, 1).otherwise(0)).alias(s) for s in SEVERITIES],
-        F.count(F.lit(1)).alias("fragments"),
-        F.countDistinct("ledger_id").alias("underreplicated_ledgers"),
-    )
-    counts = [*SEVERITIES, "fragments", "underreplicated_ledgers"]
-    return (
-        recent.join(per_run, "run_id", "left")
-        .select(
-            "run_id",
-            "started_at",
-            "check",
-            "status",
-            *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in counts],
-        )
-        .orderBy("started_at")
-    )
+    recent = recent_runs(runs, limit)
+    per_sev = {r["run_id"]: dict.fromkeys(SEVERITIES, 0) for r in recent}
+    total = dict.fromkeys(per_sev, 0)
+    ledgers: dict[str, set[int]] = {run_id: set() for run_id in per_sev}
+    for f in fragments:
+        counts = per_sev.get(f["run_id"])
+        if counts is None:  # an older run, or one that did not finish
+            continue
+        if f["severity"] in counts:
+            counts[f["severity"]] += 1
+        total[f["run_id"]] += 1
+        if f["ledger_id"] is not None:
+            ledgers[f["run_id"]].add(f["ledger_id"])
+    return [
+        {
+            **r,
+            **per_sev[r["run_id"]],
+            "fragments": total[r["run_id"]],
+            "underreplicated_ledgers": len(ledgers[r["run_id"]]),
+        }
+        for r in reversed(recent)
+    ]
 
 
 def choose_bucket_seconds(span_seconds: float) -> int:
@@ -123,121 +193,186 @@ def choose_bucket_seconds(span_seconds: float) -> int:
     return 86400
 
 
-def repair_throughput(actions: DataFrame, bucket_seconds: int) -> DataFrame:
+def finished_span_seconds(actions: Iterable[Mapping[str, Any]]) -> int:
+    """Whole seconds between the first and the last ``finished_at`` of ``actions`` (0 when
+    fewer than two actions finished): what :func:`choose_bucket_seconds` takes."""
+    secs = [math.floor(_epoch_seconds(a["finished_at"])) for a in actions if a["finished_at"]]
+    return max(secs) - min(secs) if secs else 0
+
+
+def repair_throughput(actions: Iterable[Mapping[str, Any]], bucket_seconds: int) -> list[Row]:
     """Entries and bytes copied by finished COPY actions per time bucket (by finished_at).
 
-    Columns: bucket_start (timestamp), copies, entries_copied, bytes_copied, bytes_per_second.
+    Keys: bucket_start (timestamp, UTC-aware when the input is), copies, entries_copied,
+    bytes_copied, bytes_per_second; oldest bucket first.
     """
-    secs = F.unix_timestamp("finished_at")
-    start = (F.floor(secs / bucket_seconds) * bucket_seconds).cast("long")
-    return (
-        actions.filter(
-            (F.col("action") == load.ACTION_COPY)
-            & (F.col("status") == load.ACTION_DONE)
-            & F.col("finished_at").isNotNull()
-        )
-        .groupBy(F.timestamp_seconds(start).alias("bucket_start"))
-        .agg(
-            F.count(F.lit(1)).alias("copies"),
-            F.sum("entries_copied").cast("long").alias("entries_copied"),
-            F.sum("bytes_copied").cast("long").alias("bytes_copied"),
-        )
-        .withColumn("bytes_per_second", F.col("bytes_copied") / F.lit(float(bucket_seconds)))
-        .orderBy("bucket_start")
-    )
+    buckets: dict[int, Row] = {}
+    for a in actions:
+        done = a["finished_at"]
+        if a["action"] != ActionKind.COPY or a["status"] != ActionStatus.DONE or done is None:
+            continue
+        # Whole seconds first, as Spark's unix_timestamp does, then down to the bucket.
+        start = math.floor(_epoch_seconds(done)) // bucket_seconds * bucket_seconds
+        b = buckets.get(start)
+        if b is None:
+            b = buckets[start] = {
+                "bucket_start": _from_epoch(start, done),
+                "copies": 0,
+                "entries_copied": 0,
+                "bytes_copied": 0,
+            }
+        b["copies"] += 1
+        b["entries_copied"] += a["entries_copied"] or 0
+        b["bytes_copied"] += a["bytes_copied"] or 0
+    out = [buckets[k] for k in sorted(buckets)]
+    for b in out:
+        b["bytes_per_second"] = b["bytes_copied"] / float(bucket_seconds)
+    return out
 
 
-def _latest(df: DataFrame, keys: Sequence[str]) -> DataFrame:
-    w = Window.partitionBy(*keys).orderBy(
-        F.coalesce("finished_at", "started_at").desc(), F.col("started_at").desc()
-    )
-    return df.withColumn("_rank", F.row_number().over(w)).filter("_rank = 1").drop("_rank")
+def _recency(a: Mapping[str, Any]) -> tuple[Any, Any]:
+    return (a["finished_at"] or a["started_at"], a["started_at"])
 
 
-def latest_ledger_status(actions: DataFrame) -> DataFrame:
-    """Each ledger's most recent repair action: ledger_id, run_id, action, status, error,
-    no_replica_entries, since (when that action started), finished_at."""
-    return _latest(actions, ["ledger_id"]).select(
-        "ledger_id",
-        "run_id",
-        "action",
-        "status",
-        "error",
-        "no_replica_entries",
-        F.col("started_at").alias("since"),
-        "finished_at",
-    )
+def _latest(
+    actions: Iterable[Mapping[str, Any]], key: Callable[[Mapping[str, Any]], Any]
+) -> dict[Any, Mapping[str, Any]]:
+    """Per ``key``, the most recent action: latest coalesce(finished_at, started_at), then
+    latest started_at (the first one seen wins a full tie)."""
+    best: dict[Any, Mapping[str, Any]] = {}
+    for a in actions:
+        k = key(a)
+        cur = best.get(k)
+        if cur is None or _recency(a) > _recency(cur):
+            best[k] = a
+    return best
 
 
-def stuck_ledgers(actions: DataFrame) -> DataFrame:
+def latest_ledger_status(actions: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Each ledger's most recent repair action, by ledger_id: ledger_id, run_id, action,
+    status, error, no_replica_entries, since (when that action started), finished_at."""
+    latest = _latest(actions, lambda a: a["ledger_id"])
+    return [
+        {
+            "ledger_id": a["ledger_id"],
+            "run_id": a["run_id"],
+            "action": a["action"],
+            "status": a["status"],
+            "error": a["error"],
+            "no_replica_entries": a["no_replica_entries"],
+            "since": a["started_at"],
+            "finished_at": a["finished_at"],
+        }
+        for _, a in sorted(latest.items())
+    ]
+
+
+def stuck_ledgers(actions: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Ledgers whose latest repair action is WAITING_GRACE (open, grace period not over) or
-    NO_REPLICA (entries that exist nowhere): what an operator has to look at by hand."""
-    return (
-        latest_ledger_status(actions)
-        .filter(F.col("status").isin(*STUCK_STATUSES))
-        .orderBy("status", "ledger_id")
-    )
+    NO_REPLICA (entries that exist nowhere): what an operator has to look at by hand.
+    Same keys as :func:`latest_ledger_status`, sorted by status, ledger_id."""
+    rows = [r for r in latest_ledger_status(actions) if r["status"] in STUCK_STATUSES]
+    return sorted(rows, key=lambda r: (r["status"], r["ledger_id"]))
 
 
-def findings_with_repair_status(fragments: DataFrame, actions: DataFrame | None) -> DataFrame:
+def findings_with_repair_status(
+    fragments: Iterable[Mapping[str, Any]], actions: Iterable[Mapping[str, Any]] | None
+) -> list[Row]:
     """One run's fragments with the latest repair action for the same fragment (ledger,
-    segment, missing bookie), else for the ledger. Adds repair_status and repair_error."""
+    segment, missing bookie), else for the ledger. Adds repair_status and repair_error,
+    each taken from the fragment's action when it has one, else from the ledger's."""
     if actions is None:
-        return fragments.withColumn("repair_status", F.lit(None).cast("string")).withColumn(
-            "repair_error", F.lit(None).cast("string")
-        )
+        return [{**f, "repair_status": None, "repair_error": None} for f in fragments]
+    actions = list(actions)
     per_fragment = _latest(
-        actions.filter(F.col("old_bookie").isNotNull()),
-        ["ledger_id", "segment_first_entry_id", "old_bookie"],
-    ).select(
-        "ledger_id",
-        "segment_first_entry_id",
-        F.col("old_bookie").alias("bookie_id"),
-        F.col("status").alias("_fs"),
-        F.col("error").alias("_fe"),
+        (a for a in actions if a["old_bookie"] is not None),
+        lambda a: (a["ledger_id"], a["segment_first_entry_id"], a["old_bookie"]),
     )
-    per_ledger = latest_ledger_status(actions).select(
-        "ledger_id", F.col("status").alias("_ls"), F.col("error").alias("_le")
-    )
-    return (
-        fragments.join(per_fragment, ["ledger_id", "segment_first_entry_id", "bookie_id"], "left")
-        .join(per_ledger, "ledger_id", "left")
-        .withColumn("repair_status", F.coalesce("_fs", "_ls"))
-        .withColumn("repair_error", F.coalesce("_fe", "_le"))
-        .drop("_fs", "_fe", "_ls", "_le")
-    )
+    per_ledger = _latest(actions, lambda a: a["ledger_id"])
+    out = []
+    for f in fragments:
+        fa = per_fragment.get((f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"]))
+        la = per_ledger.get(f["ledger_id"])
+        status = [x["status"] for x in (fa, la) if x is not None and x["status"] is not None]
+        error = [x["error"] for x in (fa, la) if x is not None and x["error"] is not None]
+        out.append(
+            {
+                **f,
+                "repair_status": status[0] if status else None,
+                "repair_error": error[0] if error else None,
+            }
+        )
+    return out
 
 
-def time_to_repair(fragments: DataFrame, actions: DataFrame) -> DataFrame:
+def time_to_repair(
+    fragments: Iterable[Mapping[str, Any]], actions: Iterable[Mapping[str, Any]]
+) -> list[Row]:
     """For every fragment ever found (ledger, segment, bookie): when it was first detected,
     when its repair finished (the DONE METADATA_UPDATE that swapped the bookie out, else the
-    last DONE COPY), and the hours in between (null while unrepaired).
+    last DONE COPY), and the hours in between (None while unrepaired).
 
-    Columns: ledger_id, segment_first_entry_id, bookie_id, first_detected_at, repaired_at,
-    hours_to_repair.
+    Keys: ledger_id, segment_first_entry_id, bookie_id, first_detected_at, repaired_at,
+    hours_to_repair; sorted by the first three.
     """
-    keys = ["ledger_id", "segment_first_entry_id", "bookie_id"]
-    found = fragments.groupBy(*keys).agg(F.min("first_detected_at").alias("first_detected_at"))
-    done = (
-        actions.filter(
-            (F.col("status") == load.ACTION_DONE)
-            & F.col("action").isin(load.ACTION_METADATA_UPDATE, load.ACTION_COPY)
-            & F.col("old_bookie").isNotNull()
+    found: dict[tuple[Any, Any, Any], Any] = {}
+    for f in fragments:
+        k = (f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"])
+        first, cur = f["first_detected_at"], found.get(k)
+        found[k] = first if cur is None or (first is not None and first < cur) else cur
+    swapped: dict[tuple[Any, Any, Any], datetime] = {}  # first DONE METADATA_UPDATE
+    last_done: dict[tuple[Any, Any, Any], datetime] = {}  # last DONE COPY or METADATA_UPDATE
+    repairs = (ActionKind.METADATA_UPDATE, ActionKind.COPY)
+    for a in actions:
+        done = a["finished_at"]
+        if (
+            a["status"] != ActionStatus.DONE
+            or a["action"] not in repairs
+            or a["old_bookie"] is None
+            or done is None
+        ):
+            continue
+        k = (a["ledger_id"], a["segment_first_entry_id"], a["old_bookie"])
+        if a["action"] == ActionKind.METADATA_UPDATE and (k not in swapped or done < swapped[k]):
+            swapped[k] = done
+        if k not in last_done or done > last_done[k]:
+            last_done[k] = done
+    out = []
+    for k in sorted(found):
+        repaired = swapped.get(k, last_done.get(k))
+        first = found[k]
+        hours = None
+        if repaired is not None and first is not None:
+            hours = (_epoch_seconds(repaired) - _epoch_seconds(first)) / 3600
+        out.append(
+            {
+                "ledger_id": k[0],
+                "segment_first_entry_id": k[1],
+                "bookie_id": k[2],
+                "first_detected_at": first,
+                "repaired_at": repaired,
+                "hours_to_repair": hours,
+            }
         )
-        .groupBy("ledger_id", "segment_first_entry_id", F.col("old_bookie").alias("bookie_id"))
-        .agg(
-            F.coalesce(
-                F.min(F.when(F.col("action") == load.ACTION_METADATA_UPDATE, F.col("finished_at"))),
-                F.max("finished_at"),
-            ).alias("repaired_at")
-        )
-    )
-    # Casting a timestamp to double keeps the microseconds unix_timestamp would drop.
-    hours = (F.col("repaired_at").cast("double") - F.col("first_detected_at").cast("double")) / 3600
-    return (
-        found.join(done, keys, "left")
-        .withColumn("hours_to_repair", F.when(F.col("repaired_at").isNotNull(), hours))
-        .orderBy(*keys)
+    return out
+
+
+def severity_rank(finding: Mapping[str, Any]) -> int:
+    """Sort key putting the worst severity first (no severity last)."""
+    return Severity.ORDER.get(finding["severity"], len(Severity.ORDER))
+
+
+def worst_findings(findings: Iterable[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
+    """The ``limit`` worst findings: by severity, then ledger, segment and bookie."""
+    return heapq.nsmallest(
+        max(limit, 0),
+        findings,
+        key=lambda f: (
+            severity_rank(f),
+            f["ledger_id"],
+            f["segment_first_entry_id"],
+            f["bookie_id"],
+        ),
     )
 
 
@@ -246,7 +381,7 @@ def time_to_repair(fragments: DataFrame, actions: DataFrame) -> DataFrame:
 
 @dataclass
 class ReportData:
-    """Everything the page shows, as small Python values (no Spark)."""
+    """Everything the page shows, as small Python values."""
 
     warehouse: str
     run: dict[str, Any]
@@ -262,12 +397,16 @@ class ReportData:
     title: str = DEFAULT_TITLE
 
 
-def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in df.collect()]
+def _stream_rows(
+    warehouse: str, name: str, columns: Sequence[str], filters: Sequence[tuple[str, str, Any]]
+) -> Iterator[Row]:
+    """Rows batch by batch, so a long history is never all Python dicts at once."""
+    table = delta.read_arrow(warehouse, name, columns=columns, filters=filters)
+    for batch in table.to_batches():
+        yield from batch.to_pylist()
 
 
 def collect_report_data(
-    spark: SparkSession,
     warehouse: str,
     *,
     run_id: str | None = None,
@@ -275,47 +414,49 @@ def collect_report_data(
     title: str = DEFAULT_TITLE,
     max_findings: int = DEFAULT_MAX_FINDINGS,
 ) -> ReportData | None:
-    """Run the report's queries; None when the warehouse has no such completed run."""
-    run = load.latest_run(spark, warehouse, run_id)
+    """Read the tables through delta-rs and run the report's queries; None when the
+    warehouse has no such completed run."""
+    run = delta.latest_run(warehouse, run_id)
     if run is None:
         return None
     data = ReportData(warehouse, run, datetime.now(timezone.utc), title=title)
-    has_frags = load.table_exists(spark, warehouse, load.FRAGMENTS)
-    frags = load.read_table(spark, warehouse, load.FRAGMENTS) if has_frags else None
     actions = None
-    if load.table_exists(spark, warehouse, load.ACTIONS):
-        actions = load.read_table(spark, warehouse, load.ACTIONS)
+    if delta.table_exists(warehouse, ACTIONS):
+        actions = delta.read_rows(warehouse, ACTIONS, columns=_ACTION_COLUMNS_READ)
         data.has_actions = True
-    if frags is not None:
-        latest = frags.filter(F.col("run_id") == run["run_id"])
-        data.per_bookie = _rows(fragments_per_bookie(latest))
-        data.over_runs = _rows(
-            severity_over_runs(load.read_table(spark, warehouse, load.AUDIT_RUNS), frags, runs)
+    if delta.table_exists(warehouse, FRAGMENTS):
+        latest = delta.read_rows(
+            warehouse,
+            FRAGMENTS,
+            columns=_FINDING_COLUMNS_READ,
+            filters=[("run_id", "=", run["run_id"])],
         )
+        data.per_bookie = fragments_per_bookie(latest)
+        history = delta.read_rows(
+            warehouse, AUDIT_RUNS, columns=["run_id", "started_at", "check", "status"]
+        )
+        # Only the charted runs' partitions are read.
+        charted = [r["run_id"] for r in recent_runs(history, runs)]
+        frags: Iterable[Row] = ()
+        if charted:
+            frags = _stream_rows(
+                warehouse,
+                FRAGMENTS,
+                ["run_id", "ledger_id", "severity"],
+                [("run_id", "in", charted)],
+            )
+        data.over_runs = severity_over_runs(history, frags, runs)
+        data.findings_total = len(latest)
         # Worst first, so a truncated table still shows what matters.
-        rank = F.coalesce(
-            *[F.when(F.col("severity") == s, F.lit(i)) for i, s in enumerate(SEVERITIES)],
-            F.lit(len(SEVERITIES)),
-        )
-        data.findings_total = latest.count()
-        data.findings = _rows(
-            findings_with_repair_status(latest, actions)
-            .orderBy(rank, "ledger_id", "segment_first_entry_id", "bookie_id")
-            .limit(max_findings)
-        )
+        data.findings = findings_with_repair_status(worst_findings(latest, max_findings), actions)
     else:
         data.over_runs = [
             {**run, **dict.fromkeys((*SEVERITIES, "fragments", "underreplicated_ledgers"), 0)}
         ]
     if actions is not None:
-        span = actions.agg(
-            (F.unix_timestamp(F.max("finished_at")) - F.unix_timestamp(F.min("finished_at"))).alias(
-                "s"
-            )
-        ).first()
-        data.bucket_seconds = choose_bucket_seconds(float((span and span["s"]) or 0))
-        data.throughput = _rows(repair_throughput(actions, data.bucket_seconds))
-        data.stuck = _rows(stuck_ledgers(actions))
+        data.bucket_seconds = choose_bucket_seconds(float(finished_span_seconds(actions)))
+        data.throughput = repair_throughput(actions, data.bucket_seconds)
+        data.stuck = stuck_ledgers(actions)
     return data
 
 
@@ -591,12 +732,12 @@ def render_html(data: ReportData) -> str:
     run = data.run
     counts = run.get("counts") or {}
     sev_series = [s for s in SEVERITIES]
-    colors = dict(SEVERITY_COLORS, UNKNOWN="#6b7280")
+    colors = {**SEVERITY_COLORS, UNKNOWN_SEVERITY: "#6b7280"}
     bookies: dict[str, dict[str, float]] = {}
     for r in data.per_bookie:
         bookies.setdefault(r["bookie_id"], {})[r["severity"]] = float(r["fragments"])
-    if any(r["severity"] == "UNKNOWN" for r in data.per_bookie):
-        sev_series.append("UNKNOWN")
+    if any(r["severity"] == UNKNOWN_SEVERITY for r in data.per_bookie):
+        sev_series.append(UNKNOWN_SEVERITY)
     per_bookie = sorted(bookies.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
     chart_bookies = svg_hbar_chart(
         "fragments-per-bookie",
@@ -639,15 +780,15 @@ def render_html(data: ReportData) -> str:
     # The run's own counts cover every fragment, also when the table below is truncated.
     total = max(data.findings_total, len(data.findings))
     ledgers_bad = counts.get(
-        "underreplicated_ledgers", len({f["ledger_id"] for f in data.findings})
+        CountKey.UNDERREPLICATED_LEDGERS, len({f["ledger_id"] for f in data.findings})
     )
     missing = counts.get(
-        "missing_entries", sum(int(f.get("missing_entries") or 0) for f in data.findings)
+        CountKey.MISSING_ENTRIES, sum(int(f.get("missing_entries") or 0) for f in data.findings)
     )
     present = {r["severity"] for r in data.per_bookie} | {f.get("severity") for f in data.findings}
     worst = next((s for s in SEVERITIES if s in present), "")
     cards = [
-        ("ledgers scanned", counts.get("ledgers", "")),
+        ("ledgers scanned", counts.get(CountKey.LEDGERS, "")),
         ("under-replicated ledgers", ledgers_bad),
         ("fragments", total),
         ("missing entries", missing),
@@ -700,7 +841,7 @@ def render_html(data: ReportData) -> str:
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the report flags to ``parser`` (shared by ``bkaudit report`` and spark-submit)."""
+    """Add the report flags to ``parser`` (shared by ``bkaudit report`` and :func:`main`)."""
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
     parser.add_argument("--out", default="report.html", help="HTML file to write")
     parser.add_argument(
@@ -716,23 +857,23 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         help="rows of the findings table, worst severity first",
     )
     parser.add_argument("--title", default=DEFAULT_TITLE, help="page title")
-    parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     return parser
 
 
-def run_report(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
-    """Write the report from parsed arguments; 0 when written, 2 on error."""
-    try:
-        if spark is None:
-            from jobs.spark.session import build_spark
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (delta-rs errors span many)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return first or type(exc).__name__
 
-            spark = build_spark(
-                "bkaudit-report",
-                master=getattr(args, "master", None),
-                overrides={"spark.ui.showConsoleProgress": "false"},
-            )
+
+def run_report(args: argparse.Namespace, spark: Any = None) -> int:
+    """Write the report from parsed arguments; 0 when written, 2 on error (one line on
+    stderr). ``spark`` is accepted for older callers and ignored: the tables are read
+    through delta-rs."""
+    del spark
+    try:
         data = collect_report_data(
-            spark,
             args.warehouse,
             run_id=args.run_id,
             runs=args.runs,
@@ -746,9 +887,9 @@ def run_report(args: argparse.Namespace, spark: SparkSession | None = None) -> i
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_html(data), encoding="utf-8")
-    except Exception as exc:
-        log.exception("report failed")
-        print(f"report: {exc}", file=sys.stderr)
+    except Exception as exc:  # TableProtocolError, unreadable tables, unwritable --out
+        log.debug("report failed", exc_info=True)
+        print(f"report: {_one_line(exc)}", file=sys.stderr)
         return 2
     print(
         f"report of run {data.run['run_id']}: {len(data.findings)} fragments, "
@@ -758,7 +899,7 @@ def run_report(args: argparse.Namespace, spark: SparkSession | None = None) -> i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit jobs/reports/html.py ...`` entry point."""
+    """``python -m jobs.reports.html ...`` entry point."""
     parser = add_report_arguments(
         argparse.ArgumentParser(
             prog="html_report",

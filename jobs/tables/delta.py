@@ -27,8 +27,10 @@ from jobs.tables.schema import (
 )
 
 __all__ = [
+    "TableError",
     "TableProtocolError",
     "append_rows",
+    "check_writable",
     "latest_run",
     "read_rows",
     "table_exists",
@@ -40,8 +42,26 @@ log = logging.getLogger(__name__)
 COMMIT_RETRIES = 8
 
 
-class TableProtocolError(RuntimeError):
+class TableError(RuntimeError):
+    """A Delta table could not be read or written; the message names the table."""
+
+
+class TableProtocolError(TableError):
     """A Delta table needs reader or writer features this build cannot honour."""
+
+
+def _table_error(path: str, exc: BaseException) -> TableError:
+    text = str(exc)
+    if isinstance(exc, _protocol_errors()) or "Unsupported" in text or "protocol" in text:
+        return TableProtocolError(_protocol_message(path, exc))
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return TableError(f"Delta table {path}: {first}")
+
+
+def _protocol_errors() -> tuple[type[BaseException], ...]:
+    from deltalake.exceptions import DeltaProtocolError
+
+    return (DeltaProtocolError,)
 
 
 def table_path(warehouse: str, name: str) -> str:
@@ -62,34 +82,33 @@ def table_exists(warehouse: str, name: str) -> bool:
 
 def _open(warehouse: str, name: str) -> Any:
     from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaProtocolError
+    from deltalake.exceptions import DeltaError
 
     path = table_path(warehouse, name)
     try:
         return DeltaTable(path)
-    except DeltaProtocolError as exc:
-        raise TableProtocolError(_protocol_message(path, exc)) from exc
+    except DeltaError as exc:
+        raise _table_error(path, exc) from exc
 
 
 def _protocol_message(path: str, exc: BaseException) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (
         f"Delta table {path} uses a protocol this bkaudit's delta-rs cannot honour ({first}); "
-        "nothing was written. Use --executor spark, or upgrade bkaudit"
+        "it was neither read nor written. Use --executor spark, or upgrade bkaudit"
     )
 
 
 def _check_protocol(table: Any, path: str, write: bool) -> None:
     """Refuse a table whose protocol asks for features delta-rs does not know."""
-    from deltalake.exceptions import DeltaProtocolError
+    from deltalake.exceptions import DeltaError
 
     try:
         proto = table.protocol()
         if write:
-            # Reading the files forces delta-rs to check every reader feature too.
             table.schema()
-    except DeltaProtocolError as exc:
-        raise TableProtocolError(_protocol_message(path, exc)) from exc
+    except DeltaError as exc:
+        raise _table_error(path, exc) from exc
     if proto.min_reader_version > 3 or proto.min_writer_version > 7:
         raise TableProtocolError(
             _protocol_message(
@@ -99,6 +118,14 @@ def _check_protocol(table: Any, path: str, write: bool) -> None:
                 ),
             )
         )
+
+
+def check_writable(warehouse: str, names: Iterable[str]) -> None:
+    """Raise :class:`TableError` before any work if an existing table among ``names`` cannot
+    be appended to by delta-rs."""
+    for name in names:
+        if table_exists(warehouse, name):
+            _check_protocol(_open(warehouse, name), table_path(warehouse, name), write=True)
 
 
 def read_rows(
@@ -123,7 +150,7 @@ def read_arrow(
     filters: Sequence[tuple[str, str, Any]] | None = None,
 ) -> pa.Table:
     """Table ``name`` as an Arrow table (see :func:`read_rows`)."""
-    from deltalake.exceptions import DeltaProtocolError
+    from deltalake.exceptions import DeltaError
 
     table = _open(warehouse, name)
     _check_protocol(table, table_path(warehouse, name), write=False)
@@ -137,8 +164,8 @@ def read_arrow(
             expr = term if expr is None else expr & term
         wanted = [c for c in columns if c in dataset.schema.names] if columns else None
         return dataset.to_table(columns=wanted, filter=expr)
-    except DeltaProtocolError as exc:
-        raise TableProtocolError(_protocol_message(table_path(warehouse, name), exc)) from exc
+    except DeltaError as exc:
+        raise _table_error(table_path(warehouse, name), exc) from exc
 
 
 def _term(field: Any, op: str, value: Any) -> Any:
@@ -163,7 +190,7 @@ def append_rows(warehouse: str, name: str, rows: Iterable[Mapping[str, Any]]) ->
 def append_arrow(warehouse: str, name: str, data: pa.Table) -> int:
     """Append an Arrow table already in ``name``'s schema (see :func:`append_rows`)."""
     from deltalake import write_deltalake
-    from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+    from deltalake.exceptions import CommitFailedError, DeltaError
 
     path = table_path(warehouse, name)
     if table_exists(warehouse, name):
@@ -178,13 +205,13 @@ def append_arrow(warehouse: str, name: str, data: pa.Table) -> int:
                 schema_mode="merge",
             )
             return data.num_rows
-        except DeltaProtocolError as exc:
-            raise TableProtocolError(_protocol_message(path, exc)) from exc
         except CommitFailedError as exc:
             if attempt + 1 == COMMIT_RETRIES:
-                raise
+                raise _table_error(path, exc) from exc
             log.warning("%s: commit race (%s), retrying", name, exc)
             time.sleep(0.2 * (attempt + 1))
+        except DeltaError as exc:
+            raise _table_error(path, exc) from exc
     return 0
 
 

@@ -2,10 +2,11 @@
 
 Four Python bookies on a real ZooKeeper; ledgers chosen so the latest audit has every
 severity (BELOW_WQ, BELOW_AQ, NO_REPLICA) and an open ledger; three ``lost`` audit runs by the
-real audit job (one before the bookie stops, two after); then one repair run's
+real audit job on Spark (one before the bookie stops, two after); then one repair run's
 ``replication_actions`` rows appended by Spark with ``jobs.spark.load.ACTIONS_SCHEMA``, exactly the
-schema ``jobs/rereplicate.py`` writes: two ledgers repaired (COPY + METADATA_UPDATE DONE), one
-NO_REPLICA, one open ledger WAITING_GRACE.
+schema the Spark repair job writes: two ledgers repaired (COPY + METADATA_UPDATE DONE), one
+NO_REPLICA, one open ledger WAITING_GRACE. Every table is written by delta-spark and read back
+here and by the report through delta-rs.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.quorum import classify_replicas, stripe_count
-from bklib.states import ActionKind, ActionStatus
+from bklib.states import ActionKind, ActionStatus, Executor, RepairMode
 from bklib.testing.zkserver import ZooKeeperServer
 from jobs.audit import run_audit
 from jobs.spark import load
-from tests.audit_helpers import audit_args, audit_cluster, fragments_of, shared_spark
+from jobs.tables import delta
+from jobs.tables.schema import ACTIONS
+from tests.audit_helpers import audit_args, audit_cluster, shared_spark
 
 REPAIR_RUN = "repair-20260101T000000Z-test"
 
@@ -48,6 +51,7 @@ class ReportWarehouse:
     repaired_at: dict[int, datetime] = field(default_factory=dict)
     copied: dict[int, tuple[int, int]] = field(default_factory=dict)  # ledger -> entries, bytes
     latest_fragments: list[dict[str, Any]] = field(default_factory=list)
+    """The latest run's fragments as delta-rs reads them (timestamps UTC-aware)."""
 
     @property
     def latest_run(self) -> str:
@@ -77,10 +81,10 @@ def report_warehouse(
         healthy = c.ledger([b0, b1, b3], 7, wq=2, aq=2)
         runs = []
         assert run_audit(audit_args(c.zk, warehouse, "lost"), spark) == 0
-        runs.append(_latest_run_id(spark, warehouse))
+        runs.append(_latest_run_id(warehouse))
         c.sandbox.stop_bookie(b2)
         assert run_audit(audit_args(c.zk, warehouse, "lost"), spark) == 0
-        runs.append(_latest_run_id(spark, warehouse))
+        runs.append(_latest_run_id(warehouse))
 
     wh = ReportWarehouse(
         path=warehouse,
@@ -106,13 +110,13 @@ def report_warehouse(
         sev = classify_replicas(md.write_quorum - 1, md.write_quorum, md.ack_quorum)
         assert sev is not None
         wh.expected[md.ledger_id] = (missing, sev)
-    wh.latest_fragments = fragments_of(spark, warehouse, wh.latest_run)
+    wh.latest_fragments = delta.run_fragments(warehouse, wh.latest_run)
     _append_repair_run(spark, wh)
     yield wh
 
 
-def _latest_run_id(spark: SparkSession, warehouse: str) -> str:
-    run = load.latest_run(spark, warehouse)
+def _latest_run_id(warehouse: str) -> str:
+    run = delta.latest_run(warehouse)
     assert run is not None
     return str(run["run_id"])
 
@@ -139,26 +143,26 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
     ) -> datetime:
         f = frag[lid]
         end = start + timedelta(minutes=minutes)
-        rows.append(
-            (
-                REPAIR_RUN,
-                "rereplicate",
-                wh.latest_run,
-                lid,
-                f["segment_first_entry_id"],
-                f["segment_last_entry_id"],
-                old,
-                new,
-                kind,
-                entries,
-                nbytes,
-                no_replica,
-                status,
-                error,
-                start,
-                end,
-            )
-        )
+        row = {
+            "run_id": REPAIR_RUN,
+            "mode": RepairMode.REREPLICATE,
+            "audit_run_id": wh.latest_run,
+            "ledger_id": lid,
+            "segment_first_entry_id": f["segment_first_entry_id"],
+            "segment_last_entry_id": f["segment_last_entry_id"],
+            "old_bookie": old,
+            "new_bookie": new,
+            "action": kind,
+            "entries_copied": entries,
+            "bytes_copied": nbytes,
+            "no_replica_entries": no_replica,
+            "status": status,
+            "error": error,
+            "started_at": start,
+            "finished_at": end,
+            "executor": Executor.SPARK,
+        }
+        rows.append(tuple(row[col.name] for col in load.ACTIONS_SCHEMA.fields))
         return end
 
     # Two repaired ledgers, copies finishing in different minutes (two throughput columns).
@@ -206,9 +210,9 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
         error="open; grace period 30s not over",
     )
     df = spark.createDataFrame(rows, load.ACTIONS_SCHEMA)
-    # Same write as jobs/rereplicate.py (partitioned by mode, schema merged).
+    # The Spark repair job's write: partitioned by mode, schema merged.
     df.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy("mode").save(
-        load.table_path(wh.path, load.ACTIONS)
+        load.table_path(wh.path, ACTIONS)
     )
 
 

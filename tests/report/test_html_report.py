@@ -1,5 +1,5 @@
-"""jobs.reports.html: the queries on a real warehouse (chispa), the page rendered by headless
-Chromium (DOM and pixels), and the pure rendering helpers."""
+"""jobs.reports.html: the queries on a real warehouse (written by Spark, read through delta-rs),
+the page rendered by headless Chromium (DOM and pixels), and the pure rendering helpers."""
 
 from __future__ import annotations
 
@@ -7,18 +7,16 @@ import argparse
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from chispa import assert_df_equality
 from PIL import Image
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
+from bklib.states import ActionStatus, Check, Reason, RunStatus, Severity
 from jobs.reports.html import (
     SEVERITY_COLORS,
     ReportData,
@@ -39,7 +37,8 @@ from jobs.reports.html import (
     svg_hbar_chart,
     time_to_repair,
 )
-from jobs.spark import load
+from jobs.tables import delta
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.report.conftest import ReportWarehouse
 
 pytestmark = pytest.mark.integration
@@ -47,107 +46,125 @@ pytestmark = pytest.mark.integration
 CHROMIUM = os.environ.get("BKAUDIT_CHROMIUM", "/usr/bin/chromium")
 
 
-def _fragments(spark: SparkSession, wh: ReportWarehouse) -> Any:
-    return load.read_table(spark, wh.path, load.FRAGMENTS)
+def _fragments(wh: ReportWarehouse) -> list[dict[str, Any]]:
+    return delta.read_rows(wh.path, FRAGMENTS)
 
 
-def _actions(spark: SparkSession, wh: ReportWarehouse) -> Any:
-    return load.read_table(spark, wh.path, load.ACTIONS)
+def _actions(wh: ReportWarehouse) -> list[dict[str, Any]]:
+    return delta.read_rows(wh.path, ACTIONS)
+
+
+def _project(rows: Sequence[dict[str, Any]], *columns: str) -> list[dict[str, Any]]:
+    return [{c: r[c] for c in columns} for r in rows]
+
+
+def assert_rows_equal(got: Sequence[dict[str, Any]], expected: Sequence[dict[str, Any]]) -> None:
+    """Same rows in the same order, same columns in the same order, and every value of the
+    expected type (an int is not a float, a UTC-aware timestamp is not a naive one)."""
+    assert got == expected
+    for g, e in zip(got, expected, strict=True):
+        assert list(g) == list(e)
+        assert {k: type(v) for k, v in g.items()} == {k: type(v) for k, v in e.items()}
+        for k, v in e.items():
+            if isinstance(v, datetime):
+                assert g[k].tzinfo == v.tzinfo, k
 
 
 # ---- queries on the real warehouse ------------------------------------------------------------
 
 
-def test_fragments_per_bookie(spark: SparkSession, report_warehouse: ReportWarehouse) -> None:
+def test_fragments_per_bookie(report_warehouse: ReportWarehouse) -> None:
     wh = report_warehouse
-    latest = _fragments(spark, wh).filter(F.col("run_id") == wh.latest_run)
+    latest = [f for f in _fragments(wh) if f["run_id"] == wh.latest_run]
     by_sev: dict[str, list[tuple[int, int | None]]] = {}
     for lid, (missing, sev) in wh.expected.items():
         by_sev.setdefault(sev, []).append((lid, missing))
-    assert set(by_sev) == {"NO_REPLICA", "BELOW_AQ", "BELOW_WQ"}  # the fixture covers all three
-    expected = spark.createDataFrame(
-        [
-            (wh.victim, sev, len(rows), len(rows), sum(m or 0 for _, m in rows))
-            for sev, rows in sorted(by_sev.items())
-        ],
-        "bookie_id string, severity string, fragments long, ledgers long, missing_entries long",
-    )
-    assert_df_equality(fragments_per_bookie(latest), expected, ignore_nullable=True)
+    assert set(by_sev) == set(Severity.ALL)  # the fixture covers all three
+    expected = [
+        {
+            "bookie_id": wh.victim,
+            "severity": sev,
+            "fragments": len(rows),
+            "ledgers": len(rows),
+            "missing_entries": sum(m or 0 for _, m in rows),
+        }
+        for sev, rows in sorted(by_sev.items())
+    ]
+    assert_rows_equal(fragments_per_bookie(latest), expected)
 
 
-def test_severity_over_runs_keeps_clean_runs(
-    spark: SparkSession, report_warehouse: ReportWarehouse
-) -> None:
+def test_severity_over_runs_keeps_clean_runs(report_warehouse: ReportWarehouse) -> None:
     wh = report_warehouse
-    runs = load.read_table(spark, wh.path, load.AUDIT_RUNS)
-    got = severity_over_runs(runs, _fragments(spark, wh)).select(
-        "run_id", "NO_REPLICA", "BELOW_AQ", "BELOW_WQ", "fragments", "underreplicated_ledgers"
-    )
+    runs = delta.read_rows(wh.path, AUDIT_RUNS)
+    columns = ("run_id", *Severity.ALL, "fragments", "underreplicated_ledgers")
+    got = _project(severity_over_runs(runs, _fragments(wh)), *columns)
     sev = [s for _, s in wh.expected.values()]
     n = len(wh.expected)
-    found = (sev.count("NO_REPLICA"), sev.count("BELOW_AQ"), sev.count("BELOW_WQ"), n, n)
-    expected = spark.createDataFrame(
-        [(wh.runs[0], 0, 0, 0, 0, 0), (wh.runs[1], *found)],
-        "run_id string, NO_REPLICA long, BELOW_AQ long, BELOW_WQ long, fragments long, "
-        "underreplicated_ledgers long",
+    found = (
+        sev.count(Severity.NO_REPLICA),
+        sev.count(Severity.BELOW_AQ),
+        sev.count(Severity.BELOW_WQ),
+        n,
+        n,
     )
-    assert_df_equality(got, expected, ignore_nullable=True)
-    latest_only = severity_over_runs(runs, _fragments(spark, wh), limit=1).collect()
+    expected = [
+        dict(zip(columns, (wh.runs[0], 0, 0, 0, 0, 0), strict=True)),
+        dict(zip(columns, (wh.runs[1], *found), strict=True)),
+    ]
+    assert_rows_equal(got, expected)
+    latest_only = severity_over_runs(runs, _fragments(wh), limit=1)
     assert [r["run_id"] for r in latest_only] == [wh.latest_run]
 
 
-def test_time_to_repair_and_stuck_ledgers(
-    spark: SparkSession, report_warehouse: ReportWarehouse
-) -> None:
+def test_time_to_repair_and_stuck_ledgers(report_warehouse: ReportWarehouse) -> None:
     wh = report_warehouse
     first = {f["ledger_id"]: f for f in wh.latest_fragments}
-    got = time_to_repair(_fragments(spark, wh), _actions(spark, wh))
-    rows = []
+    got = time_to_repair(_fragments(wh), _actions(wh))
+    expected = []
     for lid in sorted(wh.expected):
         f = first[lid]
         done = wh.repaired_at.get(lid)
         hours = (done.timestamp() - f["first_detected_at"].timestamp()) / 3600 if done else None
-        rows.append(
-            (lid, f["segment_first_entry_id"], wh.victim, f["first_detected_at"], done, hours)
+        expected.append(
+            {
+                "ledger_id": lid,
+                "segment_first_entry_id": f["segment_first_entry_id"],
+                "bookie_id": wh.victim,
+                "first_detected_at": f["first_detected_at"],
+                "repaired_at": done,
+                "hours_to_repair": hours,
+            }
         )
-    expected = spark.createDataFrame(
-        rows,
-        T.StructType(
-            [
-                T.StructField("ledger_id", T.LongType()),
-                T.StructField("segment_first_entry_id", T.LongType()),
-                T.StructField("bookie_id", T.StringType()),
-                T.StructField("first_detected_at", T.TimestampType()),
-                T.StructField("repaired_at", T.TimestampType()),
-                T.StructField("hours_to_repair", T.DoubleType()),
-            ]
-        ),
-    )
-    assert_df_equality(got, expected, ignore_nullable=True, allow_nan_equality=True)
+    assert_rows_equal(got, expected)
 
-    stuck = stuck_ledgers(_actions(spark, wh)).select("ledger_id", "status", "no_replica_entries")
-    assert_df_equality(
+    stuck = _project(stuck_ledgers(_actions(wh)), "ledger_id", "status", "no_replica_entries")
+    assert_rows_equal(
         stuck,
-        spark.createDataFrame(
-            [(wh.no_replica, "NO_REPLICA", [1, 3, 5]), (wh.open_ledger, "WAITING_GRACE", None)],
-            "ledger_id long, status string, no_replica_entries array<long>",
-        ),
-        ignore_nullable=True,
+        [
+            {
+                "ledger_id": wh.no_replica,
+                "status": ActionStatus.NO_REPLICA,
+                "no_replica_entries": [1, 3, 5],
+            },
+            {
+                "ledger_id": wh.open_ledger,
+                "status": ActionStatus.WAITING_GRACE,
+                "no_replica_entries": None,
+            },
+        ],
     )
 
 
-def test_repair_throughput_per_minute(
-    spark: SparkSession, report_warehouse: ReportWarehouse
-) -> None:
+def test_repair_throughput_per_minute(report_warehouse: ReportWarehouse) -> None:
     wh = report_warehouse
-    got = repair_throughput(_actions(spark, wh), 60).collect()
+    got = repair_throughput(_actions(wh), 60)
     assert [(r["copies"], r["entries_copied"], r["bytes_copied"]) for r in got] == [
         (1, *wh.copied[wh.below_aq]),
         (1, *wh.copied[wh.below_wq]),
     ]
     assert got[0]["bucket_start"] < got[1]["bucket_start"]
     assert got[0]["bytes_per_second"] == pytest.approx(wh.copied[wh.below_aq][1] / 60)
-    per_day = repair_throughput(_actions(spark, wh), 86400).collect()
+    per_day = repair_throughput(_actions(wh), 86400)
     assert len(per_day) in (1, 2)  # two only when the copies straddle midnight UTC
     assert sum(r["bytes_copied"] for r in per_day) == sum(b for _, b in wh.copied.values())
 
@@ -201,14 +218,14 @@ def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_report_command_renders_charts_and_findings_in_chromium(
-    spark: SparkSession, report_warehouse: ReportWarehouse, tmp_path: Path
+    report_warehouse: ReportWarehouse, tmp_path: Path
 ) -> None:
     wh = report_warehouse
     out = tmp_path / "report.html"
     args = add_report_arguments(argparse.ArgumentParser()).parse_args(
         ["--warehouse", wh.path, "--out", str(out)]
     )
-    assert run_report(args, spark) == 0
+    assert run_report(args) == 0  # no SparkSession: the tables are read through delta-rs
     page = out.read_text()
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
@@ -241,7 +258,10 @@ def test_report_command_renders_charts_and_findings_in_chromium(
     }
     assert str(wh.healthy) not in {r["data-ledger-id"] for r in findings}
     stuck = {int(r["data-ledger-id"]): r["data-status"] for r in dom.tables["stuck"]}
-    assert stuck == {wh.no_replica: "NO_REPLICA", wh.open_ledger: "WAITING_GRACE"}
+    assert stuck == {
+        wh.no_replica: ActionStatus.NO_REPLICA,
+        wh.open_ledger: ActionStatus.WAITING_GRACE,
+    }
 
     # Painted, not just present: the severity colours and the throughput blue are on screen.
     shot = tmp_path / "report.png"
@@ -258,13 +278,11 @@ def test_report_command_renders_charts_and_findings_in_chromium(
         shutil.copy(out, Path(keep).with_suffix(".html"))
 
 
-def test_findings_table_is_truncated_worst_first(
-    spark: SparkSession, report_warehouse: ReportWarehouse
-) -> None:
+def test_findings_table_is_truncated_worst_first(report_warehouse: ReportWarehouse) -> None:
     wh = report_warehouse
-    data = collect_report_data(spark, wh.path, max_findings=2)
+    data = collect_report_data(wh.path, max_findings=2)
     assert data is not None and data.findings_total == len(wh.expected)
-    order = {"NO_REPLICA": 0, "BELOW_AQ": 1, "BELOW_WQ": 2}
+    order = Severity.ORDER
     worst = sorted(wh.expected.items(), key=lambda kv: (order[kv[1][1]], kv[0]))[:2]
     assert [f["ledger_id"] for f in data.findings] == [lid for lid, _ in worst]
     page = render_html(data)
@@ -272,11 +290,14 @@ def test_findings_table_is_truncated_worst_first(
     assert page.count("<tr data-ledger-id=") == 2 + len(data.stuck)
 
 
-def test_report_of_an_empty_warehouse_is_an_error(spark: SparkSession, tmp_path: Path) -> None:
+def test_report_of_an_empty_warehouse_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = add_report_arguments(argparse.ArgumentParser()).parse_args(
         ["--warehouse", str(tmp_path / "none"), "--out", str(tmp_path / "r.html")]
     )
-    assert run_report(args, spark) == 2
+    assert run_report(args) == 2
+    assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "r.html").exists()
 
 
@@ -331,10 +352,10 @@ def test_rendering_escapes_and_handles_empty_data() -> None:
                 "segment_first_entry_id": 0,
                 "segment_last_entry_id": None,
                 "bookie_id": evil,
-                "reason": "BOOKIE_LOST",
+                "reason": Reason.BOOKIE_LOST,
                 "missing_entries": None,
                 "min_replicas": 1,
-                "severity": "BELOW_AQ",
+                "severity": Severity.BELOW_AQ,
                 "ledger_state": "OPEN",
                 "first_detected_at": datetime(2026, 1, 1, tzinfo=timezone.utc),
             }
@@ -346,11 +367,11 @@ def test_rendering_escapes_and_handles_empty_data() -> None:
     page = render_html(
         ReportData(
             "/wh",
-            {"run_id": "r1", "check": "lost", "status": "COMPLETED", "counts": {}},
+            {"run_id": "r1", "check": Check.LOST, "status": RunStatus.COMPLETED, "counts": {}},
             datetime(2026, 1, 1),
             over_runs=[
-                {"run_id": "r1", "started_at": datetime(2026, 1, 1), "NO_REPLICA": 0}
-                | {"BELOW_AQ": 0, "BELOW_WQ": 0}
+                {"run_id": "r1", "started_at": datetime(2026, 1, 1)}
+                | dict.fromkeys(Severity.ALL, 0)
             ],
         )
     )

@@ -1,0 +1,59 @@
+"""``--executor auto``: which work runs where, and the local executor's hard limit."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bklib.states import Executor
+from jobs.executor import (
+    BYTES_PER_LEDGER,
+    LocalLimits,
+    LocalTooBigError,
+    choose_executor,
+    parse_size,
+)
+
+LIMITS = LocalLimits(max_ledgers=1000, max_bytes=10_000_000, memory_limit=100 * BYTES_PER_LEDGER)
+
+
+@pytest.mark.parametrize(
+    ("ledgers", "work_bytes", "want"),
+    [
+        (0, 0, Executor.LOCAL),
+        (99, 10_000_000, Executor.LOCAL),
+        (101, 0, Executor.SPARK),  # state above the memory limit
+        (50, 10_000_001, Executor.SPARK),  # more bytes than local-max-bytes
+    ],
+)
+def test_auto_picks_local_below_every_limit(ledgers: int, work_bytes: int, want: str) -> None:
+    got = choose_executor(
+        Executor.AUTO, ledgers=ledgers, work_bytes=work_bytes, limits=LIMITS, what="audit"
+    )
+    assert got.executor == want and got.reason
+
+
+def test_auto_above_max_ledgers_is_spark() -> None:
+    limits = LocalLimits(max_ledgers=10, max_bytes=10**12, memory_limit=10**12)
+    got = choose_executor(Executor.AUTO, ledgers=11, work_bytes=0, limits=limits, what="audit")
+    assert got.executor == Executor.SPARK and "local-max-ledgers" in got.reason
+
+
+def test_requested_executor_wins_but_local_has_a_hard_limit() -> None:
+    spark = choose_executor(Executor.SPARK, ledgers=1, work_bytes=0, limits=LIMITS, what="x")
+    assert spark.executor == Executor.SPARK
+    local = choose_executor(Executor.LOCAL, ledgers=100, work_bytes=10**15, limits=LIMITS, what="x")
+    assert local.executor == Executor.LOCAL
+    with pytest.raises(LocalTooBigError, match=r"101 ledgers.*use --executor spark"):
+        choose_executor(Executor.LOCAL, ledgers=101, work_bytes=0, limits=LIMITS, what="audit")
+
+
+def test_parse_size() -> None:
+    assert parse_size("2GiB") == 2 * 1024**3
+    assert parse_size("500MB") == 500_000_000
+    assert parse_size("100KB") == 100_000
+    assert parse_size("1000") == 1000
+    for bad in ("lots", "-1MB", "1XB"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_size(bad)
