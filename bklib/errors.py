@@ -99,6 +99,11 @@ class MetaStoreError(BKError):
     code = -18
 
 
+class ClusterNotFoundError(MetaStoreError):
+    """No BookKeeper cluster where one was expected (ledgers root, ``LAYOUT`` or
+    ``available/`` missing): usually a wrong chroot or ledgers root."""
+
+
 class CorruptMetadataError(MetaStoreError):
     """Metadata bytes that BookKeeper's serde would reject, or that break its invariants."""
 

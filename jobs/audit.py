@@ -41,6 +41,7 @@ from jobs.executor import (
     choose_executor,
     limits_from_args,
 )
+from jobs.messages import one_line
 
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
 
@@ -159,7 +160,7 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         return 2
     except Exception as exc:
         log.debug("audit could not start", exc_info=True)
-        print(f"audit: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"audit: {one_line(exc)}", file=sys.stderr)
         return 2
     log.info(
         "audit: check %s of %s into %s, executor %s (%s)",
@@ -187,12 +188,13 @@ def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
         print(f"audit: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        log.exception("audit run %s failed", job.run.run_id)
+        log.debug("audit run %s failed", job.run.run_id, exc_info=True)
         _failed(job.run, exc)
         try:
             delta.append_rows(config.warehouse, AUDIT_RUNS, [job.run.as_row()])
         except Exception as exc2:  # the warehouse itself may be the problem
             log.error("could not record the failed run: %s", exc2)
+        print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return 2
     print(summary_line(run.run_id, run.status, run.counts, run.executor))
     return 0
@@ -208,12 +210,13 @@ def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | No
     try:
         run = job.run_all()
     except Exception as exc:
-        log.exception("audit run %s failed", job.run.run_id)
+        log.debug("audit run %s failed", job.run.run_id, exc_info=True)
         _failed(job.run, exc)
         try:
             load.write_run_record(spark, config.warehouse, job.run)
         except Exception as exc2:  # the warehouse itself may be the problem
             log.error("could not record the failed run: %s", exc2)
+        print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return 2
     finally:
         job.close()
@@ -223,7 +226,7 @@ def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | No
 
 def _failed(run: Any, exc: BaseException) -> None:
     run.status = RunStatus.FAILED
-    run.error = f"{type(exc).__name__}: {exc}"
+    run.error = one_line(exc)
     run.finished_at = datetime.now(timezone.utc)
 
 

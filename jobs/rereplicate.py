@@ -38,11 +38,11 @@ from bklib.repair.requests import LedgerRequest
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
 from jobs.executor import (
-    LocalTooBigError,
     add_executor_arguments,
     choose_executor,
     limits_from_args,
 )
+from jobs.messages import one_line
 from jobs.repair_run import print_summary
 
 log = logging.getLogger("jobs.rereplicate")
@@ -262,13 +262,15 @@ def _execute(
 
 def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | None]:
     """Build the requests and run them; (exit status, run id). Errors are one line, 2."""
+    from bklib.audit.engine import require_cluster
     from jobs.local.repair import LocalRepair, scan_views
-    from jobs.tables.delta import TableError
 
     args.mode = mode
     config = RepairConfig.from_args(args, mode)
     local = LocalRepair(config)
     try:
+        # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
+        require_cluster(config.zk, config.ledgers_root, config.zk_auth)
         if mode == MODE_REREPLICATE:
             reqs = local.requests_from_audit()
             if reqs is None:
@@ -280,13 +282,9 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         else:
             reqs = local.requests_for_bookies(scan_views(config))
         rows, run_id = _execute(config, args, spark, reqs, local)
-    except (LocalTooBigError, TableError) as exc:
-        log.debug("%s refused", mode, exc_info=True)
-        print(f"{mode}: {exc}", file=sys.stderr)
-        return 2, None
     except Exception as exc:
-        log.exception("%s run failed", mode)
-        print(f"{mode}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        log.debug("%s run failed", mode, exc_info=True)
+        print(f"{mode}: {one_line(exc)}", file=sys.stderr)
         return 2, None
     return print_summary(mode, run_id, rows), run_id
 

@@ -38,6 +38,7 @@ __all__ = [
     "lost_bookies",
     "plan_scan",
     "read_ledgers",
+    "require_cluster",
     "scan_dirs",
 ]
 
@@ -63,10 +64,22 @@ class ScanPlan:
         zk = connect(hosts, auth=auth)
         try:
             store = LedgerStore(zk, root)
+            store.require_cluster(hosts.rstrip("/"))
             return cls(tuple(store.leaf_dirs()), store.kind)
         finally:
             zk.stop()
             zk.close()
+
+
+def require_cluster(hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: str | None = None) -> None:
+    """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster is at
+    ``hosts`` / ``root`` (see :meth:`LedgerStore.require_cluster`)."""
+    zk = connect(hosts, auth=auth)
+    try:
+        LedgerStore(zk, root).require_cluster(hosts.rstrip("/"))
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def plan_scan(dirs: Sequence[LeafDir], groups: int) -> list[list[LeafDir]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -24,6 +25,7 @@ from kazoo.exceptions import (
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from bklib.errors import (
+    ClusterNotFoundError,
     CompatibilityError,
     CorruptMetadataError,
     LedgerExistsError,
@@ -87,8 +89,13 @@ def connect(
         read_only=read_only,
     )
     try:
-        client.start(timeout=timeout)
+        with warnings.catch_warnings():
+            # A missing chroot is reported by require_cluster, naming the path, not as a warning.
+            warnings.filterwarnings("ignore", message="No chroot path exists")
+            client.start(timeout=timeout)
     except Exception as exc:
+        # kazoo refuses to close a client that was never stopped.
+        client.stop()
         client.close()
         raise ZKError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
     return client
@@ -187,6 +194,23 @@ class LedgerStore:
         except (KazooException, RetryFailedError) as exc:
             raise ZKError(f"cannot stat: {type(exc).__name__} {exc}", path=path) from exc
         return int(stat.numChildren) if stat is not None else 0
+
+    def require_cluster(self, where: str = "") -> None:
+        """Fail closed before reading anything: the ledgers root, BookKeeper's ``LAYOUT``
+        znode and ``available/`` must exist, or a typo in a chroot or ``--ledgers-root`` would
+        audit an empty tree and report a healthy cluster. ``where`` names the connect string
+        in the message."""
+        for name in ("", "LAYOUT", "available"):
+            path = paths.join(self.root, name) if name else self.root
+            try:
+                stat = _LIST_RETRY.copy()(self.zk.exists, path)
+            except (KazooException, RetryFailedError) as exc:
+                raise ZKError(f"cannot read: {type(exc).__name__} {exc}", path=path) from exc
+            if stat is None:
+                what = f"{name} znode missing" if name else "ledgers root missing"
+                raise ClusterNotFoundError(
+                    f"no BookKeeper cluster at {where}{self.root}: {what} ({path})"
+                )
 
     def leaf_dirs(self, *, with_counts: bool = True) -> list[LeafDir]:
         """Every directory holding ledger znodes, each one contiguous id range, in id order

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext, LedgerReader
+from bklib.client.recovery import recover_ledger
 from bklib.meta.store import LedgerStore, connect
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
@@ -54,9 +55,10 @@ def _busiest_bookie(zk_connect: str, written: list[WrittenLedger]) -> str:
         zk.close()
 
 
-async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int, int]:
-    """Read every acknowledged entry (closed ledgers to lastEntryId, open ones to the LAC the
-    bookies report) and verify its digest. Returns (entries read, ledgers read)."""
+async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int, int, int]:
+    """Close every ledger still open by fencing recovery (as a reader taking it over would),
+    then read every entry up to lastEntryId with digests verified. Returns (entries read,
+    entries the workload had acknowledged, ledgers read)."""
     zk = connect(zk_connect)
     entries = 0
     try:
@@ -64,13 +66,18 @@ async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int
             ctx = ClientContext(LedgerStore(zk), pool)
             for w in written:
                 reader = await LedgerReader.open(ctx, w.ledger_id, password=PASSWORD)
-                last = reader.metadata.last_entry_id if w.closed else await reader.read_lac()
+                if not reader.metadata.is_closed:
+                    await recover_ledger(ctx, w.ledger_id, password=PASSWORD)
+                    reader = await LedgerReader.open(ctx, w.ledger_id, password=PASSWORD)
+                last = reader.metadata.last_entry_id
+                if last + 1 != w.entries:
+                    print(f"  ledger {w.ledger_id}: {last + 1} entries, {w.entries} acknowledged")
                 if last >= 0:
                     entries += len(await reader.read_entries(0, last))
     finally:
         zk.stop()
         zk.close()
-    return entries, len(written)
+    return entries, sum(w.entries for w in written), len(written)
 
 
 def _stop_spark() -> None:
@@ -174,15 +181,18 @@ def run_demo(args: argparse.Namespace) -> int:
         finally:
             _stop_spark()
 
-        _step(9, total, "read every acknowledged entry back from the repaired ensembles")
-        entries, ledgers = asyncio.run(_read_back(sb.zk_connect, written))
-        print(f"  {entries} entries of {ledgers} ledgers read, every digest verified")
+        _step(9, total, "fence and close what is still open, then read every entry back")
+        entries, acked, ledgers = asyncio.run(_read_back(sb.zk_connect, written))
+        print(
+            f"  {entries} entries read of {acked} acknowledged by the workload, "
+            f"{ledgers} ledgers, every digest verified"
+        )
     kept = f"Delta tables kept in {warehouse}" if args.dir else "rerun with --dir to keep them"
-    ok = findings == 1 and repaired == 0 and after == 0
+    ok = findings == 1 and repaired == 0 and after == 0 and entries == acked
+    outcome = "findings reported, repaired, re-audit clean, every entry read"
     print(
         f"\ndemo finished in {time.monotonic() - t_start:.0f}s: "
-        f"{'findings reported, repaired, re-audit clean' if ok else 'UNEXPECTED OUTCOME'} "
-        f"({kept})."
+        f"{outcome if ok else 'UNEXPECTED OUTCOME'} ({kept})."
     )
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)

@@ -155,7 +155,9 @@ def read_arrow(
     table = _open(warehouse, name)
     _check_protocol(table, table_path(warehouse, name), write=False)
     try:
-        dataset = table.to_pyarrow_dataset()
+        dataset = table.to_pyarrow_dataset(
+            filesystem=_arrow_filesystem(table_path(warehouse, name))
+        )
         expr = None
         import pyarrow.dataset as ds
 
@@ -166,6 +168,23 @@ def read_arrow(
         return dataset.to_table(columns=wanted, filter=expr)
     except DeltaError as exc:
         raise _table_error(table_path(warehouse, name), exc) from exc
+
+
+def _arrow_filesystem(path: str) -> Any:
+    """Arrow's own file system for a local table, None (delta-rs's default) otherwise.
+
+    delta-rs's default is a ``PyFileSystem`` (Python callbacks into its object store).
+    Arrow's I/O threads can still hold it when the interpreter exits, and about one process
+    in ten that read a table through it then aborts after its work is done ("terminate
+    called without an active exception", exit 134), losing the command's exit status.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return None
+    import pyarrow.fs as pa_fs
+
+    return pa_fs.SubTreeFileSystem(
+        os.path.abspath(path.removeprefix("file://")), pa_fs.LocalFileSystem()
+    )
 
 
 def _term(field: Any, op: str, value: Any) -> Any:

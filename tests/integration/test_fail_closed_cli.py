@@ -1,0 +1,115 @@
+"""Fail closed through the real CLI: a wrong chroot, a wrong ledgers root or a ledger tree the
+audit may not read is one line on stderr and exit 2, never "0 ledgers, COMPLETED"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from bklib.meta.store import LedgerStore, connect
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line that is not a log record; no traceback."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x and not x[:4].isdigit()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def cluster(zk_chroot: str) -> str:
+    zk = connect(zk_chroot)
+    try:
+        LedgerStore(zk).init_cluster()
+    finally:
+        zk.stop()
+        zk.close()
+    return zk_chroot
+
+
+@pytest.mark.parametrize("executor", ["local", "spark"])
+def test_a_wrong_chroot_is_not_a_clean_cluster(cluster: str, tmp_path: Path, executor: str) -> None:
+    wh = tmp_path / "wh"
+    proc = bkaudit(
+        "audit", "--zk", f"{cluster}/typo", "--warehouse", str(wh), "--check", "lost",
+        "--executor", executor,
+    )  # fmt: skip
+    line = one_error_line(proc)
+    where = f"{cluster}/typo/ledgers"
+    assert line == f"audit: no BookKeeper cluster at {where}: ledgers root missing (/ledgers)"
+    assert not wh.exists()
+
+
+def test_a_wrong_ledgers_root_is_not_a_clean_cluster(cluster: str, tmp_path: Path) -> None:
+    zk = connect(cluster)
+    try:
+        zk.create("/nope", b"")  # exists, but is no BookKeeper cluster
+    finally:
+        zk.stop()
+        zk.close()
+    proc = bkaudit(
+        "audit", "--zk", cluster, "--warehouse", str(tmp_path / "wh"), "--check", "lost",
+        "--ledgers-root", "/nope",
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert (
+        line
+        == f"audit: no BookKeeper cluster at {cluster}/nope: LAYOUT znode missing (/nope/LAYOUT)"
+    )
+
+
+def test_repair_on_a_wrong_chroot_does_nothing(cluster: str, tmp_path: Path) -> None:
+    wh = tmp_path / "wh"
+    assert (
+        bkaudit("audit", "--zk", cluster, "--warehouse", str(wh), "--check", "lost").returncode == 0
+    )
+    for args in (
+        ("rereplicate", "--zk", f"{cluster}/typo", "--warehouse", str(wh)),
+        ("recover", "10.0.0.1:3181", "--zk", f"{cluster}/typo", "--warehouse", str(wh)),
+    ):
+        line = one_error_line(bkaudit(*args))
+        assert f"no BookKeeper cluster at {cluster}/typo/ledgers" in line, line
+
+
+def test_an_unreadable_ledger_tree_fails_the_run(cluster: str, tmp_path: Path) -> None:
+    # The ledger tree's directory is readable only with credentials the audit lacks.
+    zk = connect(cluster, auth="admin:secret")
+    try:
+        acl = make_digest_acl("admin", "secret", all=True)
+        zk.create("/ledgers/00/0000", b"", makepath=True)
+        zk.set_acls("/ledgers/00", [acl])
+    finally:
+        zk.stop()
+        zk.close()
+    wh = tmp_path / "wh"
+    try:
+        proc = bkaudit("audit", "--zk", cluster, "--warehouse", str(wh), "--check", "lost")
+        line = one_error_line(proc)
+        assert "NoAuth" in line and "/ledgers/00" in line, line
+    finally:  # let the fixture wipe the chroot
+        zk = connect(cluster, auth="admin:secret")
+        try:
+            zk.set_acls("/ledgers/00", OPEN_ACL_UNSAFE)
+        finally:
+            zk.stop()
+            zk.close()
