@@ -286,7 +286,17 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         log.debug("%s run failed", mode, exc_info=True)
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
         return 2, None
-    return print_summary(mode, run_id, rows), run_id
+    status = print_summary(mode, run_id, rows)
+    if local.unreadable:
+        # Fail closed: a ledger we cannot parse may still name the bookie.
+        print(
+            f"  {len(local.unreadable)} ledgers could not be read and may still name "
+            f"{', '.join(config.bookies)}; fix their metadata and run {mode} again:"
+        )
+        for v in local.unreadable[:20]:
+            print(f"    ledger {v.ledger_id}: {v.error}")
+        status = max(status, 1)
+    return status, run_id
 
 
 def run_rereplicate(args: argparse.Namespace, spark: Any = None) -> int:
@@ -323,14 +333,16 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
         status, run_id = _run(MODE_DECOMMISSION, args, spark)
         if run_id is None or config.settings.dry_run:
             return status
-        remaining = [
-            v
-            for v in scan_views(config)
-            if v.ok and any(bookie in s.ensemble for s in v.segments or ())
-        ]
+        remaining = [v for v in scan_views(config) if not v.ok or bookie in v.bookies()]
         if remaining:
-            print(f"decommission of {bookie} incomplete: {len(remaining)} ledgers still name it")
+            print(
+                f"decommission of {bookie} incomplete: {len(remaining)} ledgers still name it "
+                "or cannot be read; its cookie is kept"
+            )
             for v in remaining[:50]:
+                if not v.ok:
+                    print(f"  ledger {v.ledger_id}: unreadable, may name it ({v.error})")
+                    continue
                 segs = [s.first_entry_id for s in v.segments or () if bookie in s.ensemble]
                 print(f"  ledger {v.ledger_id} ({v.state}) segments {segs}")
             return 1

@@ -35,6 +35,8 @@ __all__ = [
 
 MAX_RANGES_PER_FINDING = 100
 """Missing ranges listed per finding; the count is always complete."""
+MAX_COUNT = 2**63 - 1
+"""The largest value of an int64 count column."""
 
 Run = tuple[int, int]
 
@@ -286,8 +288,11 @@ def summarize(findings: Collection[Finding]) -> dict[str, int]:
     counts = {
         CountKey.FRAGMENTS: len(findings),
         CountKey.UNDERREPLICATED_LEDGERS: len({f.ledger_id for f in findings}),
-        CountKey.MISSING_ENTRIES: sum(
-            f.missing_entries or 0 for f in findings if f.reason != Reason.BOOKIE_UNREACHABLE
+        # Saturated: the count is an int64 and metadata may claim up to 2^63-1 entries per
+        # ledger; an overflow would lose the whole run.
+        CountKey.MISSING_ENTRIES: min(
+            sum(f.missing_entries or 0 for f in findings if f.reason != Reason.BOOKIE_UNREACHABLE),
+            MAX_COUNT,
         ),
     }
     for f in findings:

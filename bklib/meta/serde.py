@@ -67,7 +67,8 @@ def decode_metadata(
     """Parse a ledger znode's data as BookKeeper's reader would.
 
     ``znode_ctime_ms`` (the znode's Stat ctime) becomes ``ctime`` when the metadata does not
-    carry one. Any malformed or invalid input raises CorruptMetadataError naming the ledger.
+    carry one. Any malformed or invalid input raises CorruptMetadataError naming the ledger,
+    as does a segment keyed below entry 0 or a closed ledger of 2^63 entries.
     """
 
     def bad(msg: str) -> CorruptMetadataError:
@@ -80,7 +81,17 @@ def decode_metadata(
     else:
         msg = _parse_v3(data, pos, bad) if version == 3 else _parse_v2(data[pos:], bad)
         md = _from_proto(msg, ledger_id, version, znode_ctime_ms, bad)
-    return md.validate()
+    md.validate()
+    # No entry id is negative, so a segment keyed below 0 cannot be audited or repaired (the
+    # stripe arithmetic rejects it): the ledger is corrupt, not checked. Keys strictly
+    # increase, so only the first can be negative.
+    first = md.segments[0].first_entry_id
+    if first < 0:
+        raise bad(f"first segment starts at negative entry id {first}")
+    # Entry counts are longs (table columns too): a closed ledger of 2^63 entries is corrupt.
+    if md.last_entry_id >= _INT64[1]:
+        raise bad(f"lastEntryId {md.last_entry_id}: the entry count does not fit a long")
+    return md
 
 
 def _read_header(data: bytes, bad: _BadFn) -> tuple[int, int]:

@@ -50,6 +50,8 @@ class LocalRepair:
         self.started_at = started
         self.lengths: dict[int, int] = {}
         """Ledger lengths of the requested ledgers, for the executor choice."""
+        self.unreadable: list[LedgerView] = []
+        """Ledgers whose metadata could not be read or parsed: they may name the bookies."""
 
     def requests_from_audit(self) -> list[LedgerRequest] | None:
         """Requests for the latest completed audit run (or ``audit_run_id``); None if there
@@ -93,6 +95,7 @@ class LocalRepair:
     def requests_for_bookies(self, views: list[LedgerView]) -> list[LedgerRequest]:
         """Manual recover: every ledger whose metadata names one of the bookies."""
         out = []
+        self.unreadable = [v for v in views if not v.ok]
         for v in views:
             if not v.ok:
                 continue

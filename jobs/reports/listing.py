@@ -104,7 +104,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_missing_dir(warehouse: str) -> bool:
-    local = warehouse.removeprefix("file://") if warehouse.startswith("file://") else warehouse
+    """True for a local warehouse directory that does not exist (URIs are not checked)."""
+    local = warehouse.removeprefix("file://")
     return "://" not in local and not os.path.isdir(local)
 
 

@@ -109,6 +109,18 @@ def test_unreachable_is_never_missing_and_has_no_severity() -> None:
     assert counts[CountKey.reason(Reason.BOOKIE_UNREACHABLE)] == 2
 
 
+def test_missing_entries_count_saturates_at_int64() -> None:
+    # Two closed ledgers whose metadata claims 2^63-1 entries each: the count column is int64.
+    md = metadata(5, [(0, B[:3])], e=3, wq=3, aq=2, last=2**63 - 2)
+    found = [
+        f
+        for lid in (5, 6)
+        for f in classify_ledger(LedgerView.from_metadata(md.replace(ledger_id=lid)), {B[0]}, None)
+    ]
+    assert [f.missing_entries for f in found] == [2**63 - 1] * 2
+    assert summarize(found)[CountKey.MISSING_ENTRIES] == 2**63 - 1
+
+
 def test_keep_still_current_keeps_failed_rereads_and_drops_moved_bookies() -> None:
     md = metadata(9, [(0, B[:3])], last=9)
     f = Finding(9, 0, 0, 9, 0, B[0], Reason.BOOKIE_LOST)

@@ -481,6 +481,22 @@ def test_segments_out_of_order() -> None:
     raises_corrupt(v3(msg), "strictly increasing")
 
 
+@pytest.mark.parametrize("first", [-1, -(2**63)])
+def test_negative_first_segment_key(first: int) -> None:
+    msg = base_msg(password=b"", digestType=3)
+    msg.segment[0].firstEntryId = first
+    raises_corrupt(v3(msg), "negative entry id", str(first))
+    text = SPEC_V2.replace(b"firstEntryId: 0", f"firstEntryId: {first}".encode())
+    raises_corrupt(text, "negative entry id")
+    raises_corrupt(H1 + f"2\n3\n0\n{first}\t{B1}\t{B2}\t{B3}\n".encode(), "negative entry id")
+
+
+def test_closed_ledger_of_2_63_entries() -> None:
+    md = decode_metadata(v3(base_msg(password=b"", state=3, lastEntryId=2**63 - 2)), LID)
+    assert md.last_entry_id == 2**63 - 2
+    raises_corrupt(v3(base_msg(password=b"", state=3, lastEntryId=2**63 - 1)), "fit a long")
+
+
 @pytest.mark.parametrize("bad", ["bad bookie:3181", "readonly", "host/3181", ""])
 def test_invalid_bookie_id(bad: str) -> None:
     msg = base_msg(password=b"", digestType=3)
