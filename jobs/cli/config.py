@@ -87,7 +87,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "report": (
         "bkaudit report --warehouse /data/bkaudit --out report.html",
         "bkaudit report --run-id 20260101T000000Z-1a2b3c4d --runs 90 --out old.html",
-        "spark-submit jobs/reports/html.py --warehouse s3a://ops/bkaudit --out /tmp/r.html",
+        "python -m jobs.reports.html --warehouse /data/bkaudit --out /tmp/r.html",
     ),
     "sandbox": (
         "bkaudit sandbox up --bookies 5 --dir sandbox-data",
