@@ -3,8 +3,11 @@
 BookKeeper's ``listunderreplicated`` prints one ledger id per line and, with
 ``-printmissingreplica``, a ``MissingReplica : <bookie>`` line under it per bookie. This
 prints the same shape from the Delta tables, with each fragment's range, reason, missing
-entry count and severity. Exit status: 0 when the report is clean, 1 when it has findings,
-2 on error (no warehouse, no completed run, unknown run id, unreadable table).
+entry count and severity, and what repairs did to it since the audit (from
+``replication_actions``): a report never looks current when a later repair changed it.
+``--live`` lists BookKeeper's under-replication marks in ZooKeeper instead, as Java's command
+does. Exit status: 0 when nothing is left unrepaired, 1 when something is, 2 on error (no
+warehouse, no completed run, unknown run id, unreadable table).
 
 The tables are read through delta-rs (:mod:`jobs.tables.delta`): no JVM, so the command
 answers in about a second and runs where Spark is not installed.
@@ -19,15 +22,18 @@ import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
-from bklib.states import Severity
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, Severity
 from jobs.tables import delta
+from jobs.tables.schema import ACTIONS
 
 log = logging.getLogger(__name__)
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the listunderreplicated flags to ``parser``."""
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument(
+        "--warehouse", default=None, help="directory or URI of the Delta tables (not for --live)"
+    )
     parser.add_argument(
         "--missing-replica",
         default=None,
@@ -37,7 +43,57 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument(
         "--run-id", default=None, help="report of this run (default: the latest completed one)"
     )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="list BookKeeper's current under-replication marks in ZooKeeper (needs --zk), "
+        "like Java's listunderreplicated, instead of the latest audit",
+    )
+    parser.add_argument("--zk", default=None, help="ZooKeeper connect string (--live)")
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root (--live)"
+    )
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    parser.add_argument(
+        "--count-only", action="store_true", help="--live: print only the number of ledgers"
+    )
     return parser
+
+
+REPAIRED = "REPAIRED"
+"""A ledger whose latest repair since the audit did its work and left nothing to do."""
+
+
+def repair_status(
+    actions: list[dict[str, Any]], since: Any
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Per ledger, what the repair runs that started after ``since`` left it in, with the
+    deciding run's last action row: REPAIRED (a run did its work and left nothing to do),
+    SKIPPED (nothing to do: already repaired or deleted), PLANNED (a dry run), or the first
+    unfinished status (WAITING_GRACE, FAILED, NO_REPLICA, LOCKED, ...). A later run that only
+    skips the ledger does not undo an earlier repair."""
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for a in sorted(actions, key=lambda a: a["started_at"]):
+        if since is None or a["started_at"] >= since:
+            runs.setdefault(a["ledger_id"], {}).setdefault(a["run_id"], []).append(a)
+    out: dict[int, tuple[str, dict[str, Any]]] = {}
+    for lid, by_run in runs.items():
+        for rows in by_run.values():  # in the order the runs started
+            unfinished = [r["status"] for r in rows if r["status"] not in ActionStatus.FINAL]
+            if unfinished:
+                outcome = unfinished[0]
+            elif any(r["status"] == ActionStatus.DONE for r in rows):
+                outcome = REPAIRED
+            else:
+                outcome = rows[-1]["status"]
+            if outcome == ActionStatus.SKIPPED and out.get(lid, ("",))[0] == REPAIRED:
+                continue
+            out[lid] = (outcome, rows[-1])
+    return out
+
+
+RESOLVED = (REPAIRED, ActionStatus.SKIPPED)
+"""Outcomes after which nothing is left to do for a ledger."""
 
 
 def _fmt_range(first: int, last: int | None) -> str:
@@ -45,9 +101,14 @@ def _fmt_range(first: int, last: int | None) -> str:
 
 
 def format_report(
-    run: dict[str, Any], fragments: list[dict[str, Any]], errors: list[dict[str, Any]]
+    run: dict[str, Any],
+    fragments: list[dict[str, Any]],
+    errors: list[dict[str, Any]],
+    repairs: dict[int, tuple[str, dict[str, Any]]] | None = None,
 ) -> str:
-    """The report text for one run's fragments and unreadable znodes."""
+    """The report text for one run's fragments and unreadable znodes; ``repairs`` (from
+    :func:`repair_status`) says what happened to each ledger since."""
+    repairs = repairs or {}
     lines = [
         f"audit run {run['run_id']}: check {run['check']}, {run['status']}, "
         f"finished {run['finished_at']:%Y-%m-%d %H:%M:%S} UTC, zk {run['zk']}"
@@ -79,6 +140,13 @@ def format_report(
                 detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
             if f.get("error"):
                 detail.append(f"({f['error']})")
+            if lid in repairs:
+                status, last = repairs[lid]
+                why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
+                detail.append(
+                    f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
+                    f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
+                )
             lines.append("  ".join(detail))
     for e in errors:
         lines.append(
@@ -93,6 +161,13 @@ def format_report(
             f"{len(by_ledger)} under-replicated ledgers, {len(fragments)} fragments, "
             f"{len(errors)} unreadable znodes; worst severity {label}"
         )
+        repaired = [lid for lid in by_ledger if repairs.get(lid, ("",))[0] in RESOLVED]
+        if repaired:
+            lines.append(
+                f"{len(repaired)} of these ledgers were repaired after this audit and "
+                f"{len(by_ledger) - len(repaired)} still need work; run `bkaudit audit` for a "
+                "current report"
+            )
     return "\n".join(lines)
 
 
@@ -132,12 +207,65 @@ def list_underreplicated(
         frags = delta.run_fragments(warehouse, run["run_id"], filters)
         # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
         errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run["run_id"])
+        wanted = sorted({f["ledger_id"] for f in frags})
+        actions = (
+            delta.read_rows(warehouse, ACTIONS, filters=[("ledger_id", "in", wanted)])
+            if wanted
+            else []
+        )
+        repairs = repair_status(actions, run["started_at"])
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2
-    print(format_report(run, frags, errors), file=out or sys.stdout)
-    return 1 if frags or errors else 0
+    print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
+    left = {f["ledger_id"] for f in frags} - {
+        lid for lid, (status, _) in repairs.items() if status in RESOLVED
+    }
+    return 1 if left or errors else 0
+
+
+def list_live(
+    zk_hosts: str,
+    *,
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+    auth: str | None = None,
+    missing_replica: str | None = None,
+    count_only: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """BookKeeper's current under-replication marks, as ``bookkeeper shell
+    listunderreplicated -printmissingreplica`` shows them: 0 none, 1 some, 2 on error."""
+    from bklib.meta.store import connect
+    from bklib.meta.underreplication import UnderReplicationManager
+
+    try:
+        zk = connect(zk_hosts, auth=auth)
+        try:
+            marks = [
+                m
+                for m in UnderReplicationManager(zk, ledgers_root).list_underreplicated()
+                if missing_replica is None or missing_replica in m.missing_replicas
+            ]
+        finally:
+            zk.stop()
+            zk.close()
+    except Exception as exc:
+        log.debug("listunderreplicated --live failed", exc_info=True)
+        print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    stream = out or sys.stdout
+    if count_only:
+        print(len(marks), file=stream)
+    else:
+        for m in sorted(marks, key=lambda m: m.ledger_id):
+            print(m.ledger_id, file=stream)
+            for b in m.missing_replicas:
+                print(f"\tMissingReplica : {b}", file=stream)
+            if m.lock_holder:
+                print(f"\tReplicationWorkerId : {m.lock_holder}", file=stream)
+        print(f"{len(marks)} ledgers marked under-replicated in {zk_hosts}", file=stream)
+    return 1 if marks else 0
 
 
 def run_listunderreplicated(args: argparse.Namespace, spark: Any = None) -> int:
@@ -145,6 +273,20 @@ def run_listunderreplicated(args: argparse.Namespace, spark: Any = None) -> int:
     accepted for older callers and ignored: the tables are read through delta-rs."""
     del spark
     try:
+        if args.live:
+            if not args.zk:
+                print("listunderreplicated: --live needs --zk", file=sys.stderr)
+                return 2
+            return list_live(
+                args.zk,
+                ledgers_root=args.ledgers_root,
+                auth=args.zk_auth,
+                missing_replica=args.missing_replica,
+                count_only=args.count_only,
+            )
+        if not args.warehouse:
+            print("listunderreplicated: --warehouse is required (or --live)", file=sys.stderr)
+            return 2
         return list_underreplicated(
             args.warehouse, missing_replica=args.missing_replica, run_id=args.run_id
         )

@@ -43,10 +43,20 @@ def test_lists_every_finding_of_the_latest_run(report_warehouse: ReportWarehouse
         assert f"  {sev} (min replicas " in detail
         assert (f"  {missing} entries" in detail) == (missing is not None)
     worst = min((s for _, s in wh.expected.values()), key=Severity.ORDER.__getitem__)
-    assert lines[-1] == (
+    assert lines[-2] == (
         f"{len(wh.expected)} under-replicated ledgers, {len(wh.expected)} fragments, "
         f"0 unreadable znodes; worst severity {worst}"
     )
+    # The fixture's repair run after the audit: two ledgers repaired, two still waiting.
+    assert lines[-1] == (
+        f"2 of these ledgers were repaired after this audit and {len(wh.expected) - 2} still "
+        "need work; run `bkaudit audit` for a current report"
+    )
+    since = {lid: details[ledgers.index(lid)].split("repair since: ")[-1] for lid in ledgers}
+    assert since[wh.below_aq].startswith("REPAIRED (rereplicate ")
+    assert since[wh.below_wq].startswith("REPAIRED (rereplicate ")
+    assert since[wh.no_replica].startswith("NO_REPLICA: entries 1, 3, 5 exist on no bookie")
+    assert since[wh.open_ledger].startswith("WAITING_GRACE: open; grace period 30s not over")
 
 
 def test_filters_and_older_runs(report_warehouse: ReportWarehouse) -> None:
