@@ -2,13 +2,64 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bklib.states import ActionKind, ActionStatus
 
-__all__ = ["copied_bytes", "print_summary", "summarize"]
+if TYPE_CHECKING:
+    from jobs.rereplicate import RepairConfig
+
+__all__ = ["copied_bytes", "log_done", "log_start", "print_summary", "stamp", "summarize"]
+
+log = logging.getLogger("jobs.rereplicate")
+
+
+def log_start(config: RepairConfig, run_id: str, ledgers: int, where: str) -> None:
+    """The line a repair run starts with: how much, where, and its safety settings."""
+    st = config.settings
+    log.info(
+        "%s %s: %d ledgers %s%s (audit run %s, grace %gs, rate %s)",
+        config.mode,
+        run_id,
+        ledgers,
+        where,
+        " [dry run]" if st.dry_run else "",
+        config.audit_run_id or "-",
+        st.grace_period,
+        f"{st.rate:.0f} B/s per worker" if st.rate else "unlimited",
+    )
+
+
+def stamp(
+    rows: list[dict[str, Any]], config: RepairConfig, run_id: str, executor: str
+) -> list[dict[str, Any]]:
+    """Add the run's columns to the repairer's action rows."""
+    for r in rows:
+        r["run_id"] = run_id
+        r["mode"] = config.mode
+        r["audit_run_id"] = config.audit_run_id
+        r["executor"] = executor
+    return rows
+
+
+def log_done(
+    config: RepairConfig, run_id: str, rows: Sequence[Mapping[str, Any]], ledgers: int, secs: float
+) -> None:
+    """The line a repair run ends with: actions, bytes copied and the copy rate."""
+    copied = copied_bytes(rows)
+    log.info(
+        "%s %s: %d actions for %d ledgers in %.1fs (%.1f MB copied, %.1f MB/s)",
+        config.mode,
+        run_id,
+        len(rows),
+        ledgers,
+        secs,
+        copied / 1e6,
+        copied / 1e6 / secs if secs > 0 else 0.0,
+    )
 
 
 def _copied(r: Mapping[str, Any]) -> bool:

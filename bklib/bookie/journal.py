@@ -247,13 +247,9 @@ class _Batch:
     barrier: bool = False  # a sync was requested even if buf is empty
 
 
-_DBG = [0, 0.0, 0, 0.0]
 def _sync_fds(fd: int, dir_fd: int | None) -> None:
     # fdatasync also persists the size change of an append, which is all we need.
-    import time as _t
-    t0 = _t.perf_counter()
     os.fdatasync(fd)
-    _DBG[0] += 1; _DBG[1] += _t.perf_counter() - t0
     if dir_fd is not None:
         os.fsync(dir_fd)
 
@@ -454,13 +450,6 @@ class Journal:
             self._fail(exc, last_seq)
             return
         self.bytes_pending -= len(data)
-        _DBG[2] += len(data)
-        import time as _t
-        if _t.perf_counter() - _DBG[3] > 1.0:
-            _DBG[3] = _t.perf_counter()
-            if _DBG[0]:
-                log.warning("DBG fsyncs=%d avg=%.2fms bytes/batch=%.0f", _DBG[0], _DBG[1]/_DBG[0]*1000, _DBG[2]/_DBG[0])
-            _DBG[0] = 0; _DBG[1] = 0.0; _DBG[2] = 0
         self._in_flight = True
         assert self._loop is not None
         fut = self._loop.run_in_executor(

@@ -159,10 +159,20 @@ async def copy_fragment(
     limiter = limiter or RateLimiter(None)
     work = _entries_to_copy(targets, first_entry_id, last_entry_id, ensemble_size, write_quorum)
 
-    async def one(eid: int, news: list[str]) -> None:
+    by_residue: dict[int, list[str]] = {}
+
+    def sources_of(eid: int) -> list[str]:
         ws = [ensemble[i] for i in write_set(eid, ensemble_size, write_quorum)]
         sources = [b for b in ws if b not in replaced and b not in dead]
         sources += [b for b in ws if b in replaced and b not in dead]
+        return sources
+
+    async def one(eid: int, news: list[str]) -> None:
+        # The write set depends only on eid % E, so the source order is computed once per
+        # residue rather than per entry (the copy is bound by the client loop's CPU).
+        sources = by_residue.get(eid % ensemble_size)
+        if sources is None:
+            sources = by_residue[eid % ensemble_size] = sources_of(eid)
         try:
             body = await _read_body(pool, ledger_id, eid, sources, digest, speculative_timeout)
         except _NoReplica:

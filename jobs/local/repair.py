@@ -15,7 +15,7 @@ from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView
 from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
 from bklib.states import ActionStatus, Executor
-from jobs.repair_run import copied_bytes
+from jobs.repair_run import log_done, log_start, stamp
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS, FRAGMENTS, LEDGERS
@@ -120,16 +120,7 @@ class LocalRepair:
             log.info("%s %s: nothing to repair", cfg.mode, self.run_id)
             return []
         delta.check_writable(cfg.warehouse, (ACTIONS,))
-        log.info(
-            "%s %s: %d ledgers in-process%s (audit run %s, grace %gs, rate %s)",
-            cfg.mode,
-            self.run_id,
-            n,
-            " [dry run]" if cfg.settings.dry_run else "",
-            cfg.audit_run_id or "-",
-            cfg.settings.grace_period,
-            f"{cfg.settings.rate:.0f} B/s" if cfg.settings.rate else "unlimited",
-        )
+        log_start(cfg, self.run_id, n, "in-process")
         t0 = last = time.monotonic()
         rows: list[dict[str, Any]] = []
         zk = connect(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
@@ -165,21 +156,7 @@ class LocalRepair:
             zk.stop()
             zk.close()
         elapsed = time.monotonic() - t0
-        for r in rows:
-            r["run_id"] = self.run_id
-            r["mode"] = cfg.mode
-            r["audit_run_id"] = cfg.audit_run_id
-            r["executor"] = Executor.LOCAL
+        stamp(rows, cfg, self.run_id, Executor.LOCAL)
         delta.append_rows(cfg.warehouse, ACTIONS, rows)
-        copied = copied_bytes(rows)
-        log.info(
-            "%s %s: %d actions for %d ledgers in %.1fs (%.1f MB copied, %.1f MB/s)",
-            cfg.mode,
-            self.run_id,
-            len(rows),
-            n,
-            elapsed,
-            copied / 1e6,
-            copied / 1e6 / elapsed if elapsed > 0 else 0.0,
-        )
+        log_done(cfg, self.run_id, rows, n, elapsed)
         return rows

@@ -13,24 +13,18 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
-from bklib.states import ActionStatus, Executor
-from jobs.repair_run import copied_bytes
-from jobs.spark import extract, load, repair_input
+from bklib.repair.requests import LedgerRequest
+from bklib.states import Executor
+from jobs.repair_run import log_done, log_start, stamp
+from jobs.spark import load
 from jobs.tables.runs import new_run_id
-from jobs.tables.schema import ACTIONS
 
 if TYPE_CHECKING:
     from jobs.rereplicate import RepairConfig
 
 log = logging.getLogger("jobs.rereplicate")
-
-
-def _dicts(df: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict() for r in df.collect()]
 
 
 def _repair_task(
@@ -135,37 +129,6 @@ class RepairJob:
         self.run_id = config.run_id or new_run_id(started)
         self.started_at = started
 
-    def requests_from_audit(self) -> list[LedgerRequest] | None:
-        """Requests for the latest completed audit run (or ``audit_run_id``); None if there
-        is no audit run."""
-        cfg = self.config
-        run = load.latest_run(self.spark, cfg.warehouse, cfg.audit_run_id)
-        if run is None:
-            return None
-        cfg.audit_run_id = run["run_id"]
-        fragments = load.run_fragments(self.spark, cfg.warehouse, run["run_id"])
-        previous: list[dict[str, Any]] = []
-        if load.table_exists(self.spark, cfg.warehouse, ACTIONS):
-            previous = _dicts(
-                load.read_table(self.spark, cfg.warehouse, ACTIONS)
-                .where(F.col("status") == ActionStatus.NO_REPLICA)
-                .select("ledger_id", "segment_first_entry_id", "old_bookie")
-            )
-        return requests_from_findings(_dicts(repair_input.finding_keys(fragments)), previous)
-
-    def requests_for_bookies(self) -> list[LedgerRequest]:
-        """Manual recover: every ledger whose metadata names one of the bookies."""
-        cfg = self.config
-        ledgers, _ = extract.scan_ledgers_df(
-            self.spark, cfg.zk, root=cfg.ledgers_root, auth=cfg.zk_auth
-        )
-        out = []
-        for r in repair_input.ledgers_with_bookies(ledgers, cfg.bookies).collect():
-            req = request_for_bookies(int(r["ledger_id"]), r["named"], cfg.bookies)
-            if req is not None:
-                out.append(req)
-        return out
-
     def execute(self, reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
         """Run the workers over ``reqs``; returns the action rows (also appended to
         ``replication_actions``)."""
@@ -179,17 +142,7 @@ class RepairJob:
         else:
             tasks = max(1, min(-(-n // max(1, cfg.ledgers_per_task)), n))
             tasks = max(tasks, min(n, self.spark.sparkContext.defaultParallelism))
-        log.info(
-            "%s %s: %d ledgers in %d tasks%s (audit run %s, grace %gs, rate %s)",
-            cfg.mode,
-            self.run_id,
-            n,
-            tasks,
-            " [dry run]" if cfg.settings.dry_run else "",
-            cfg.audit_run_id or "-",
-            cfg.settings.grace_period,
-            f"{cfg.settings.rate:.0f} B/s per task" if cfg.settings.rate else "unlimited",
-        )
+        log_start(cfg, self.run_id, n, f"in {tasks} Spark tasks")
         sc = self.spark.sparkContext
         group = f"bkaudit-{cfg.mode}-{self.run_id}"
         sc.setJobGroup(group, f"bkaudit {cfg.mode} {self.run_id}")
@@ -203,22 +156,8 @@ class RepairJob:
         with _Progress(self.spark, group, n):
             rows = rdd.collect()
         elapsed = time.monotonic() - t0
-        for r in rows:
-            r["run_id"] = self.run_id
-            r["mode"] = cfg.mode
-            r["audit_run_id"] = cfg.audit_run_id
-            r["executor"] = Executor.SPARK
+        stamp(rows, cfg, self.run_id, Executor.SPARK)
         names = [f.name for f in load.ACTIONS_SCHEMA.fields]
         load.append_actions(self.spark, cfg.warehouse, [tuple(r[k] for k in names) for r in rows])
-        copied = copied_bytes(rows)
-        log.info(
-            "%s %s: %d actions for %d ledgers in %.1fs (%.1f MB copied, %.1f MB/s)",
-            cfg.mode,
-            self.run_id,
-            len(rows),
-            n,
-            elapsed,
-            copied / 1e6,
-            copied / 1e6 / elapsed if elapsed > 0 else 0.0,
-        )
+        log_done(cfg, self.run_id, rows, n, elapsed)
         return rows

@@ -21,6 +21,7 @@ from bklib.errors import LedgerFencedError
 from bklib.meta.model import LedgerState
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.requests import LedgerRequest
+from jobs.local.repair import LocalRepair
 from jobs.rereplicate import RepairConfig
 from jobs.spark.repair_job import RepairJob, _repair_task
 from tests.audit_helpers import audit_cluster
@@ -142,10 +143,9 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
 
         def job() -> None:
             cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
-            j = RepairJob(spark, cfg)
-            requests = j.requests_from_audit()
+            requests = LocalRepair(cfg).requests_from_audit()
             assert requests is not None
-            rows = j.execute(requests)
+            rows = RepairJob(spark, cfg).execute(requests)
             codes.append(0 if rows else 2)
 
         threads = [threading.Thread(target=job) for _ in range(2)]
@@ -219,8 +219,7 @@ def test_d_killed_at_random_points_then_rerun_converges(
         argv = ["--zk", c.zk, "--warehouse", warehouse, "--grace-period", "0s"]
         argv += ["--rate", "2KB", "--ledgers-in-flight", "2", "--zk-session-timeout", "3s"]
         cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
-        job = RepairJob(spark, cfg)
-        requests = job.requests_from_audit()
+        requests = LocalRepair(cfg).requests_from_audit()
         assert requests is not None
         rows = list(requests)
 
