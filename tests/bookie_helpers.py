@@ -17,11 +17,11 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bklib.testing import sandbox
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
+from bklib.testing import sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 PASSWORD = b"secret"
