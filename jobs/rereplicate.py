@@ -92,6 +92,7 @@ class RepairConfig:
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
     tasks: int | None = None
     ledgers_in_flight: int = 8
+    local_processes: int = 0
     read_timeout: float = 10.0
     bookies: tuple[str, ...] = ()
     run_id: str | None = None
@@ -124,6 +125,7 @@ class RepairConfig:
             ledgers_per_task=args.ledgers_per_task,
             tasks=args.tasks,
             ledgers_in_flight=args.ledgers_in_flight,
+            local_processes=args.local_processes,
             read_timeout=args.read_timeout,
             bookies=bookies,
             racks_znode=args.racks_znode,
@@ -202,6 +204,13 @@ def add_repair_arguments(
     )
     parser.add_argument(
         "--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once per task"
+    )
+    parser.add_argument(
+        "--local-processes",
+        type=int,
+        default=0,
+        help="local executor: worker processes (0: one per core, each with at least "
+        "--ledgers-in-flight ledgers)",
     )
     parser.add_argument(
         "--window", type=int, default=64, help="entries in flight per fragment copy"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import multiprocessing
+import os
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,7 @@ from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView
 from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
 from bklib.states import ActionStatus, Executor
+from jobs.repair_partition import repair_partition, repair_partition_rows
 from jobs.repair_run import log_done, log_start, stamp
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
@@ -38,6 +41,28 @@ def scan_views(config: RepairConfig, plan: ScanPlan | None = None) -> list[Ledge
             config.zk, plan.dirs, root=config.ledgers_root, kind=plan.kind, auth=config.zk_auth
         )
     )
+
+
+class _Progress:
+    """Logs how many ledgers are done, with an ETA, every few seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+        self.t0 = self.last = time.monotonic()
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY and self.done < self.total:
+            self.last = now
+            rate = self.done / (now - self.t0)
+            log.info(
+                "progress: %d/%d ledgers, %.0fs elapsed, ETA %.0fs",
+                self.done,
+                self.total,
+                now - self.t0,
+                (self.total - self.done) / rate,
+            )
 
 
 class LocalRepair:
@@ -105,56 +130,44 @@ class LocalRepair:
                 self.lengths[v.ledger_id] = int(v.length or 0)
         return out
 
+    def processes(self, ledgers: int) -> int:
+        """Worker processes for ``ledgers`` ledgers: ``--local-processes``, or one per core
+        while each gets at least ``--ledgers-in-flight`` ledgers."""
+        wanted = self.config.local_processes
+        if wanted:
+            return max(1, min(wanted, ledgers))
+        per = max(1, self.config.ledgers_in_flight)
+        return max(1, min(os.cpu_count() or 1, ledgers // per))
+
     def execute(self, reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
         """Repair ``reqs``; returns the action rows (also appended to
         ``replication_actions``)."""
-        from bklib.client.connection import ClientConfig
-        from bklib.client.pool import SyncBookieClient
-        from bklib.meta.racks import read_racks
-        from bklib.meta.store import LedgerStore, connect
-        from bklib.repair.worker import LedgerRepairer
-
         cfg = self.config
         n = len(reqs)
         if n == 0:
             log.info("%s %s: nothing to repair", cfg.mode, self.run_id)
             return []
         delta.check_writable(cfg.warehouse, (ACTIONS,))
-        log_start(cfg, self.run_id, n, "in-process")
-        t0 = last = time.monotonic()
+        where = "in-process" if self.processes(n) <= 1 else f"in {self.processes(n)} processes"
+        log_start(cfg, self.run_id, n, where)
+        t0 = time.monotonic()
         rows: list[dict[str, Any]] = []
-        zk = connect(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
-        try:
-            with SyncBookieClient(
-                cfg.zk,
-                ledgers_root=cfg.ledgers_root,
-                config=ClientConfig(read_timeout=cfg.read_timeout),
-            ) as client:
-                repairer = LedgerRepairer(
-                    LedgerStore(zk, cfg.ledgers_root),
-                    client,
-                    cfg.settings,
-                    racks=read_racks(zk, cfg.racks_znode),
-                )
-                with concurrent.futures.ThreadPoolExecutor(
-                    max(1, cfg.ledgers_in_flight), thread_name_prefix="repair"
-                ) as pool:
-                    for done, actions in enumerate(pool.map(repairer.repair, reqs), 1):
-                        rows.extend(a.as_row() for a in actions)
-                        now = time.monotonic()
-                        if now - last >= PROGRESS_EVERY:
-                            last = now
-                            rate = done / (now - t0)
-                            log.info(
-                                "progress: %d/%d ledgers, %.0fs elapsed, ETA %.0fs",
-                                done,
-                                n,
-                                now - t0,
-                                (n - done) / rate,
-                            )
-        finally:
-            zk.stop()
-            zk.close()
+        procs = self.processes(n)
+        progress = _Progress(n)
+        if procs <= 1:
+            for actions in repair_partition(cfg, reqs):
+                rows.extend(actions)
+                progress.advance(1)
+        else:
+            # The client's event loop is one core's worth of work: split the ledgers over
+            # processes (by ledger id, as Spark partitions them), each with its own client.
+            groups = [[r for r in reqs if r.ledger_id % procs == k] for k in range(procs)]
+            ctx = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+                futures = {pool.submit(repair_partition_rows, cfg, g): len(g) for g in groups}
+                for fut in concurrent.futures.as_completed(futures):
+                    rows.extend(fut.result())
+                    progress.advance(futures[fut])
         elapsed = time.monotonic() - t0
         stamp(rows, cfg, self.run_id, Executor.LOCAL)
         delta.append_rows(cfg.warehouse, ACTIONS, rows)

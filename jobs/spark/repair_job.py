@@ -5,7 +5,6 @@ action goes to ``replication_actions``; the driver logs progress with an ETA."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -17,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from bklib.repair.requests import LedgerRequest
 from bklib.states import Executor
+from jobs.repair_partition import repair_partition
 from jobs.repair_run import log_done, log_start, stamp
 from jobs.spark import load
 from jobs.tables.runs import new_run_id
@@ -31,37 +31,8 @@ def _repair_task(
     config: RepairConfig,
 ) -> Callable[[Iterable[LedgerRequest]], Iterator[dict[str, Any]]]:
     def run(rows: Iterable[LedgerRequest]) -> Iterator[dict[str, Any]]:
-        from bklib.client.connection import ClientConfig
-        from bklib.client.pool import SyncBookieClient
-        from bklib.meta.store import LedgerStore, connect
-        from bklib.repair.worker import LedgerRepairer
-
-        requests = list(rows)
-        if not requests:
-            return
-        zk = connect(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
-        client_config = ClientConfig(read_timeout=config.read_timeout)
-        try:
-            with SyncBookieClient(
-                config.zk, ledgers_root=config.ledgers_root, config=client_config
-            ) as client:
-                from bklib.meta.racks import read_racks
-
-                repairer = LedgerRepairer(
-                    LedgerStore(zk, config.ledgers_root),
-                    client,
-                    config.settings,
-                    racks=read_racks(zk, config.racks_znode),
-                )
-                with concurrent.futures.ThreadPoolExecutor(
-                    max(1, config.ledgers_in_flight), thread_name_prefix="repair"
-                ) as pool:
-                    for actions in pool.map(repairer.repair, requests):
-                        for a in actions:
-                            yield a.as_row()
-        finally:
-            zk.stop()
-            zk.close()
+        for actions in repair_partition(config, rows):
+            yield from actions
 
     return run
 

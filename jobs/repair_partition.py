@@ -1,0 +1,63 @@
+"""One worker's share of a repair run: a ZooKeeper session, a bookie client and a
+:class:`~bklib.repair.worker.LedgerRepairer` over a list of ledgers, a few at a time.
+
+Written once for every executor: a Spark task runs it over its partition, the local executor
+runs it in this process or in several spawned processes. Nothing here imports Spark.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from bklib.repair.requests import LedgerRequest
+
+if TYPE_CHECKING:
+    from jobs.rereplicate import RepairConfig
+
+__all__ = ["repair_partition", "repair_partition_rows"]
+
+
+def repair_partition(
+    config: RepairConfig, requests: Iterable[LedgerRequest]
+) -> Iterator[list[dict[str, Any]]]:
+    """Repair ``requests`` with ``config.ledgers_in_flight`` ledgers at a time; yields each
+    ledger's action rows as it finishes, in request order."""
+    from bklib.client.connection import ClientConfig
+    from bklib.client.pool import SyncBookieClient
+    from bklib.meta.racks import read_racks
+    from bklib.meta.store import LedgerStore, connect
+    from bklib.repair.worker import LedgerRepairer
+
+    reqs = list(requests)
+    if not reqs:
+        return
+    zk = connect(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
+    try:
+        with SyncBookieClient(
+            config.zk,
+            ledgers_root=config.ledgers_root,
+            config=ClientConfig(read_timeout=config.read_timeout),
+        ) as client:
+            repairer = LedgerRepairer(
+                LedgerStore(zk, config.ledgers_root),
+                client,
+                config.settings,
+                racks=read_racks(zk, config.racks_znode),
+            )
+            with concurrent.futures.ThreadPoolExecutor(
+                max(1, config.ledgers_in_flight), thread_name_prefix="repair"
+            ) as pool:
+                for actions in pool.map(repairer.repair, reqs):
+                    yield [a.as_row() for a in actions]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def repair_partition_rows(
+    config: RepairConfig, requests: list[LedgerRequest]
+) -> list[dict[str, Any]]:
+    """:func:`repair_partition` flattened: what a spawned worker process returns."""
+    return [row for rows in repair_partition(config, requests) for row in rows]
