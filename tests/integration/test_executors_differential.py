@@ -5,8 +5,9 @@ Two identical sandbox clusters (same ledgers in fresh ZooKeeper chroots, so the 
 ids, ensembles named by bookie position) lose the same bookie and get the same damage. Cluster
 A is audited by both executors into two warehouses; rows must be equal once run ids, times,
 the executor and bookie addresses (mapped to positions) are set aside. Then A is repaired
-in-process and B on Spark, and the repair actions must match too (except which live bookie
-was chosen as the replacement, a load-spreading choice), and both re-audits come back clean.
+by the local executor in two worker processes and B on Spark; the repair actions must match
+(except which live bookie was chosen as the replacement, a load-spreading choice), and both
+re-audits come back clean.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def _audit(zk: str, warehouse: Path, check: str, executor: str, spark: Any) -> N
 def _repair(zk: str, warehouse: Path, executor: str, spark: Any) -> str:
     argv = ["--zk", zk, "--warehouse", str(warehouse), "--grace-period", "0s"]
     argv += ["--read-timeout", "3", "--zk-session-timeout", "4s", "--executor", executor]
+    if executor == Executor.LOCAL:
+        argv += ["--local-processes", "2"]  # the multi-process path must agree too
     args = add_repair_arguments(argparse.ArgumentParser()).parse_args(argv)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
