@@ -22,7 +22,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,10 @@ from typing import Any
 if __package__ in (None, ""):  # `spark-submit jobs/audit.py`: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
-from jobs.audit_run import summary_line
+from jobs.audit_run import DEFAULT_LEDGERS_PER_TASK, AuditConfig, summary_line
 from jobs.executor import (
     LocalTooBigError,
     add_executor_arguments,
@@ -46,46 +44,6 @@ from jobs.messages import one_line
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
 
 log = logging.getLogger("jobs.audit")
-
-DEFAULT_LEDGERS_PER_TASK = 50_000
-"""Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
-
-
-@dataclass
-class AuditConfig:
-    """Everything one audit run needs (built from the command line by :meth:`from_args`)."""
-
-    zk: str
-    warehouse: str
-    check: str = Check.REPLICAS
-    ledgers_root: str = DEFAULT_LEDGERS_ROOT
-    zk_auth: str | None = None
-    scan_in_flight: int = DEFAULT_MAX_IN_FLIGHT
-    ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
-    fetch: CheckSettings = field(default_factory=CheckSettings)
-    reread: bool = True
-    run_id: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> AuditConfig:
-        """Build from arguments parsed by a parser :func:`add_audit_arguments` filled."""
-        return cls(
-            zk=args.zk,
-            warehouse=args.warehouse,
-            check=args.check,
-            ledgers_root=args.ledgers_root,
-            zk_auth=args.zk_auth,
-            scan_in_flight=args.scan_in_flight,
-            ledgers_per_task=args.ledgers_per_task,
-            fetch=CheckSettings(
-                read_timeout=args.read_timeout,
-                connect_timeout=args.connect_timeout,
-                ledgers_in_flight=args.ledgers_in_flight,
-                reads_in_flight=args.reads_in_flight,
-            ),
-            reread=not args.no_reread,
-            run_id=args.run_id,
-        )
 
 
 # ---- command line ------------------------------------------------------------------------------

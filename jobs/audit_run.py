@@ -1,12 +1,57 @@
-"""What every audit run ends with, whichever executor ran it: its status and its summary line."""
+"""What every audit run shares, whichever executor runs it: its configuration, its status and
+its summary line."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from bklib.states import CountKey, Reason, RunStatus
+from bklib.audit.checker import CheckSettings
+from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
+from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey, Reason, RunStatus
 
-__all__ = ["run_status", "summary_line"]
+__all__ = ["AuditConfig", "run_status", "summary_line"]
+
+DEFAULT_LEDGERS_PER_TASK = 50_000
+"""Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
+
+
+@dataclass
+class AuditConfig:
+    """Everything one audit run needs (built from the command line by :meth:`from_args`)."""
+
+    zk: str
+    warehouse: str
+    check: str = Check.REPLICAS
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT
+    zk_auth: str | None = None
+    scan_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
+    fetch: CheckSettings = field(default_factory=CheckSettings)
+    reread: bool = True
+    run_id: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AuditConfig:
+        """Build from arguments parsed by a parser :func:`add_audit_arguments` filled."""
+        return cls(
+            zk=args.zk,
+            warehouse=args.warehouse,
+            check=args.check,
+            ledgers_root=args.ledgers_root,
+            zk_auth=args.zk_auth,
+            scan_in_flight=args.scan_in_flight,
+            ledgers_per_task=args.ledgers_per_task,
+            fetch=CheckSettings(
+                read_timeout=args.read_timeout,
+                connect_timeout=args.connect_timeout,
+                ledgers_in_flight=args.ledgers_in_flight,
+                reads_in_flight=args.reads_in_flight,
+            ),
+            reread=not args.no_reread,
+            run_id=args.run_id,
+        )
 
 
 def run_status(counts: Mapping[str, int]) -> str:

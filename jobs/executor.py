@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 
 from bklib.states import Executor
+from jobs.units import parse_size
 
 __all__ = [
     "BYTES_PER_LEDGER",
@@ -102,23 +103,6 @@ def choose_executor(
         Executor.LOCAL,
         f"{ledgers} ledgers <= {limits.max_ledgers} and {work_bytes} bytes <= {limits.max_bytes}",
     )
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``2GiB``, ``500MB``, ``1000``."""
-    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-    units |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6}
-    units |= {"G": 10**9}
-    t = text.strip().upper()
-    num = t.rstrip("KMGTIB")
-    unit = t[len(num) :]
-    try:
-        value = float(num)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (use e.g. 2GiB, 500MB)") from None
-    if unit not in units or value < 0:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (use e.g. 2GiB, 500MB)")
-    return int(value * units[unit])
 
 
 def add_executor_arguments(parser: argparse.ArgumentParser) -> None:

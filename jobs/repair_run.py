@@ -1,20 +1,88 @@
-"""What every repair run ends with, whichever executor ran it: counts and the printed summary."""
+"""What every repair run shares, whichever executor runs it: its configuration, the lines it
+starts and ends with, and the printed summary."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from bklib.states import ActionKind, ActionStatus
+from bklib.meta.model import DigestType
+from bklib.repair.worker import RepairSettings
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 
-if TYPE_CHECKING:
-    from jobs.rereplicate import RepairConfig
-
-__all__ = ["copied_bytes", "log_done", "log_start", "print_summary", "stamp", "summarize"]
+__all__ = [
+    "RepairConfig",
+    "copied_bytes",
+    "log_done",
+    "log_start",
+    "print_summary",
+    "stamp",
+    "summarize",
+]
 
 log = logging.getLogger("jobs.rereplicate")
+
+DEFAULT_LEDGERS_PER_TASK = 200
+"""Small Spark tasks: each finished task moves the progress bar and the ETA."""
+
+
+@dataclass
+class RepairConfig:
+    """Everything one repair run needs (built from the command line by :meth:`from_args`)."""
+
+    zk: str
+    warehouse: str
+    mode: str = RepairMode.REREPLICATE
+    audit_run_id: str | None = None
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT
+    zk_auth: str | None = None
+    zk_session_timeout: float = 10.0
+    settings: RepairSettings = field(default_factory=RepairSettings)
+    ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
+    tasks: int | None = None
+    ledgers_in_flight: int = 8
+    local_processes: int = 0
+    read_timeout: float = 10.0
+    bookies: tuple[str, ...] = ()
+    run_id: str | None = None
+    racks_znode: str = "/bookies"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
+        """Build from arguments parsed by a parser :func:`add_repair_arguments` filled."""
+        bookies = tuple(b for b in (getattr(args, "bookies", "") or "").split(",") if b)
+        settings = RepairSettings(
+            grace_period=args.grace_period,
+            rate=args.rate,
+            dry_run=args.dry_run,
+            window=args.window,
+            password=args.password.encode() if args.password is not None else None,
+            digest_type=DigestType[args.digest_type] if args.digest_type else None,
+            exclude=frozenset(bookies),
+            target=getattr(args, "target", None),
+            retry_no_replica=args.retry_no_replica,
+        )
+        return cls(
+            zk=args.zk,
+            warehouse=args.warehouse,
+            mode=mode,
+            audit_run_id=getattr(args, "run_id", None),
+            ledgers_root=args.ledgers_root,
+            zk_auth=args.zk_auth,
+            zk_session_timeout=args.zk_session_timeout,
+            settings=settings,
+            ledgers_per_task=args.ledgers_per_task,
+            tasks=args.tasks,
+            ledgers_in_flight=args.ledgers_in_flight,
+            local_processes=args.local_processes,
+            read_timeout=args.read_timeout,
+            bookies=bookies,
+            racks_znode=args.racks_znode,
+        )
 
 
 def log_start(config: RepairConfig, run_id: str, ledgers: int, where: str) -> None:

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,6 @@ if __package__ in (None, ""):  # `spark-submit jobs/rereplicate.py`: make the re
 
 from bklib.meta.model import DigestType
 from bklib.repair.requests import LedgerRequest
-from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
 from jobs.executor import (
     add_executor_arguments,
@@ -43,93 +40,14 @@ from jobs.executor import (
     limits_from_args,
 )
 from jobs.messages import one_line
-from jobs.repair_run import print_summary
+from jobs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
+from jobs.units import parse_duration, parse_rate
 
 log = logging.getLogger("jobs.rereplicate")
 
 MODE_REREPLICATE = RepairMode.REREPLICATE
 MODE_RECOVER = RepairMode.RECOVER
 MODE_DECOMMISSION = RepairMode.DECOMMISSION
-
-DEFAULT_LEDGERS_PER_TASK = 200
-"""Small tasks: each finished task moves the progress bar and the ETA."""
-
-_SIZE_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "KIB": 1024, "M": 1e6, "MB": 1e6}
-_SIZE_UNITS |= {"MIB": 1024**2, "G": 1e9, "GB": 1e9, "GIB": 1024**3}
-_TIME_UNITS = {"": 1, "S": 1, "MS": 1e-3, "M": 60, "MIN": 60, "H": 3600}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``30``, ``30s``, ``500ms``, ``5m``, ``1h``."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).upper() not in _TIME_UNITS:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 5m, 500ms)")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2).upper()]
-
-
-def parse_rate(text: str) -> float | None:
-    """Bytes/s from ``50MB``, ``50MB/s``, ``1GiB``, ``1000000``; ``0`` or ``unlimited``: None."""
-    if text.strip().lower() in ("0", "unlimited", "none"):
-        return None
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)(/s)?\s*", text)
-    if not m or m.group(2).upper() not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"bad rate {text!r} (use e.g. 50MB, 20MiB, 0)")
-    return float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
-
-
-@dataclass
-class RepairConfig:
-    """Everything one repair run needs (built from the command line by :meth:`from_args`)."""
-
-    zk: str
-    warehouse: str
-    mode: str = MODE_REREPLICATE
-    audit_run_id: str | None = None
-    ledgers_root: str = DEFAULT_LEDGERS_ROOT
-    zk_auth: str | None = None
-    zk_session_timeout: float = 10.0
-    settings: RepairSettings = field(default_factory=RepairSettings)
-    ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
-    tasks: int | None = None
-    ledgers_in_flight: int = 8
-    local_processes: int = 0
-    read_timeout: float = 10.0
-    bookies: tuple[str, ...] = ()
-    run_id: str | None = None
-    racks_znode: str = "/bookies"
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
-        """Build from arguments parsed by a parser :func:`add_repair_arguments` filled."""
-        bookies = tuple(b for b in (getattr(args, "bookies", "") or "").split(",") if b)
-        settings = RepairSettings(
-            grace_period=args.grace_period,
-            rate=args.rate,
-            dry_run=args.dry_run,
-            window=args.window,
-            password=args.password.encode() if args.password is not None else None,
-            digest_type=DigestType[args.digest_type] if args.digest_type else None,
-            exclude=frozenset(bookies),
-            target=getattr(args, "target", None),
-            retry_no_replica=args.retry_no_replica,
-        )
-        return cls(
-            zk=args.zk,
-            warehouse=args.warehouse,
-            mode=mode,
-            audit_run_id=getattr(args, "run_id", None),
-            ledgers_root=args.ledgers_root,
-            zk_auth=args.zk_auth,
-            zk_session_timeout=args.zk_session_timeout,
-            settings=settings,
-            ledgers_per_task=args.ledgers_per_task,
-            tasks=args.tasks,
-            ledgers_in_flight=args.ledgers_in_flight,
-            local_processes=args.local_processes,
-            read_timeout=args.read_timeout,
-            bookies=bookies,
-            racks_znode=args.racks_znode,
-        )
 
 
 # ---- executor side ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 
 if TYPE_CHECKING:
-    from jobs.audit import AuditConfig
+    from jobs.audit_run import AuditConfig
 
 __all__ = ["LocalAudit"]
 

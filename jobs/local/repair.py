@@ -24,7 +24,7 @@ from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS, FRAGMENTS, LEDGERS
 
 if TYPE_CHECKING:
-    from jobs.rereplicate import RepairConfig
+    from jobs.repair_run import RepairConfig
 
 __all__ = ["LocalRepair", "scan_views"]
 

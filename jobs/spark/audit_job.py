@@ -21,7 +21,7 @@ from jobs.spark import extract, load, transform
 from jobs.tables.runs import RunRecord, new_run_id
 
 if TYPE_CHECKING:
-    from jobs.audit import AuditConfig
+    from jobs.audit_run import AuditConfig
 
 log = logging.getLogger("jobs.audit")
 

@@ -6,7 +6,7 @@ Tables (each keeps ``run_id``; new columns merge into the schema):
   Written last, so a run is visible to readers only once all its rows are in.
 * ``ledgers``: one row per ledger znode, metadata errors included (``error`` names it).
 * ``bookies``: bookie_id, state (writable / readonly / lost), host, port.
-* ``underreplicated_fragments``: see :data:`jobs.spark.transform.FRAGMENT_SCHEMA`, plus
+* ``underreplicated_fragments``: see :data:`jobs.tables.schema.FRAGMENT_SCHEMA`, plus
   run_id, check, detected_at and first_detected_at.
 
 * ``replication_actions``: see :data:`ACTIONS_SCHEMA`; one row per action of a
@@ -23,48 +23,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from bklib.states import RunStatus
-from jobs.tables import schema
+from jobs.spark.schema import ACTIONS_SCHEMA, AUDIT_RUNS_SCHEMA
+from jobs.spark.transform import carry_first_detected
 from jobs.tables.runs import RunRecord
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 
 log = logging.getLogger(__name__)
-
-
-def spark_type(t: pa.DataType, nullable: bool = True) -> T.DataType:
-    """The Spark type of an Arrow type, keeping element nullability (Spark's own converter
-    drops it, and Delta compares ``containsNull`` when schemas merge)."""
-    if pa.types.is_struct(t):
-        return T.StructType(
-            [T.StructField(f.name, spark_type(f.type), f.nullable) for f in t]  # type: ignore[attr-defined]
-        )
-    if pa.types.is_map(t):
-        return T.MapType(spark_type(t.key_type), spark_type(t.item_type), t.item_field.nullable)
-    if pa.types.is_list(t):
-        return T.ArrayType(spark_type(t.value_type), t.value_field.nullable)
-    simple = {
-        pa.int64(): T.LongType(),
-        pa.int32(): T.IntegerType(),
-        pa.string(): T.StringType(),
-        pa.binary(): T.BinaryType(),
-        pa.bool_(): T.BooleanType(),
-        pa.timestamp("us", tz="UTC"): T.TimestampType(),
-    }
-    return simple[t]
-
-
-def spark_schema(schema: pa.Schema) -> T.StructType:
-    """A :mod:`jobs.tables.schema` schema as a Spark StructType."""
-    return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in schema])
-
-
-AUDIT_RUNS_SCHEMA = spark_schema(schema.AUDIT_RUNS_SCHEMA)
-ACTIONS_SCHEMA = spark_schema(schema.ACTIONS_SCHEMA)
 
 
 def table_path(warehouse: str, name: str) -> str:
@@ -161,8 +129,6 @@ def write_run(
     as written."""
     run_col = F.lit(run.run_id)
     detected = F.lit(run.started_at).cast("timestamp")
-    from jobs.spark.transform import carry_first_detected
-
     final = carry_first_detected(
         fragments, previous_fragments(spark, warehouse), run.started_at
     ).select(

@@ -22,7 +22,7 @@ from jobs.spark import load
 from jobs.tables.runs import new_run_id
 
 if TYPE_CHECKING:
-    from jobs.rereplicate import RepairConfig
+    from jobs.repair_run import RepairConfig
 
 log = logging.getLogger("jobs.rereplicate")
 

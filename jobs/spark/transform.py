@@ -18,25 +18,10 @@ from pyspark.sql import functions as F
 from bklib.audit.classify import classify_ledger
 from bklib.audit.model import LedgerView, ReplicaReport
 from bklib.states import BookieState, CountKey, Reason
-from jobs.spark.load import spark_schema
-from jobs.tables.schema import (
-    BOOKIE_ENTRIES_SCHEMA as BOOKIE_ENTRIES_ARROW,
+from jobs.spark.schema import (
+    FRAGMENT_ARROW,
+    FRAGMENT_SCHEMA,
 )
-from jobs.tables.schema import (
-    BOOKIE_SCHEMA as BOOKIE_ARROW,
-)
-from jobs.tables.schema import (
-    FRAGMENT_SCHEMA as FRAGMENT_ARROW,
-)
-from jobs.tables.schema import (
-    LEDGER_SCHEMA as LEDGER_ARROW,
-)
-
-LEDGER_SCHEMA = spark_schema(LEDGER_ARROW)
-BOOKIE_SCHEMA = spark_schema(BOOKIE_ARROW)
-BOOKIE_ENTRIES_SCHEMA = spark_schema(BOOKIE_ENTRIES_ARROW)
-FRAGMENT_SCHEMA = spark_schema(FRAGMENT_ARROW)
-
 
 # ---- DataFrame transforms -------------------------------------------------------------------
 

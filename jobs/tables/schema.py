@@ -2,7 +2,7 @@
 reader (notebooks, the report, Airflow) relies on.
 
 Schemas are Arrow schemas, written once here. The local executor writes them through delta-rs;
-the Spark executor derives its StructTypes from them (:func:`jobs.spark.load.spark_schema`).
+the Spark executor derives its StructTypes from them (:mod:`jobs.spark.schema`).
 Timestamps are UTC-zoned microseconds, which both Delta writers store as Delta's ``timestamp``
 type, so neither side needs the ``timestampNtz`` table feature.
 """

@@ -12,8 +12,8 @@ from jobs.executor import (
     LocalLimits,
     LocalTooBigError,
     choose_executor,
-    parse_size,
 )
+from jobs.units import parse_size
 
 LIMITS = LocalLimits(max_ledgers=1000, max_bytes=10_000_000, memory_limit=100 * BYTES_PER_LEDGER)
 

@@ -22,7 +22,7 @@ from bklib.repair.plan import (
     stripe_entries,
 )
 from bklib.repair.worker import _replace_in_segment
-from jobs.rereplicate import parse_duration, parse_rate
+from jobs.units import parse_duration, parse_rate
 
 
 def md(segments, *, last=None, e=3, wq=2, aq=2, lid=7) -> LedgerMetadata:  # type: ignore[no-untyped-def]
