@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.spark import schema as spark_schema
 from jobs.spark import transform
 from jobs.spark.session import build_spark
 
@@ -81,7 +82,7 @@ def snapshot(spark: SparkSession, n: int, max_entries: int) -> tuple[DataFrame, 
         F.when(two, F.array(seg, seg2)).otherwise(F.array(seg)).alias("segments"),
         F.lit(None).cast("string").alias("error"),
     )
-    ledgers = ledgers.select(*transform.LEDGER_SCHEMA.fieldNames())
+    ledgers = ledgers.select(*spark_schema.LEDGER_SCHEMA.fieldNames())
     # One row per (ledger, bookie): each holds [0, len] (entries past LAC/last included).
     bookies = base.select(
         "ledger_id",
@@ -122,7 +123,7 @@ def snapshot(spark: SparkSession, n: int, max_entries: int) -> tuple[DataFrame, 
         F.when(F.col("r") >= 90, F.col("len")).alias("lac"),
         F.lit(None).cast("string").alias("error"),
     )
-    entries = entries.select(*transform.BOOKIE_ENTRIES_SCHEMA.fieldNames())
+    entries = entries.select(*spark_schema.BOOKIE_ENTRIES_SCHEMA.fieldNames())
     return ledgers, entries
 
 
@@ -137,8 +138,8 @@ def jvm_peak_mb(spark: SparkSession) -> float:
 
 def run_once(spark: SparkSession, n: int, max_entries: int) -> dict[str, float]:
     ledgers, entries = snapshot(spark, n, max_entries)
-    lost = transform.lost_bookie_ids(spark.createDataFrame([], transform.BOOKIE_SCHEMA))
-    bookies = spark.createDataFrame([], transform.BOOKIE_SCHEMA)
+    lost = transform.lost_bookie_ids(spark.createDataFrame([], spark_schema.BOOKIE_SCHEMA))
+    bookies = spark.createDataFrame([], spark_schema.BOOKIE_SCHEMA)
     assert not lost
     t0 = time.perf_counter()
     frags = transform.find_underreplicated(ledgers, bookies, entries)

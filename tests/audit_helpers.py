@@ -30,7 +30,8 @@ from bklib.states import BookieState, ReplicaStatus
 from bklib.testing.sandbox import Sandbox
 from jobs.audit import add_audit_arguments
 from jobs.reports.listing import add_list_arguments, run_listunderreplicated
-from jobs.spark import load, transform
+from jobs.spark import load
+from jobs.spark import schema as spark_schema
 
 PASSWORD = b"audit-test"
 
@@ -101,17 +102,17 @@ def metadata(
 
 def ledgers_df(spark: SparkSession, mds: Iterable[LedgerMetadata]) -> DataFrame:
     """A LEDGER_SCHEMA DataFrame from metadata objects."""
-    names = transform.LEDGER_SCHEMA.fieldNames()
+    names = spark_schema.LEDGER_SCHEMA.fieldNames()
     rows = [LedgerView.from_metadata(m, f"/ledgers/L{m.ledger_id}", 0).as_row() for m in mds]
     return spark.createDataFrame(
-        [tuple(r[k] for k in names) for r in rows], transform.LEDGER_SCHEMA
+        [tuple(r[k] for k in names) for r in rows], spark_schema.LEDGER_SCHEMA
     )
 
 
 def bookies_df(spark: SparkSession, writable: Iterable[str], lost: Iterable[str] = ()) -> DataFrame:
     rows = [(b, BookieState.WRITABLE, None, None, None) for b in writable]
     rows += [(b, BookieState.LOST, None, None, "not registered") for b in lost]
-    return spark.createDataFrame(rows, transform.BOOKIE_SCHEMA)
+    return spark.createDataFrame(rows, spark_schema.BOOKIE_SCHEMA)
 
 
 def runs(*pairs: tuple[int, int]) -> list[dict[str, int]]:
@@ -143,7 +144,7 @@ def entry_row(
 
 
 def entries_df(spark: SparkSession, rows: Iterable[tuple[Any, ...]]) -> DataFrame:
-    return spark.createDataFrame(list(rows), transform.BOOKIE_ENTRIES_SCHEMA)
+    return spark.createDataFrame(list(rows), spark_schema.BOOKIE_ENTRIES_SCHEMA)
 
 
 FINDING_COLUMNS = (

@@ -32,12 +32,8 @@ from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.store import LeafDir, connect
 from bklib.states import DEFAULT_LEDGERS_ROOT
-from jobs.spark.transform import (
-    BOOKIE_ENTRIES_SCHEMA,
-    BOOKIE_SCHEMA,
-    LEDGER_SCHEMA,
-    healthy_ledgers,
-)
+from jobs.spark.schema import BOOKIE_ENTRIES_SCHEMA, BOOKIE_SCHEMA, LEDGER_SCHEMA
+from jobs.spark.transform import healthy_ledgers
 from jobs.tables.schema import BOOKIE_ENTRIES_SCHEMA as BOOKIE_ENTRIES_ARROW
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from bklib.quorum import stripe_count
 from bklib.states import Reason, ReplicaStatus
+from jobs.spark import schema as spark_schema
 from jobs.spark import transform
 from tests.audit_helpers import (
     bookies_df,
@@ -262,7 +263,7 @@ def _frags(spark: SparkSession, keys: list[tuple[int, int, str]]) -> DataFrame:
         }
         for lid, first, b in keys
     ]
-    return spark.createDataFrame(rows, transform.FRAGMENT_SCHEMA)
+    return spark.createDataFrame(rows, spark_schema.FRAGMENT_SCHEMA)
 
 
 def test_keep_still_current_drops_deleted_and_changed_ledgers(spark: SparkSession) -> None:
