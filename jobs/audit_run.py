@@ -4,14 +4,15 @@ its summary line."""
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bklib.audit.checker import CheckSettings
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
-from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey, Reason, RunStatus
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
 
-__all__ = ["AuditConfig", "run_status", "summary_line"]
+__all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
 
 DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
@@ -71,4 +72,19 @@ def summary_line(run_id: str, status: str, counts: Mapping[str, int], executor: 
         f"{c.get(CountKey.UNDERREPLICATED_LEDGERS, 0)} under-replicated, "
         f"{c.get(CountKey.FRAGMENTS, 0)} fragments, {c.get(CountKey.MISSING_ENTRIES, 0)} missing "
         f"entries, {c.get(CountKey.METADATA_ERRORS, 0)} unreadable znodes [{executor}]"
+    )
+
+
+def log_metadata(counts: Mapping[str, int], seconds: float) -> None:
+    """The line the metadata step ends with: ledgers read, and the bookies' states."""
+    logging.getLogger("jobs.audit").info(
+        "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
+        "%d readonly, %d lost; %.1fs",
+        counts.get(CountKey.LEDGERS, 0),
+        counts.get(CountKey.LEDGERS_NOT_CLOSED, 0),
+        counts.get(CountKey.METADATA_ERRORS, 0),
+        counts.get(CountKey.bookies(BookieState.WRITABLE), 0),
+        counts.get(CountKey.bookies(BookieState.READONLY), 0),
+        counts.get(CountKey.bookies(BookieState.LOST), 0),
+        seconds,
     )

@@ -23,7 +23,7 @@ from bklib.audit.model import Finding, LedgerView
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import connect
 from bklib.states import BookieState, Check, CountKey, Executor
-from jobs.audit_run import run_status
+from jobs.audit_run import log_metadata, run_status
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
@@ -87,17 +87,7 @@ class LocalAudit:
         states = Counter(b.state for b in self.bookies)
         for s in BookieState.ALL:
             counts[CountKey.bookies(s)] = states.get(s, 0)
-        log.info(
-            "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
-            "%d readonly, %d lost; %.1fs",
-            counts[CountKey.LEDGERS],
-            counts[CountKey.LEDGERS_NOT_CLOSED],
-            counts[CountKey.METADATA_ERRORS],
-            states[BookieState.WRITABLE],
-            states[BookieState.READONLY],
-            states[BookieState.LOST],
-            time.monotonic() - t0,
-        )
+        log_metadata(counts, time.monotonic() - t0)
         for v in [v for v in self.ledgers if not v.ok][:20]:
             log.warning("unreadable ledger %d: %s", v.ledger_id, v.error)
 

@@ -16,7 +16,7 @@ from bklib.audit.engine import ScanPlan
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.states import BookieState, Check, CountKey, Executor
-from jobs.audit_run import run_status
+from jobs.audit_run import log_metadata, run_status
 from jobs.spark import extract, load, transform
 from jobs.tables.runs import RunRecord, new_run_id
 
@@ -99,17 +99,7 @@ class AuditJob:
         states = {r["state"]: r["count"] for r in self.bookies.groupBy("state").count().collect()}
         for s in BookieState.ALL:
             counts[CountKey.bookies(s)] = int(states.get(s, 0))
-        log.info(
-            "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
-            "%d readonly, %d lost; %.1fs",
-            counts[CountKey.LEDGERS],
-            counts[CountKey.LEDGERS_NOT_CLOSED],
-            counts[CountKey.METADATA_ERRORS],
-            counts[CountKey.bookies(BookieState.WRITABLE)],
-            counts[CountKey.bookies(BookieState.READONLY)],
-            counts[CountKey.bookies(BookieState.LOST)],
-            time.monotonic() - t0,
-        )
+        log_metadata(counts, time.monotonic() - t0)
         if counts[CountKey.METADATA_ERRORS]:
             for r in transform.metadata_errors(self.ledgers).limit(20).collect():
                 log.warning("unreadable ledger %d: %s", r["ledger_id"], r["error"])
