@@ -4,8 +4,6 @@ one-line errors with exit 2, and nothing is written."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,11 @@ from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.store import LedgerStore, connect
 from jobs.tables import delta
 from jobs.tables.schema import AUDIT_RUNS, TABLES
+from tests.cli_helpers import bkaudit, error_lines
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 DEAD = ("10.255.0.1:3181", "10.255.0.2:3181", "10.255.0.3:3181")
-
-
-def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobs.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _metadata_only_cluster(zk_chroot: str, ledgers: int) -> None:
@@ -57,11 +45,6 @@ def _metadata_only_cluster(zk_chroot: str, ledgers: int) -> None:
         zk.close()
 
 
-def _errors(proc: subprocess.CompletedProcess[str]) -> list[str]:
-    """stderr lines that are not log records (records start with a timestamp)."""
-    return [x for x in proc.stderr.splitlines() if x and not x[:4].isdigit()]
-
-
 def _log_files(warehouse: Path) -> dict[str, int]:
     return {
         t: len(list((warehouse / t / "_delta_log").glob("*.json")))
@@ -80,7 +63,7 @@ def test_local_above_its_memory_limit_is_one_line_suggesting_spark(
         "--executor", "local", "--local-memory-limit", "100KB",
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    (line,) = _errors(proc)
+    (line,) = error_lines(proc)
     assert "40 ledgers" in line and "use --executor spark" in line
     assert "Traceback" not in proc.stderr
     assert not wh.exists()
@@ -114,7 +97,7 @@ def test_a_table_with_a_newer_protocol_is_refused_and_left_alone(
     ):
         proc = bkaudit(*args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        (line,) = _errors(proc)
+        (line,) = error_lines(proc)
         assert f"{wh / AUDIT_RUNS}" in line and "bkauditFutureFeature" in line, line
         assert "Traceback" not in proc.stderr
     assert _log_files(wh) == before

@@ -4,34 +4,22 @@ audit may not read is one line on stderr and exit 2, never "0 ledgers, COMPLETED
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from bklib.meta.store import LedgerStore, connect
+from tests.cli_helpers import bkaudit, error_lines
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobs.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     """The single stderr line that is not a log record; no traceback."""
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    lines = [x for x in proc.stderr.splitlines() if x and not x[:4].isdigit()]
+    lines = error_lines(proc)
     assert len(lines) == 1, proc.stderr
     return lines[0]
 

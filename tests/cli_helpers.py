@@ -1,0 +1,25 @@
+"""Running the real ``bkaudit`` command in a subprocess, for the CLI tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m jobs.cli ARGS`` from the checkout; output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """stderr lines that are not log records (records start with a timestamp)."""
+    return [x for x in proc.stderr.splitlines() if x and not x[:4].isdigit()]
