@@ -22,7 +22,7 @@ _HOME = os.environ.get("BKAUDIT_HOME") or str(Path(__file__).resolve().parents[1
 if _HOME not in sys.path:
     sys.path.append(_HOME)
 
-from bklib.states import CountKey, RunStatus  # noqa: E402
+from bklib.states import CountKey, Reason, RunStatus  # noqa: E402
 from jobs.tables.schema import AUDIT_RUNS  # noqa: E402
 
 COMPLETED = RunStatus.FINISHED
@@ -73,15 +73,33 @@ def has_findings(run: Mapping[str, Any]) -> bool:
     return bool(c.get(CountKey.UNDERREPLICATED_LEDGERS, 0) or c.get(CountKey.FRAGMENTS, 0))
 
 
+def unread(run: Mapping[str, Any]) -> str:
+    """What a COMPLETED_WITH_ERRORS run could not read, in words."""
+    c = run["counts"]
+    return (
+        f"{c.get(CountKey.METADATA_ERRORS, 0)} unreadable znodes, "
+        f"{c.get(CountKey.reason(Reason.BOOKIE_UNREACHABLE), 0)} fragments on unreachable "
+        f"bookies, {c.get(CountKey.LEDGERS_UNACCOUNTED, 0)} ledgers unaccounted for"
+    )
+
+
 def choose_branch(run: Mapping[str, Any] | None, prefix: str) -> str:
     """The task to follow the audit: ``rereplicate`` when the run found under-replicated
-    fragments, ``no_findings`` when it is clean. A missing or failed run is an error: the
-    DAG must not report "clean" for an audit that did not finish."""
+    fragments, ``no_findings`` when it is clean. A missing or failed run is an error, and so
+    is a run that could not read everything and found nothing: the DAG must not report
+    "clean" for an audit that did not read the whole cluster. Such a run's findings are
+    still repaired."""
     if run is None:
         raise RuntimeError(f"no audit run with id {prefix}* in audit_runs")
     if run["status"] not in COMPLETED:
         raise RuntimeError(f"audit run {run['run_id']} is {run['status']}: {run.get('error')}")
-    return TASK_REPAIR if has_findings(run) else TASK_CLEAN
+    if has_findings(run):
+        return TASK_REPAIR
+    if run["status"] != RunStatus.COMPLETED:
+        raise RuntimeError(
+            f"audit run {run['run_id']} is {run['status']} ({unread(run)}): not clean"
+        )
+    return TASK_CLEAN
 
 
 def verification_outcome(
@@ -107,6 +125,8 @@ def verification_outcome(
     )
     if dry_run:
         return True, summary + "; dry run, nothing was repaired"
+    if run["status"] != RunStatus.COMPLETED:
+        return False, summary + f"; {run['status']}: {unread(run)}"
     return not has_findings(run), summary
 
 

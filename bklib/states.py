@@ -164,6 +164,11 @@ class CountKey:
     LEDGERS = "ledgers"
     LEDGERS_EXPECTED = "ledgers_expected"
     """Ledger znodes the directory stats announced before the scan."""
+    LEDGER_DIRS_CHANGED = "ledger_dirs_changed"
+    """Directories with ledgers created or deleted while the scan ran (explains a difference)."""
+    LEDGERS_UNACCOUNTED = "ledgers_unaccounted"
+    """Announced ledgers the scan lost, or found, in directories that did not change: a run
+    with any is never COMPLETED."""
     METADATA_ERRORS = "metadata_errors"
     LEDGERS_NOT_CLOSED = "ledgers_not_closed"
     FRAGMENTS = "fragments"

@@ -56,10 +56,13 @@ class AuditConfig:
 
 
 def run_status(counts: Mapping[str, int]) -> str:
-    """COMPLETED, or COMPLETED_WITH_ERRORS when some znode was unreadable or some bookie did not
-    answer: what could not be read is never reported as fine."""
-    errors = counts.get(CountKey.METADATA_ERRORS, 0) + counts.get(
-        CountKey.reason(Reason.BOOKIE_UNREACHABLE), 0
+    """COMPLETED, or COMPLETED_WITH_ERRORS when some znode was unreadable, some bookie did not
+    answer, or the scan read a different number of ledgers than the directories announced for
+    no recorded reason: what could not be read is never reported as fine."""
+    errors = (
+        counts.get(CountKey.METADATA_ERRORS, 0)
+        + counts.get(CountKey.reason(Reason.BOOKIE_UNREACHABLE), 0)
+        + counts.get(CountKey.LEDGERS_UNACCOUNTED, 0)
     )
     return RunStatus.COMPLETED_WITH_ERRORS if errors else RunStatus.COMPLETED
 
@@ -71,7 +74,13 @@ def summary_line(run_id: str, status: str, counts: Mapping[str, int], executor: 
         f"audit {run_id} {status}: {c.get(CountKey.LEDGERS, 0)} ledgers, "
         f"{c.get(CountKey.UNDERREPLICATED_LEDGERS, 0)} under-replicated, "
         f"{c.get(CountKey.FRAGMENTS, 0)} fragments, {c.get(CountKey.MISSING_ENTRIES, 0)} missing "
-        f"entries, {c.get(CountKey.METADATA_ERRORS, 0)} unreadable znodes [{executor}]"
+        f"entries, {c.get(CountKey.METADATA_ERRORS, 0)} unreadable znodes"
+        + (
+            f", {c[CountKey.LEDGERS_UNACCOUNTED]} ledgers unaccounted for"
+            if c.get(CountKey.LEDGERS_UNACCOUNTED)
+            else ""
+        )
+        + f" [{executor}]"
     )
 
 

@@ -195,6 +195,7 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
     args.mode = mode
     config = RepairConfig.from_args(args, mode)
     local = LocalRepair(config)
+    account = None
     try:
         # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
         require_cluster(config.zk, config.ledgers_root, config.zk_auth)
@@ -207,7 +208,14 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
                 )
                 return 2, None
         else:
-            reqs = local.requests_for_bookies(scan_views(config))
+            views, account = scan_views(config)
+            reqs = local.requests_for_bookies(views)
+            for b in local.unnamed:
+                print(
+                    f"{mode}: warning: no ledger's ensemble names bookie {b}; check the id "
+                    "(host:port as the bookie registers it)",
+                    file=sys.stderr,
+                )
         rows, run_id = _execute(config, args, spark, reqs, local)
     except Exception as exc:
         log.debug("%s run failed", mode, exc_info=True)
@@ -222,6 +230,10 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         )
         for v in local.unreadable[:20]:
             print(f"    ledger {v.ledger_id}: {v.error}")
+        status = max(status, 1)
+    if account is not None and not account.complete:
+        # Fail closed: ledgers the scan lost may name the bookie too.
+        print(f"  the metadata scan was incomplete: {account.describe()}; run {mode} again")
         status = max(status, 1)
     return status, run_id
 
@@ -260,7 +272,11 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
         status, run_id = _run(MODE_DECOMMISSION, args, spark)
         if run_id is None or config.settings.dry_run:
             return status
-        remaining = [v for v in scan_views(config) if not v.ok or bookie in v.bookies()]
+        views, account = scan_views(config)
+        remaining = [v for v in views if not v.ok or bookie in v.bookies()]
+        if not account.complete:
+            print(f"decommission of {bookie} unverified: {account.describe()}; its cookie is kept")
+            return 1
         if remaining:
             print(
                 f"decommission of {bookie} incomplete: {len(remaining)} ledgers still name it "

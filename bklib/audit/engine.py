@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bklib.audit.accounting import ScanAccount, account_scan
 from bklib.audit.checker import CheckSettings, ReplicaChecker
 from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
@@ -69,6 +70,26 @@ class ScanPlan:
         finally:
             zk.stop()
             zk.close()
+
+    def account(
+        self,
+        hosts: str,
+        scanned: Mapping[str, int],
+        root: str = DEFAULT_LEDGERS_ROOT,
+        auth: str | None = None,
+    ) -> ScanAccount:
+        """After a scan: re-read the directories' child versions and account for every
+        announced ledger (:func:`~bklib.audit.accounting.account_scan`). ``scanned`` is the
+        number of ledgers the scan produced per directory."""
+        zk = connect(hosts, auth=auth)
+        try:
+            versions = LedgerStore(zk, root, kind=self.kind).dir_versions(d.path for d in self.dirs)
+        finally:
+            zk.stop()
+            zk.close()
+        account = account_scan(self.dirs, versions, scanned)
+        (log.info if account.complete else log.error)("metadata scan: %s", account.describe())
+        return account
 
 
 def require_cluster(hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: str | None = None) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -52,12 +52,15 @@ class LeafDir:
     """A directory whose children are ledger znodes: one contiguous ledger-id range.
 
     ``prefix`` is the id digits the path contributes (a leaf ``L1234`` adds the rest);
-    ``count`` is its child count from the znode stat.
+    ``count`` is its child count from the znode stat; ``cversion`` the stat's child version
+    then (-1 when not read): while it stays the same, no child was created or deleted, so a
+    scan of the directory must find exactly ``count`` ledgers (see docs/reliability.md).
     """
 
     path: str
     prefix: str
     count: int
+    cversion: int = -1
 
 
 T = TypeVar("T")
@@ -188,12 +191,26 @@ class LedgerStore:
         except (KazooException, RetryFailedError) as exc:
             raise ZKError(f"cannot list children: {type(exc).__name__} {exc}", path=path) from exc
 
-    def _count(self, path: str) -> int:
+    def _stat(self, path: str) -> tuple[int, int] | None:
+        """(children, child version) of ``path``, or None when it does not exist."""
         try:
             stat = _LIST_RETRY.copy()(self.zk.exists, path)
         except (KazooException, RetryFailedError) as exc:
             raise ZKError(f"cannot stat: {type(exc).__name__} {exc}", path=path) from exc
-        return int(stat.numChildren) if stat is not None else 0
+        return (int(stat.numChildren), int(stat.cversion)) if stat is not None else None
+
+    def _leaf(self, path: str, prefix: str, with_counts: bool) -> LeafDir:
+        stat = self._stat(path) if with_counts else None
+        return LeafDir(path, prefix, *(stat or (0, -1)))
+
+    def dir_versions(self, dirs: Iterable[str]) -> dict[str, int | None]:
+        """The current child version of each directory (None: deleted), to tell after a scan
+        which directories changed while it ran."""
+        out: dict[str, int | None] = {}
+        for path in dirs:
+            stat = self._stat(path)
+            out[path] = stat[1] if stat is not None else None
+        return out
 
     def require_cluster(self, where: str = "") -> None:
         """Fail closed before reading anything: the ledgers root, BookKeeper's ``LAYOUT``
@@ -218,15 +235,17 @@ class LedgerStore:
         from the directories' stats, so nothing below them is listed."""
         root = self.root
         out: list[LeafDir] = []
+        # The root's child version is read before its listing, so a flat ledger created
+        # in between shows as a changed directory rather than as an unexplained count.
+        root_stat = self._stat(root) if with_counts else None
         top = self._children(root)
         flat = [c for c in top if paths.FLAT_LEAF_RE.match(c)]
         if flat:
-            out.append(LeafDir(root, "", len(flat)))
+            out.append(LeafDir(root, "", len(flat), root_stat[1] if root_stat else -1))
         for l1 in (c for c in top if paths.SHORT_TOP_RE.match(c)):
             for l2 in self._children(paths.join(root, l1)):
                 if paths.LEVEL_RE.match(l2):
-                    p = paths.join(root, l1, l2)
-                    out.append(LeafDir(p, l1 + l2, self._count(p) if with_counts else 0))
+                    out.append(self._leaf(paths.join(root, l1, l2), l1 + l2, with_counts))
 
         def walk_long(path: str, prefix: str, depth: int) -> None:
             for child in self._children(path):
@@ -234,7 +253,7 @@ class LedgerStore:
                     continue
                 p = paths.join(path, child)
                 if depth == 3:
-                    out.append(LeafDir(p, prefix + child, self._count(p) if with_counts else 0))
+                    out.append(self._leaf(p, prefix + child, with_counts))
                 else:
                     walk_long(p, prefix + child, depth + 1)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.classify import keep_still_current, summarize
 from bklib.audit.engine import (
     ScanPlan,
@@ -78,7 +79,14 @@ class LocalAudit:
             zk.close()
         named = {b for v in self.ledgers if v.ok for b in v.bookies()}
         self.bookies = bookie_rows(registry, named)
-        counts[CountKey.LEDGERS_EXPECTED] = self.plan.expected
+        counts.update(
+            self.plan.account(
+                cfg.zk,
+                scanned_per_directory(v.znode_path for v in self.ledgers),
+                cfg.ledgers_root,
+                cfg.zk_auth,
+            ).counts()
+        )
         counts[CountKey.LEDGERS] = len(self.ledgers)
         counts[CountKey.METADATA_ERRORS] = sum(1 for v in self.ledgers if not v.ok)
         counts[CountKey.LEDGERS_NOT_CLOSED] = sum(

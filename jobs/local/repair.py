@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from bklib.audit.accounting import ScanAccount, scanned_per_directory
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView
 from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
@@ -33,14 +34,24 @@ log = logging.getLogger("jobs.rereplicate")
 PROGRESS_EVERY = 5.0
 
 
-def scan_views(config: RepairConfig, plan: ScanPlan | None = None) -> list[LedgerView]:
-    """Every ledger's metadata, read in this process."""
+def scan_views(
+    config: RepairConfig, plan: ScanPlan | None = None
+) -> tuple[list[LedgerView], ScanAccount]:
+    """Every ledger's metadata, read in this process, and the account of what the scan read
+    against what the directories announced (a repair that missed ledgers says so)."""
     plan = plan or ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
-    return list(
+    views = list(
         scan_dirs(
             config.zk, plan.dirs, root=config.ledgers_root, kind=plan.kind, auth=config.zk_auth
         )
     )
+    account = plan.account(
+        config.zk,
+        scanned_per_directory(v.znode_path for v in views),
+        config.ledgers_root,
+        config.zk_auth,
+    )
+    return views, account
 
 
 class _Progress:
@@ -77,6 +88,8 @@ class LocalRepair:
         """Ledger lengths of the requested ledgers, for the executor choice."""
         self.unreadable: list[LedgerView] = []
         """Ledgers whose metadata could not be read or parsed: they may name the bookies."""
+        self.unnamed: list[str] = []
+        """Requested bookies that no readable ensemble names (often a typo in the id)."""
 
     def requests_from_audit(self) -> list[LedgerRequest] | None:
         """Requests for the latest completed audit run (or ``audit_run_id``); None if there
@@ -121,13 +134,16 @@ class LocalRepair:
         """Manual recover: every ledger whose metadata names one of the bookies."""
         out = []
         self.unreadable = [v for v in views if not v.ok]
+        named: set[str] = set()
         for v in views:
             if not v.ok:
                 continue
+            named.update(v.bookies())
             req = request_for_bookies(v.ledger_id, v.bookies(), self.config.bookies)
             if req is not None:
                 out.append(req)
                 self.lengths[v.ledger_id] = int(v.length or 0)
+        self.unnamed = [b for b in self.config.bookies if b not in named]
         return out
 
     def processes(self, ledgers: int) -> int:

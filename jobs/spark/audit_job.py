@@ -78,8 +78,9 @@ class AuditJob:
             plan=self.plan,
         )
         self.kind = plan.kind
-        counts[CountKey.LEDGERS_EXPECTED] = plan.expected
         self.ledgers = self._keep(ledgers)
+        per_dir = transform.ledgers_per_directory(self.ledgers)
+        counts.update(plan.account(cfg.zk, per_dir, cfg.ledgers_root, cfg.zk_auth).counts())
         row = self.ledgers.agg(
             F.count(F.lit(1)).alias("n"),
             F.count("error").alias("errors"),

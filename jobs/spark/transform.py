@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from bklib.audit.accounting import directory_of
 from bklib.audit.classify import classify_ledger
 from bklib.audit.model import LedgerView, ReplicaReport
 from bklib.states import BookieState, CountKey, Reason
@@ -29,6 +30,18 @@ from jobs.spark.schema import (
 def healthy_ledgers(ledgers: DataFrame) -> DataFrame:
     """Ledgers whose metadata was read and parsed."""
     return ledgers.filter(F.col("error").isNull())
+
+
+def ledgers_per_directory(ledgers: DataFrame) -> dict[str, int]:
+    """Scanned ledgers (readable or not) per directory of the ledger tree, for
+    :meth:`bklib.audit.engine.ScanPlan.account`."""
+    counted = (
+        ledgers.select("znode_path")
+        .rdd.filter(lambda r: r.znode_path is not None)
+        .map(lambda r: directory_of(r.znode_path))
+        .countByValue()
+    )
+    return {str(k): int(v) for k, v in counted.items()}
 
 
 def metadata_errors(ledgers: DataFrame) -> DataFrame:

@@ -199,9 +199,19 @@ def test_branch_and_verification_read_real_delta_audit_runs(
     record("airflow-A-audit-t2", RunStatus.COMPLETED, 1, underreplicated_ledgers=3, fragments=4)
     record("airflow-A-verify-t1", RunStatus.COMPLETED, 5, underreplicated_ledgers=1, fragments=1)
     # ts B: clean audit, clean verify. ts C: the audit failed. ts D: no run at all.
-    record("airflow-B-audit-t1", RunStatus.COMPLETED_WITH_ERRORS, 10, fragments=0)
+    record("airflow-B-audit-t1", RunStatus.COMPLETED, 10, fragments=0)
     record("airflow-B-verify-t1", RunStatus.COMPLETED, 11, fragments=0)
     record("airflow-C-audit-t1", RunStatus.FAILED, 20)
+    # ts E: the audit could not read everything and found nothing: not clean. ts F: it could
+    # not read everything but found fragments: those are repaired; its verify read less
+    # than everything and found nothing, so it does not pass.
+    record("airflow-E-audit-t1", RunStatus.COMPLETED_WITH_ERRORS, 40, ledgers_unaccounted=2)
+    record(
+        "airflow-F-audit-t1", RunStatus.COMPLETED_WITH_ERRORS, 50, fragments=2, metadata_errors=1
+    )
+    record(
+        "airflow-F-verify-t1", RunStatus.COMPLETED_WITH_ERRORS, 55, fragments=0, metadata_errors=1
+    )
     # Another writer's run that only looks similar must not be picked up.
     record("manual-A-audit-t1", RunStatus.COMPLETED, 30, underreplicated_ledgers=9)
 
@@ -209,8 +219,8 @@ def test_branch_and_verification_read_real_delta_audit_runs(
         tmp_path,
         {
             "conf": {"warehouse": warehouse},
-            "branch": ["A", "B", "C", "D"],
-            "verify": [["A", False], ["A", True], ["B", False]],
+            "branch": ["A", "B", "C", "D", "E", "F"],
+            "verify": [["A", False], ["A", True], ["B", False], ["F", False]],
         },
         **DEFAULT_ENV,
     )
@@ -222,7 +232,11 @@ def test_branch_and_verification_read_real_delta_audit_runs(
     assert br["B"] == {"branch": "no_findings", "pushed": {"audit_run_id": "airflow-B-audit-t1"}}
     assert "airflow-C-audit-t1 is FAILED: boom" in br["C"]["error"]
     assert "no audit run with id airflow-D-audit-t*" in br["D"]["error"]
-    (a_real, a_dry, b) = out["verify"]
+    assert "airflow-E-audit-t1 is COMPLETED_WITH_ERRORS" in br["E"]["error"]
+    assert "2 ledgers unaccounted for" in br["E"]["error"] and "not clean" in br["E"]["error"]
+    assert br["F"] == {"branch": "rereplicate", "pushed": {"audit_run_id": "airflow-F-audit-t1"}}
+    (a_real, a_dry, b, f) = out["verify"]
+    assert not f["passed"] and "COMPLETED_WITH_ERRORS: 1 unreadable znodes" in f["summary"]
     assert (a_real["passed"], a_real["error"]) == (False, "AirflowFailException")
     assert "1 under-replicated ledgers" in a_real["summary"]
     assert a_dry["passed"] and "dry run" in a_dry["summary"]

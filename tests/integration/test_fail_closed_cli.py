@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
+from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore, connect
 from tests.cli_helpers import bkaudit, error_lines
 
@@ -101,3 +102,30 @@ def test_an_unreadable_ledger_tree_fails_the_run(cluster: str, tmp_path: Path) -
         finally:
             zk.stop()
             zk.close()
+
+
+def test_recover_of_a_bookie_no_ensemble_names_warns(cluster: str, tmp_path: Path) -> None:
+    zk = connect(cluster)
+    try:
+        LedgerStore(zk).create_ledger(
+            LedgerMetadata(
+                ledger_id=5,
+                ensemble_size=2,
+                write_quorum=2,
+                ack_quorum=2,
+                segments=(Segment(0, ("127.0.0.1:3181", "127.0.0.1:3182")),),
+                ctoken=1,
+            )
+        )
+    finally:
+        zk.stop()
+        zk.close()
+    proc = bkaudit(
+        "recover", "127.0.0.1:3811", "--zk", cluster, "--warehouse", str(tmp_path / "wh"),
+        "--executor", "local",
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert error_lines(proc) == [
+        "recover: warning: no ledger's ensemble names bookie 127.0.0.1:3811; check the id "
+        "(host:port as the bookie registers it)"
+    ]
