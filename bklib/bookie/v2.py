@@ -1,4 +1,4 @@
-"""v2 ("PreV3") binary requests of the Python bookie (BookKeeper's ``BookieProtocol`` layouts).
+"""v2 ("PreV3") binary requests of the Python bookie; layouts and opcodes in :mod:`bklib.proto.v2`.
 
 Supported: ADD (1), READ (2, fencing included), AUTH (3, answered as auth-disabled) and
 BATCH_READ (7). Replies echo the request's version byte and the ids the Java v2 client
@@ -19,28 +19,30 @@ from bklib.bookie.journal import Journal
 from bklib.bookie.storage import LedgerState
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.status import V3_TO_V2
+from bklib.proto.v2 import (
+    ADD_ENTRY,
+    AUTH,
+    BATCH_READ_ENTRY,
+    BATCH_READ_REQUEST,
+    BATCH_RESPONSE_HEADER_SIZE,
+    FLAG_DO_FENCING,
+    FLAG_HIGH_PRIORITY,
+    FLAG_RECOVERY_ADD,
+    HEADER,
+    IDS,
+    LEN,
+    MASTER_KEY_LENGTH,
+    OP_NAMES,
+    READ_ENTRY,
+    encode_add_response,
+    encode_batch_read_response,
+    encode_read_response,
+    packet_header,
+)
 
 log = logging.getLogger(__name__)
 
-_LEN = struct.Struct(">I")
-_IDS = struct.Struct(">qq")
-# length, header, rc, ledgerId, entryId: ADD replies, READ replies before the body.
-_V2_ADD_RESP = struct.Struct(">Iiiqq")
-_V2_READ_HDR = _V2_ADD_RESP
-_V2_BATCH_REQ = struct.Struct(">qqqiq")  # ledgerId, startEntryId, requestId, maxCount, maxSize
-_V2_BATCH_HDR = struct.Struct(">Iiiqqq")  # length, header, rc, ledgerId, startEntryId, requestId
-
 AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
-
-V2_ADD, V2_READ, V2_AUTH, V2_BATCH_READ = 1, 2, 3, 7
-V2_FLAG_FENCE, V2_FLAG_RECOVERY, V2_FLAG_HIGH_PRIORITY = 0x1, 0x2, 0x4
-V2_MASTER_KEY_LEN = 20
-_V2_OP_NAMES = {
-    V2_ADD: "ADD_ENTRY",
-    V2_READ: "READ_ENTRY",
-    V2_AUTH: "AUTH",
-    V2_BATCH_READ: "BATCH_READ_ENTRY",
-}
 
 # Java's v2 client cannot decode 107 (EUNKNOWNLEDGERSTATE); such answers go out as EIO.
 _V2_RC = {**V3_TO_V2, pb.EUNKNOWNLEDGERSTATE: V3_TO_V2[pb.EIO]}
@@ -79,24 +81,24 @@ class V2Handlers:
         else:
             op = frame[1]
             flags = (frame[2] << 8) | frame[3]
-        if op not in _V2_OP_NAMES:
+        if op not in OP_NAMES:
             conn.abort(f"unsupported v2 opcode {op} (version {version})")
             return
-        if op == V2_AUTH:
+        if op == AUTH:
             self._v2_auth(conn, version)
             return
         ledger_id, entry_id, fence = _v2_target(op, frame)
         if self.faults is not None and self.faults.rules and ledger_id is not None:
-            rule = self.faults.match(_V2_OP_NAMES[op], ledger_id, entry_id, fence)
+            rule = self.faults.match(OP_NAMES[op], ledger_id, entry_id, fence)
             if rule is not None:
                 self._apply_fault_v2(conn, frame, version, op, flags, rule)
                 return
         self._dispatch_v2(conn, frame, version, op, flags)
 
     def _dispatch_v2(self, conn: Any, frame: bytes, version: int, op: int, flags: int) -> None:
-        if op == V2_ADD:
+        if op == ADD_ENTRY:
             self._v2_add(conn, frame, version, flags)
-        elif op == V2_READ:
+        elif op == READ_ENTRY:
             self._v2_read(conn, frame, version, flags)
         else:
             self._v2_batch_read(conn, frame, version, flags)
@@ -108,19 +110,13 @@ class V2Handlers:
         assert ledger_id is not None and entry_id is not None
 
         def make_error(status: int) -> bytes:
-            if op == V2_BATCH_READ:
-                _, start, request_id, _, _ = _V2_BATCH_REQ.unpack_from(frame, 4)
-                return _V2_BATCH_HDR.pack(
-                    32,
-                    _v2_header(version, op),
-                    _V2_RC.get(status, _V2_EIO),
-                    ledger_id,
-                    start,
-                    request_id,
+            if op == BATCH_READ_ENTRY:
+                _, start, request_id, _, _ = BATCH_READ_REQUEST.unpack_from(frame, 4)
+                return encode_batch_read_response(
+                    version, _V2_RC.get(status, _V2_EIO), ledger_id, start, request_id
                 )
-            return _V2_ADD_RESP.pack(
-                24, _v2_header(version, op), _V2_RC.get(status, _V2_EIO), ledger_id, entry_id
-            )
+            encode = encode_add_response if op == ADD_ENTRY else encode_read_response
+            return encode(version, _V2_RC.get(status, _V2_EIO), ledger_id, entry_id)
 
         if rule.after:
             faulty = FaultyConnection(conn, rule, make_error, v2=True)
@@ -133,22 +129,21 @@ class V2Handlers:
             conn.send_raw(make_error(rule.status))
 
     def _v2_add(self, conn: Any, frame: bytes, version: int, flags: int) -> None:
-        if len(frame) < 4 + V2_MASTER_KEY_LEN + 16:
+        if len(frame) < 4 + MASTER_KEY_LENGTH + 16:
             conn.abort(f"truncated v2 add ({len(frame)} bytes)")
             return
-        body = frame[4 + V2_MASTER_KEY_LEN :]
-        ledger_id, entry_id = _IDS.unpack_from(body, 0)
-        header = _v2_header(version, V2_ADD)
+        body = frame[4 + MASTER_KEY_LENGTH :]
+        ledger_id, entry_id = IDS.unpack_from(body, 0)
         if version > 2:
-            conn.send_raw(_V2_ADD_RESP.pack(24, header, 103, ledger_id, entry_id))
+            conn.send_raw(encode_add_response(version, 103, ledger_id, entry_id))
             return
         status, seq = self._add(
             body,
-            frame[4 : 4 + V2_MASTER_KEY_LEN],
-            bool(flags & V2_FLAG_RECOVERY),
-            bool(flags & V2_FLAG_HIGH_PRIORITY),
+            frame[4 : 4 + MASTER_KEY_LENGTH],
+            bool(flags & FLAG_RECOVERY_ADD),
+            bool(flags & FLAG_HIGH_PRIORITY),
         )
-        data = _V2_ADD_RESP.pack(24, header, _V2_RC[status], ledger_id, entry_id)
+        data = encode_add_response(version, _V2_RC[status], ledger_id, entry_id)
         if status != EOK or self.journal.is_durable(seq):
             conn.send_raw(data)
             return
@@ -157,34 +152,30 @@ class V2Handlers:
             if exc is None:
                 conn.send_raw(data)
             else:
-                conn.send_raw(_V2_ADD_RESP.pack(24, header, _V2_RC[EIO], ledger_id, entry_id))
+                conn.send_raw(encode_add_response(version, _V2_EIO, ledger_id, entry_id))
 
         self.journal.when_durable(seq, done)
 
     def _v2_read(self, conn: Any, frame: bytes, version: int, flags: int) -> None:
-        ledger_id, entry_id = _IDS.unpack_from(frame, 4)
-        header = _v2_header(version, V2_READ)
+        ledger_id, entry_id = IDS.unpack_from(frame, 4)
 
         def reply(status: int, body: bytes = b"") -> bytes:
-            return (
-                _V2_READ_HDR.pack(24 + len(body), header, _V2_RC[status], ledger_id, entry_id)
-                + body
-            )
+            return encode_read_response(version, _V2_RC[status], ledger_id, entry_id, body)
 
         if version > 2:
             conn.send_raw(reply(pb.EBADVERSION))
             return
-        if not flags & V2_FLAG_FENCE:
+        if not flags & FLAG_DO_FENCING:
             status, body, _ = self._read(ledger_id, entry_id)
             conn.send_raw(reply(status, body or b""))
             return
         if version < 2:
             conn.send_raw(reply(EUA))  # no key field before version 2
             return
-        if len(frame) < 20 + V2_MASTER_KEY_LEN:
+        if len(frame) < 20 + MASTER_KEY_LENGTH:
             conn.abort(f"truncated v2 fencing read of ledger {ledger_id} (no master key)")
             return
-        status, state, seq = self._fence(ledger_id, frame[20 : 20 + V2_MASTER_KEY_LEN])
+        status, state, seq = self._fence(ledger_id, frame[20 : 20 + MASTER_KEY_LENGTH])
         if state is None:
             conn.send_raw(reply(status))
             return
@@ -201,30 +192,25 @@ class V2Handlers:
             )
 
     def _v2_batch_read(self, conn: Any, frame: bytes, version: int, flags: int) -> None:
-        ledger_id, start, request_id, max_count, max_size = _V2_BATCH_REQ.unpack_from(frame, 4)
-        header = _v2_header(version, V2_BATCH_READ)
+        ledger_id, start, request_id, max_count, max_size = BATCH_READ_REQUEST.unpack_from(frame, 4)
 
         def reply(status: int, bodies: list[bytes]) -> bytes:
-            payload = b"".join(_LEN.pack(len(b)) + b for b in bodies)
-            return (
-                _V2_BATCH_HDR.pack(
-                    32 + len(payload), header, _V2_RC[status], ledger_id, start, request_id
-                )
-                + payload
+            return encode_batch_read_response(
+                version, _V2_RC[status], ledger_id, start, request_id, bodies
             )
 
         if version > 2:
             conn.send_raw(reply(pb.EBADVERSION, []))
             return
         seq = 0
-        if flags & V2_FLAG_FENCE:
+        if flags & FLAG_DO_FENCING:
             if version < 2:
                 conn.send_raw(reply(EUA, []))
                 return
-            if len(frame) < 40 + V2_MASTER_KEY_LEN:
+            if len(frame) < 40 + MASTER_KEY_LENGTH:
                 conn.abort(f"truncated v2 fencing batch read of ledger {ledger_id}")
                 return
-            status, state, seq = self._fence(ledger_id, frame[40 : 40 + V2_MASTER_KEY_LEN])
+            status, state, seq = self._fence(ledger_id, frame[40 : 40 + MASTER_KEY_LENGTH])
             if state is None:
                 conn.send_raw(reply(status, []))
                 return
@@ -233,7 +219,11 @@ class V2Handlers:
             conn.send_raw(reply(status, []))
             return
         bodies = [body]
-        limit = min(max_size if max_size > 0 else self.max_frame, self.max_frame) - 4 - 32
+        limit = (
+            min(max_size if max_size > 0 else self.max_frame, self.max_frame)
+            - 4
+            - BATCH_RESPONSE_HEADER_SIZE
+        )
         size = 4 + len(body)
         eid = start + 1
         while max_count <= 0 or len(bodies) < max_count:
@@ -253,27 +243,18 @@ class V2Handlers:
 
     def _v2_auth(self, conn: Any, version: int) -> None:
         msg = pb.AuthMessage(authPluginName=AUTH_DISABLED_PLUGIN, payload=b"").SerializeToString()
-        conn.send_raw(
-            _LEN.pack(4 + len(msg)) + struct.pack(">i", _v2_header(version, V2_AUTH)) + msg
-        )
-
-
-def _v2_header(version: int, op: int) -> int:
-    """The header int of a v2 reply: the request's version, the opcode, flags 0."""
-    if version == 0:
-        return op
-    return (version << 24) | (op << 16)
+        conn.send_raw(LEN.pack(4 + len(msg)) + HEADER.pack(packet_header(version, AUTH)) + msg)
 
 
 def _v2_target(op: int, frame: bytes) -> tuple[int | None, int | None, bool]:
     """(ledger, entry, fence) a v2 request is about, for fault matching (None if truncated)."""
     try:
-        if op == V2_ADD:
-            lid, eid = _IDS.unpack_from(frame, 4 + V2_MASTER_KEY_LEN)
+        if op == ADD_ENTRY:
+            lid, eid = IDS.unpack_from(frame, 4 + MASTER_KEY_LENGTH)
             return lid, eid, False
-        if op in (V2_READ, V2_BATCH_READ):
-            lid, eid = _IDS.unpack_from(frame, 4)
-            fence = frame[0] != 0 and bool(frame[3] & V2_FLAG_FENCE)
+        if op in (READ_ENTRY, BATCH_READ_ENTRY):
+            lid, eid = IDS.unpack_from(frame, 4)
+            fence = frame[0] != 0 and bool(frame[3] & FLAG_DO_FENCING)
             return lid, eid, fence
     except struct.error:
         pass

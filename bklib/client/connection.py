@@ -15,6 +15,9 @@ What a Java ``PerChannelBookieClient`` does, for a Python client:
   issued inside the back-off window fail fast with BookieHandleNotAvailableError instead of
   hammering a dead host.
 
+:class:`PipelinedConnection` holds what the v2 client (:mod:`bklib.client.connection_v2`) shares:
+connecting, back-off, deadlines, corked sends and failing a lost connection's requests.
+
 Connecting is bounded by ``connect_timeout`` (BookKeeper's clientConnectTimeoutMillis), the
 request itself by the operation timeout. All coroutines must run on one event loop (the one the
 connection is first used on).
@@ -93,10 +96,10 @@ class ClientConfig:
 
     def timeout_for(self, operation: str, timeout: float | None = None) -> float:
         """``timeout`` if given, else the configured default of the bookie operation named
-        ``operation`` (a key of :data:`OPERATIONS`)."""
+        ``operation`` (a key of :data:`TIMEOUTS`)."""
         if timeout is not None:
             return timeout
-        default: float = getattr(self, OPERATIONS[operation])
+        default: float = getattr(self, TIMEOUTS[operation])
         return default
 
 
@@ -105,12 +108,19 @@ OPERATIONS: dict[str, str] = {}
 :class:`ClientConfig` field holding its default timeout. The pool and the blocking client offer
 each of them per bookie id, derived from the method (see :mod:`bklib.client.pool`)."""
 
+TIMEOUTS: dict[str, str] = {}
+"""Every registered bookie operation, of this connection and of the v2 one
+(:data:`bklib.client.connection_v2.V2_OPERATIONS`), with its default-timeout field."""
+
 _Op = TypeVar("_Op", bound=Callable[..., Awaitable[Any]])
 
 
-def bookie_operation(timeout_field: str) -> Callable[[_Op], _Op]:
-    """Register a :class:`BookieConnection` coroutine method in :data:`OPERATIONS`; its
-    keyword-only ``timeout=None`` stands for ``ClientConfig.<timeout_field>``."""
+def bookie_operation(
+    timeout_field: str, registry: dict[str, str] = OPERATIONS
+) -> Callable[[_Op], _Op]:
+    """Register a bookie coroutine method in ``registry`` (:data:`OPERATIONS` for
+    :class:`BookieConnection`) and :data:`TIMEOUTS`; its keyword-only ``timeout=None`` stands for
+    ``ClientConfig.<timeout_field>``. One name has one timeout field in every registry."""
     if timeout_field not in {f.name for f in dataclasses.fields(ClientConfig)}:
         raise TypeError(f"ClientConfig has no field {timeout_field!r}")
 
@@ -119,7 +129,9 @@ def bookie_operation(timeout_field: str) -> Callable[[_Op], _Op]:
         param = inspect.signature(fn).parameters.get("timeout")
         if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
             raise TypeError(f"bookie operation {fn.__name__} needs a keyword-only timeout")
-        OPERATIONS[fn.__name__] = timeout_field
+        if TIMEOUTS.setdefault(fn.__name__, timeout_field) != timeout_field:
+            raise TypeError(f"bookie operation {fn.__name__} registered with another timeout")
+        registry[fn.__name__] = timeout_field
         return fn
 
     return register
@@ -153,7 +165,7 @@ class BookieInfo:
 
 @dataclass
 class _Pending:
-    future: asyncio.Future[pb.Response]
+    future: asyncio.Future[Any]
     ledger_id: int | None
     entry_id: int | None
 
@@ -165,17 +177,21 @@ class _Channel:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     address: tuple[str, int]
-    pending: dict[tuple[int, int], _Pending] = field(default_factory=dict)
+    # v3: by (txnId, operation); v2 (bklib.client.connection_v2): by a per-connection token.
+    pending: dict[Any, _Pending] = field(default_factory=dict)
     closed: bool = False
     reader_task: asyncio.Task[None] | None = None
     drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Frames issued during this loop iteration, written together by _flush (see _call).
+    # Frames issued during this loop iteration, written together by _flush (see _enqueue).
     out: list[bytes] = field(default_factory=list)
     out_bytes: int = 0
     flush_scheduled: bool = False
     # (deadline, future) of the requests in issue order, and the one timer expiring them.
-    deadlines: deque[tuple[float, asyncio.Future[pb.Response]]] = field(default_factory=deque)
+    deadlines: deque[tuple[float, asyncio.Future[Any]]] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
+    # v2 only: the tokens of requests that share an (operation, ledger, entry), in issue order,
+    # since v2 replies carry no request id (Java queues them per key the same way).
+    queues: dict[tuple[int, int, int], deque[int]] = field(default_factory=dict)
 
 
 # Which Response sub-message carries each operation's own status.
@@ -190,8 +206,11 @@ _SUB_RESPONSE = {
 }
 
 
-class BookieConnection:
-    """The client side of one bookie: a single pipelined v3 connection, re-established on demand.
+class PipelinedConnection:
+    """What the v3 and v2 bookie clients share: one pipelined TCP connection to a bookie,
+    (re)connected on demand with back-off, per-request deadlines on one timer, corked sends and
+    failing every outstanding request when the connection is lost. Subclasses encode requests,
+    decode replies (:meth:`_on_frame`) and match them to pending requests.
 
     ``address`` is a fixed (host, port) or an :data:`AddressResolver`. Every error raised names
     the bookie id and, where it applies, the ledger and entry.
@@ -340,6 +359,7 @@ class BookieConnection:
         buf = bytearray()
         max_frame = self.config.max_frame_size
         unpack_len = _LEN.unpack_from
+        on_frame = self._on_frame
         try:
             while True:
                 data = await ch.reader.read(_READ_CHUNK)
@@ -354,7 +374,7 @@ class BookieConnection:
                         break
                     frame = bytes(buf[pos + 4 : pos + 4 + length])
                     pos += 4 + length
-                    self._dispatch(ch, _parse_response(frame))
+                    on_frame(ch, frame)
                 del buf[:pos]
         except asyncio.IncompleteReadError as exc:
             reason = "connection closed by bookie" + (
@@ -377,15 +397,10 @@ class BookieConnection:
             log.warning("bookie %s: %s; closing the connection", self.bookie_id, reason)
         self._fail_channel(ch, reason, bad=bad)
 
-    def _dispatch(self, ch: _Channel, resp: pb.Response) -> None:
-        key = (resp.header.txnId, resp.header.operation)
-        pending = ch.pending.pop(key, None)
-        if pending is None:
-            # A reply to a request that already timed out or was cancelled; Java drops them too.
-            log.debug("bookie %s: dropping unmatched response %s", self.bookie_id, key)
-            return
-        if not pending.future.done():
-            pending.future.set_result(resp)
+    def _on_frame(self, ch: _Channel, frame: bytes) -> None:
+        """Handle one reply frame (without its length prefix). Raise ``_Garbage`` or a
+        FramingError for a frame that must close the connection."""
+        raise NotImplementedError
 
     def _fail_channel(self, ch: _Channel, reason: str, *, bad: bool) -> None:
         """Close ``ch`` and fail everything outstanding on it (synchronously: no request can
@@ -409,6 +424,142 @@ class BookieConnection:
                         bookie=self.bookie_id,
                     )
                 )
+
+    # ---- shutdown ------------------------------------------------------------------------------
+
+    async def disconnect(self) -> None:
+        """Drop the current TCP connection (outstanding requests fail with ConnectionLostError);
+        the next request reconnects."""
+        ch = self._channel
+        if ch is None:
+            return
+        self._fail_channel(ch, "connection closed by client", bad=False)
+        await self._stop_reader(ch)
+
+    async def close(self) -> None:
+        """Close for good: outstanding requests fail, later ones raise ClientClosedError."""
+        self._closed = True
+        ch = self._channel
+        if ch is None:
+            return
+        if not ch.closed:
+            ch.closed = True
+            _stop_timer(ch)
+            with contextlib.suppress(Exception):
+                ch.writer.close()
+            pending, ch.pending = ch.pending, {}
+            for p in pending.values():
+                if not p.future.done():
+                    p.future.set_exception(
+                        ClientClosedError(
+                            "bookie client closed with the request outstanding; outcome unknown",
+                            ledger_id=p.ledger_id,
+                            entry_id=p.entry_id,
+                            bookie=self.bookie_id,
+                        )
+                    )
+        await self._stop_reader(ch)
+
+    async def _stop_reader(self, ch: _Channel) -> None:
+        task = ch.reader_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await ch.writer.wait_closed()
+
+    # ---- sending (see subclasses) -------------------------------------------------------------
+
+    def _check_frame_size(self, frame: bytes, ledger_id: int | None, entry_id: int | None) -> None:
+        if len(frame) > self.config.max_frame_size:
+            # The bookie would drop the connection, failing every other request on it.
+            raise IncorrectParameterError(
+                f"request frame of {len(frame)} bytes exceeds the {self.config.max_frame_size}-byte"
+                " maximum",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+
+    @staticmethod
+    def _enqueue(
+        ch: _Channel, key: Any, pending: _Pending, frame: bytes, timeout: float
+    ) -> asyncio.TimerHandle | None:
+        """Register ``pending`` under ``key``, arm its deadline and cork ``frame``; return the
+        request's own timer if it needed one (the caller cancels it when done).
+
+        Synchronous, and the caller awaits the future itself: one more coroutine layer per
+        request is a measurable share of a bulk copy's client CPU.
+        """
+        loop = asyncio.get_running_loop()
+        fut = pending.future
+        ch.pending[key] = pending
+        # Not asyncio.wait_for: it wraps every call in a task, which dominated the client's cost
+        # at tens of thousands of requests per second. Nor a timer per request: creating and
+        # cancelling one was still a noticeable share of a bulk copy. Requests sharing a
+        # timeout expire in issue order, so they join a per-connection queue served by a
+        # single timer; a request that would expire before the queue's tail (a shorter
+        # timeout) gets a timer of its own. Either way it expires at the same instant.
+        deadline = loop.time() + timeout
+        timer: asyncio.TimerHandle | None = None
+        queue = ch.deadlines
+        while queue and queue[0][1].done():
+            queue.popleft()  # answered: drop, so the queue holds little beyond what is in flight
+        if not queue or deadline >= queue[-1][0]:
+            queue.append((deadline, fut))
+            # The timer may be set for a longer deadline than this one if the queue was empty.
+            if ch.timer is None or ch.timer.when() > deadline:
+                if ch.timer is not None:
+                    ch.timer.cancel()
+                ch.timer = loop.call_at(deadline, _expire_due, ch, deadline)
+        else:
+            timer = loop.call_at(deadline, _expire, fut)
+        # Corked: frames issued in one loop iteration leave in one ``send`` (the bookie corks
+        # its replies the same way). One syscall per request cost the copy path about a
+        # sixth of the client loop's CPU, and the loop thread is what limits a bulk copy.
+        ch.out.append(frame)
+        ch.out_bytes += len(frame)
+        if not ch.flush_scheduled:
+            ch.flush_scheduled = True
+            loop.call_soon(_flush, ch)
+        return timer
+
+    @staticmethod
+    def _must_drain(ch: _Channel) -> bool:
+        """True when so much is queued that the sender should wait for the socket (_drain)."""
+        return ch.out_bytes + ch.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE
+
+    @staticmethod
+    async def _drain(ch: _Channel) -> None:
+        _flush(ch)
+        async with ch.drain_lock:
+            # On a write error the reader task sees the same failure and fails the requests.
+            with contextlib.suppress(OSError):
+                await ch.writer.drain()
+
+
+class BookieConnection(PipelinedConnection):
+    """The client side of one bookie: a single pipelined v3 connection, re-established on demand.
+
+    ``address`` is a fixed (host, port) or an :data:`AddressResolver`. Every error raised names
+    the bookie id and, where it applies, the ledger and entry.
+    """
+
+    def _on_frame(self, ch: _Channel, frame: bytes) -> None:
+        self._dispatch(ch, _parse_response(frame))
+
+    # ---- receiving -----------------------------------------------------------------------------
+
+    def _dispatch(self, ch: _Channel, resp: pb.Response) -> None:
+        key = (resp.header.txnId, resp.header.operation)
+        pending = ch.pending.pop(key, None)
+        if pending is None:
+            # A reply to a request that already timed out or was cancelled; Java drops them too.
+            log.debug("bookie %s: dropping unmatched response %s", self.bookie_id, key)
+            return
+        if not pending.future.done():
+            pending.future.set_result(resp)
 
     # ---- sending -------------------------------------------------------------------------------
 
@@ -434,54 +585,13 @@ class BookieConnection:
         txn = next(self._txn_ids)
         req.header.txnId = txn
         frame = encode_frame(req.SerializeToString())
-        if len(frame) > self.config.max_frame_size:
-            # The bookie would drop the connection, failing every other request on it.
-            raise IncorrectParameterError(
-                f"request frame of {len(frame)} bytes exceeds the {self.config.max_frame_size}-byte"
-                " maximum",
-                ledger_id=ledger_id,
-                entry_id=entry_id,
-                bookie=self.bookie_id,
-            )
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[pb.Response] = loop.create_future()
+        self._check_frame_size(frame, ledger_id, entry_id)
+        fut: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
         key = (txn, op)
-        ch.pending[key] = _Pending(fut, ledger_id, entry_id)
-        # Not asyncio.wait_for: it wraps every call in a task, which dominated the client's cost
-        # at tens of thousands of requests per second. Nor a timer per request: creating and
-        # cancelling one was still a noticeable share of a bulk copy. Requests sharing a
-        # timeout expire in issue order, so they join a per-connection queue served by a
-        # single timer; a request that would expire before the queue's tail (a shorter
-        # timeout) gets a timer of its own. Either way it expires at the same instant.
-        deadline = loop.time() + timeout
-        timer: asyncio.TimerHandle | None = None
-        queue = ch.deadlines
-        while queue and queue[0][1].done():
-            queue.popleft()  # answered: drop, so the queue holds little beyond what is in flight
-        if not queue or deadline >= queue[-1][0]:
-            queue.append((deadline, fut))
-            # The timer may be set for a longer deadline than this one if the queue was empty.
-            if ch.timer is None or ch.timer.when() > deadline:
-                if ch.timer is not None:
-                    ch.timer.cancel()
-                ch.timer = loop.call_at(deadline, _expire_due, ch, deadline)
-        else:
-            timer = loop.call_at(deadline, _expire, fut)
+        timer = self._enqueue(ch, key, _Pending(fut, ledger_id, entry_id), frame, timeout)
         try:
-            # Corked: frames issued in one loop iteration leave in one ``send`` (the bookie corks
-            # its replies the same way). One syscall per request cost the copy path about a
-            # sixth of the client loop's CPU, and the loop thread is what limits a bulk copy.
-            ch.out.append(frame)
-            ch.out_bytes += len(frame)
-            if not ch.flush_scheduled:
-                ch.flush_scheduled = True
-                loop.call_soon(_flush, ch)
-            if ch.out_bytes + ch.writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
-                _flush(ch)
-                async with ch.drain_lock:
-                    # On a write error the reader task sees the same failure and fails ``fut``.
-                    with contextlib.suppress(OSError):
-                        await ch.writer.drain()
+            if self._must_drain(ch):
+                await self._drain(ch)
             resp = await fut
         except _Expired:
             raise BKTimeoutError(
@@ -722,50 +832,6 @@ class BookieConnection:
             sub.freeDiskSpace if sub.HasField("freeDiskSpace") else None,
         )
 
-    # ---- shutdown ------------------------------------------------------------------------------
-
-    async def disconnect(self) -> None:
-        """Drop the current TCP connection (outstanding requests fail with ConnectionLostError);
-        the next request reconnects."""
-        ch = self._channel
-        if ch is None:
-            return
-        self._fail_channel(ch, "connection closed by client", bad=False)
-        await self._stop_reader(ch)
-
-    async def close(self) -> None:
-        """Close for good: outstanding requests fail, later ones raise ClientClosedError."""
-        self._closed = True
-        ch = self._channel
-        if ch is None:
-            return
-        if not ch.closed:
-            ch.closed = True
-            _stop_timer(ch)
-            with contextlib.suppress(Exception):
-                ch.writer.close()
-            pending, ch.pending = ch.pending, {}
-            for p in pending.values():
-                if not p.future.done():
-                    p.future.set_exception(
-                        ClientClosedError(
-                            "bookie client closed with the request outstanding; outcome unknown",
-                            ledger_id=p.ledger_id,
-                            entry_id=p.entry_id,
-                            bookie=self.bookie_id,
-                        )
-                    )
-        await self._stop_reader(ch)
-
-    async def _stop_reader(self, ch: _Channel) -> None:
-        task = ch.reader_task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        with contextlib.suppress(Exception):
-            await ch.writer.wait_closed()
-
 
 class _Expired(Exception):
     """A request's own timer fired before its response arrived."""
@@ -813,7 +879,7 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 
 
 class _Garbage(Exception):
-    """Internal: a frame that is not a usable v3 Response."""
+    """Internal: a frame that is not a usable response (v3, or v2 in connection_v2)."""
 
 
 _LEN = struct.Struct(">i")

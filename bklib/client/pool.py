@@ -27,11 +27,12 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 
-from bklib.client.connection import OPERATIONS, BookieConnection, ClientConfig
+from bklib.client.connection import TIMEOUTS, BookieConnection, ClientConfig
+from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
 from bklib.states import DEFAULT_LEDGERS_ROOT
@@ -43,19 +44,37 @@ P = ParamSpec("P")
 R = TypeVar("R")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+WireProtocol = Literal["v2", "v3"]
+"""How a pool talks to a bookie: v3 protobuf (bklib's default) or v2 binary (Pulsar's brokers)."""
+
 # The pool and the blocking client derive their bookie operations from BookieConnection's
 # methods, so each operation's parameters and documentation are written once, there.
 
 
 def _on_bookie(
     op: Callable[Concatenate[BookieConnection, P], Awaitable[R]],
+    v2_op: Callable[Concatenate[BookieConnectionV2, P], Awaitable[R]] | None = None,
 ) -> Callable[Concatenate[BookieClientPool, str, P], Coroutine[Any, Any, R]]:
-    """The pool method running connection operation ``op`` on the connection to a bookie id."""
+    """The pool method running connection operation ``op`` on the connection to a bookie id, or
+    ``v2_op`` (same parameters and result) on the v2 connection to a bookie the pool speaks v2
+    to (:meth:`BookieClientPool.protocol_for`)."""
 
-    async def method(
-        self: BookieClientPool, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> R:
-        return await op(self.connection(bookie_id), *args, **kwargs)
+    if v2_op is None:
+
+        async def method(
+            self: BookieClientPool, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs
+        ) -> R:
+            return await op(self.connection(bookie_id), *args, **kwargs)
+
+    else:
+        v2_method = v2_op
+
+        async def method(
+            self: BookieClientPool, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs
+        ) -> R:
+            if self.protocol_for(bookie_id) == "v2":
+                return await v2_method(self.connection_v2(bookie_id), *args, **kwargs)
+            return await op(self.connection(bookie_id), *args, **kwargs)
 
     sig = inspect.signature(op)
     this, *rest = sig.parameters.values()
@@ -68,7 +87,35 @@ def _on_bookie(
         method,
         op,
         "BookieClientPool",
-        f":meth:`BookieConnection.{op.__name__}` on the bookie ``bookie_id``.",
+        f":meth:`BookieConnection.{op.__name__}` on the bookie ``bookie_id``"
+        + (f" (v2 bookies: :meth:`BookieConnectionV2.{op.__name__}`)." if v2_op else "."),
+        sig.replace(parameters=params),
+    )
+
+
+def _on_v2_bookie(
+    op: Callable[Concatenate[BookieConnectionV2, P], Awaitable[R]],
+) -> Callable[Concatenate[BookieClientPool, str, P], Coroutine[Any, Any, R]]:
+    """The pool method running v2-only operation ``op`` on the v2 connection to a bookie id,
+    whatever protocol the pool speaks to it otherwise."""
+
+    async def method(
+        self: BookieClientPool, bookie_id: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        return await op(self.connection_v2(bookie_id), *args, **kwargs)
+
+    sig = inspect.signature(op)
+    this, *rest = sig.parameters.values()
+    params = [
+        this.replace(kind=inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("bookie_id", inspect.Parameter.POSITIONAL_ONLY, annotation="str"),
+        *rest,
+    ]
+    return _describe(
+        method,
+        op,
+        "BookieClientPool",
+        f":meth:`BookieConnectionV2.{op.__name__}` on the bookie ``bookie_id`` (always v2).",
         sig.replace(parameters=params),
     )
 
@@ -114,6 +161,11 @@ class BookieClientPool:
     Give either a ``resolver`` or the arguments to build one (``zk``: a started KazooClient, a
     connect string, or None for ``host:port`` ids only). A resolver built here is closed by
     :meth:`close`; one passed in is not.
+
+    ``protocol`` is the wire protocol of :meth:`read` and :meth:`add` (``"v2"``: what Pulsar's
+    brokers speak), ``protocols`` overrides it per bookie id. The other operations are v3 only
+    and :meth:`batch_read` is v2 only, whatever is chosen; a bookie may then have one connection
+    of each protocol.
     """
 
     def __init__(
@@ -125,8 +177,15 @@ class BookieClientPool:
         addresses: Mapping[str, tuple[str, int]] | None = None,
         legacy_fallback: bool = True,
         resolver: BookieAddressResolver | None = None,
+        protocol: WireProtocol = "v3",
+        protocols: Mapping[str, WireProtocol] | None = None,
     ) -> None:
         self.config = config or ClientConfig()
+        self.protocol: WireProtocol = protocol
+        self.protocols: dict[str, WireProtocol] = dict(protocols or {})
+        for choice in (protocol, *self.protocols.values()):
+            if choice not in ("v2", "v3"):
+                raise ValueError(f"unknown bookie wire protocol {choice!r}")
         if resolver is None:
             resolver = BookieAddressResolver(
                 zk,
@@ -140,7 +199,12 @@ class BookieClientPool:
             self._owns_resolver = False
         self.resolver = resolver
         self._connections: dict[str, BookieConnection] = {}
+        self._v2_connections: dict[str, BookieConnectionV2] = {}
         self._closed = False
+
+    def protocol_for(self, bookie_id: str) -> WireProtocol:
+        """The protocol :meth:`read` and :meth:`add` use with ``bookie_id``."""
+        return self.protocols.get(bookie_id, self.protocol)
 
     def connection(self, bookie_id: str) -> BookieConnection:
         """The connection object for ``bookie_id`` (created, not yet connected, on first use)."""
@@ -150,6 +214,16 @@ class BookieClientPool:
         if conn is None:
             conn = BookieConnection(bookie_id, self._resolver_for(bookie_id), self.config)
             self._connections[bookie_id] = conn
+        return conn
+
+    def connection_v2(self, bookie_id: str) -> BookieConnectionV2:
+        """The v2 connection object for ``bookie_id`` (created, not yet connected, on first use)."""
+        if self._closed:
+            raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
+        conn = self._v2_connections.get(bookie_id)
+        if conn is None:
+            conn = BookieConnectionV2(bookie_id, self._resolver_for(bookie_id), self.config)
+            self._v2_connections[bookie_id] = conn
         return conn
 
     def _resolver_for(self, bookie_id: str) -> Callable[[bool], Awaitable[tuple[str, int]]]:
@@ -166,29 +240,32 @@ class BookieClientPool:
 
     @property
     def bookie_ids(self) -> list[str]:
-        """Bookies this pool has a connection object for."""
-        return list(self._connections)
+        """Bookies this pool has a connection object for (v3 or v2)."""
+        return list(dict.fromkeys([*self._connections, *self._v2_connections]))
 
-    # Each bookie operation of BookieConnection, on the connection to ``bookie_id``.
-    add = _on_bookie(BookieConnection.add)
-    read = _on_bookie(BookieConnection.read)
+    # Each bookie operation of BookieConnection, on the connection to ``bookie_id``; read and add
+    # on the v2 connection to bookies the pool speaks v2 to.
+    add = _on_bookie(BookieConnection.add, BookieConnectionV2.add)
+    read = _on_bookie(BookieConnection.read, BookieConnectionV2.read)
     read_lac = _on_bookie(BookieConnection.read_lac)
     write_lac = _on_bookie(BookieConnection.write_lac)
     force_ledger = _on_bookie(BookieConnection.force_ledger)
     list_entries = _on_bookie(BookieConnection.list_entries)
     bookie_info = _on_bookie(BookieConnection.bookie_info)
+    batch_read = _on_v2_bookie(BookieConnectionV2.batch_read)
 
     async def disconnect(self, bookie_id: str) -> None:
-        """Drop the connection to one bookie (it reconnects on the next request)."""
-        conn = self._connections.get(bookie_id)
-        if conn is not None:
-            await conn.disconnect()
+        """Drop the connections to one bookie (they reconnect on the next request)."""
+        for conn in (self._connections.get(bookie_id), self._v2_connections.get(bookie_id)):
+            if conn is not None:
+                await conn.disconnect()
 
     async def close(self) -> None:
         """Close every connection (outstanding requests fail with ClientClosedError) and the
         resolver if this pool built it."""
         self._closed = True
-        conns, self._connections = list(self._connections.values()), {}
+        conns = [*self._connections.values(), *self._v2_connections.values()]
+        self._connections, self._v2_connections = {}, {}
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
         if self._owns_resolver:
             if self.resolver.uses_zookeeper:
@@ -262,8 +339,12 @@ class SyncBookieClient:
         config: ClientConfig | None = None,
         addresses: Mapping[str, tuple[str, int]] | None = None,
         legacy_fallback: bool = True,
+        protocol: WireProtocol = "v3",
+        protocols: Mapping[str, WireProtocol] | None = None,
     ) -> None:
         self._zk = zk
+        self._protocol: WireProtocol = protocol
+        self._protocols = dict(protocols or {})
         self._ledgers_root = ledgers_root
         self.config = config or ClientConfig()
         self._addresses = dict(addresses or {})
@@ -288,6 +369,8 @@ class SyncBookieClient:
             config=self.config,
             addresses=self._addresses,
             legacy_fallback=self._legacy_fallback,
+            protocol=self._protocol,
+            protocols=self._protocols,
         )
 
     def _drop_inherited_runtime(self) -> bool:
@@ -364,10 +447,10 @@ class SyncBookieClient:
 
     def call(self, operation: str, bookie_id: str, *args: Any, **kwargs: Any) -> Any:
         """Run the bookie operation named ``operation`` (a key of
-        :data:`~bklib.client.connection.OPERATIONS`) on ``bookie_id`` and wait for it, for callers
+        :data:`~bklib.client.connection.TIMEOUTS`) on ``bookie_id`` and wait for it, for callers
         that pick the operation at run time; ``client.call("read", b, lid, 0)`` is
         ``client.read(b, lid, 0)``. The named methods below are the typed spelling."""
-        if operation not in OPERATIONS:
+        if operation not in TIMEOUTS:
             raise AttributeError(f"no bookie operation {operation!r}")
         return getattr(self, operation)(bookie_id, *args, **kwargs)
 
@@ -381,6 +464,7 @@ class SyncBookieClient:
     force_ledger = _blocking(BookieClientPool.force_ledger)
     list_entries = _blocking(BookieClientPool.list_entries)
     bookie_info = _blocking(BookieClientPool.bookie_info)
+    batch_read = _blocking(BookieClientPool.batch_read)
 
     def disconnect(self, bookie_id: str) -> None:
         """Drop the connection to ``bookie_id``; the next request reconnects."""

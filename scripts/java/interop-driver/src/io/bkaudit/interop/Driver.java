@@ -148,6 +148,8 @@ public final class Driver {
                 return close(req);
             case "read":
                 return read(req);
+            case "batchRead":
+                return batchRead(req);
             case "metadata":
                 return metadata(client(req), req.path("ledgerId").asLong());
             default:
@@ -273,6 +275,31 @@ public final class Driver {
             return reply;
         } finally {
             // Closing a read handle never writes metadata; it only releases client state.
+            lh.close();
+        }
+    }
+
+    /**
+     * One LedgerHandle.batchReadEntries call (BATCH_READ_ENTRY; needs the v2 client and
+     * ensemble == write quorum, else BookKeeper silently falls back to single reads).
+     */
+    private ObjectNode batchRead(JsonNode req) throws Exception {
+        BookKeeper bk = client(req);
+        LedgerHandle lh = bk.openLedgerNoRecovery(req.path("ledgerId").asLong(),
+                digest(req.path("digest").asText("CRC32C")), password(req));
+        try {
+            ObjectNode reply = JSON.createObjectNode();
+            ArrayNode entries = reply.putArray("entries");
+            ArrayNode ids = reply.putArray("entryIds");
+            Enumeration<LedgerEntry> it = lh.batchReadEntries(req.path("start").asLong(),
+                    req.path("maxCount").asInt(), req.path("maxSize").asLong());
+            while (it.hasMoreElements()) {
+                LedgerEntry e = it.nextElement();
+                ids.add(e.getEntryId());
+                entries.add(B64.encodeToString(e.getEntry()));
+            }
+            return reply;
+        } finally {
             lh.close();
         }
     }
