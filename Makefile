@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean
+.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean soak
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,22 @@ format: venv
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
 test: venv java-deps bookkeeper-deps airflow chromium lint
 	$(PY) -m pytest -q --durations=15 tests
+
+## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), and 1,000
+## randomized ledger schedules. `make test` runs a short soak and kill campaign. The seed is
+## printed; replay one with `make soak SOAK_SEED=<seed>`.
+SOAK_MINUTES ?= 30
+SOAK_KILLS ?= 25
+ifndef SOAK_SEED
+SOAK_SEED := $(shell date +%s)
+endif
+soak: venv java-deps bookkeeper-deps
+	$(PY) -m pytest -q -s tests/soak/test_chaos_soak.py \
+		--soak-minutes $(SOAK_MINUTES) --soak-seed $(SOAK_SEED)
+	$(PY) -m pytest -q -s tests/soak/test_kill_campaign.py \
+		--soak-kills $(SOAK_KILLS) --soak-seed $(SOAK_SEED)
+	$(PY) -m pytest -q -s tests/integration/test_ledger_random_schedules.py \
+		--schedules 1000 --timeout 3600
 
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.
 proto: venv

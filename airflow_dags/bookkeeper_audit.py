@@ -135,8 +135,9 @@ with DAG(
         ),
         "check": Param(
             "replicas",
-            enum=["lost", "replicas", "deep"],
-            description="lost: metadata only; replicas: bookie entry lists; deep: read all",
+            enum=["lost", "sample", "replicas", "deep"],
+            description="lost: metadata only; sample: first/last entry of each fragment "
+            "(Java's checkAllLedgers); replicas: bookie entry lists; deep: read all",
         ),
         "grace_period": Param(
             "30s", type="string", description="open ledgers are fenced only after this long"

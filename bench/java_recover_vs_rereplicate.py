@@ -2,9 +2,9 @@
 rereplicate`` on the same data, in one run.
 
 In fresh clusters of four Java BookKeeper 4.17 bookies (DbLedgerStorage, fsync'd journals) on one
-ZooKeeper, the Java client writes the same ledgers (E=3 WQ=2 AQ=2, 1 KiB entries, ensembles
-rotating over the four bookies, closed), then one bookie is killed. Each cluster is repaired by
-one tool:
+ZooKeeper, the Java client writes the same ledgers (E=3 WQ=2 AQ=2 by default, 1 KiB entries,
+ensembles rotating over the four bookies, closed), then one bookie is killed. Each cluster is
+repaired by one tool:
 
 1. ``BookieShell recover -f <bookie>`` (BookKeeperAdmin, one JVM);
 2. ``bkaudit recover <bookie> --grace-period 0s --rate 0``;
@@ -16,7 +16,11 @@ size). Every run is checked: no ledger keeps the dead bookie. Wall times include
 or Spark start-up; each ratio is Java's wall time over the repair command's.
 
     .venv/bin/python bench/java_recover_vs_rereplicate.py [--ledgers 24] [--entries 2000]
+        [--entry-size 1024] [--ensemble 3 --write-quorum 2] [--bookie-protocol v2|v3]
         [--executor auto|local|spark]
+
+1 GiB on the dead bookie: ``--ledgers 64 --entries 512 --entry-size 65536`` (each cluster's
+directories are removed once it is repaired, so three clusters never hold 12 GiB at once).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,13 +71,32 @@ def build(
     harness.start_bookies(bookies, zk)
     ids = [b.bookie_id for b in bookies]
     payload = b"x" * args.size
+    e, wq = args.ensemble, args.write_quorum
+    # The Java driver takes payloads as one JSON line: big ledgers go in pieces of <= 16 MiB.
+    piece = max(1, (16 << 20) // args.size)
     on_victim = 0
     for n in range(args.ledgers):
-        ensemble = [ids[(n + k) % 4] for k in range(3)]
-        client.write(uri, [payload] * args.entries, password=PWD, bookies=ensemble, pipelined=True)
+        ensemble = [ids[(n + k) % 4] for k in range(e)]
+        first = min(piece, args.entries)
+        lid = client.write(
+            uri,
+            [payload] * first,
+            ensemble=e,
+            write_quorum=wq,
+            ack_quorum=min(2, wq),
+            password=PWD,
+            bookies=ensemble,
+            pipelined=True,
+            close=first == args.entries,
+        )
+        if first < args.entries:
+            for start in range(first, args.entries, piece):
+                count = min(piece, args.entries - start)
+                client.add(lid, [payload] * count)
+            client.call("close", ledgerId=lid)
         if ids[0] in ensemble:
             idx = ensemble.index(ids[0])
-            on_victim += sum(idx in write_set(e, 3, 2) for e in range(args.entries)) * args.size
+            on_victim += sum(idx in write_set(x, e, wq) for x in range(args.entries)) * args.size
     return zk, store, bookies, on_victim
 
 
@@ -110,7 +134,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ledgers", type=int, default=24)
     ap.add_argument("--entries", type=int, default=2000)
-    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--entry-size", "--size", dest="size", type=int, default=1024)
+    ap.add_argument("--ensemble", type=int, default=3, choices=(2, 3))
+    ap.add_argument("--write-quorum", type=int, default=2)
+    ap.add_argument(
+        "--bookie-protocol",
+        default=None,
+        choices=("v2", "v3"),
+        help="bkaudit's --bookie-protocol (default: the commands' own default)",
+    )
     ap.add_argument("--executor", default="auto", choices=("auto", "local", "spark"))
     ap.add_argument("--audit-check", default="lost", choices=("lost", "replicas", "deep"))
     args = ap.parse_args()
@@ -135,12 +167,15 @@ def main() -> None:
                     for b in bookies:
                         b.stop()
                     zk.stop()
+                    shutil.rmtree(base / "a", ignore_errors=True)
             mb = nbytes / 1e6
             print(f"java shell recover: {mb:.1f} MB of entries in {java_s:.1f} s wall")
 
             # 2. bkaudit recover, and 3. bkaudit audit + rereplicate, on the same data.
             ex = ["--executor", args.executor]
             fast = ["--grace-period", "0s", "--rate", "0", *ex]
+            if args.bookie_protocol:
+                fast += ["--bookie-protocol", args.bookie_protocol]
             results: dict[str, float] = {}
             for name in ("recover", "rereplicate"):
                 with zks.private_chroot(name) as connect:
@@ -169,6 +204,7 @@ def main() -> None:
                         for b in bookies:
                             b.stop()
                         zk.stop()
+                        shutil.rmtree(base / name, ignore_errors=True)
                 m = re.search(r"in ([\d.]+)s \(([\d.]+) MB copied", out)
                 work = f", {m.group(1)} s copying ({m.group(2)} MB)" if m else ""
                 chosen = re.search(r"executor (\w+)", out)

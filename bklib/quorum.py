@@ -19,6 +19,7 @@ All functions are pure and validate their arguments with IncorrectParameterError
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 
@@ -38,6 +39,7 @@ __all__ = [
     "iter_stripe",
     "recovery_read_decision",
     "reply_kind",
+    "sample_stripe",
     "stripe_contains",
     "stripe_count",
     "stripe_first_last",
@@ -162,6 +164,31 @@ def stripe_first_last(idx: int, first: int, last: int, e: int, wq: int) -> tuple
     _check_index(idx, e)
     _check_range(first, last)
     return _stripe_first_last(_residues(idx, e, wq), first, last, e)
+
+
+def sample_stripe(
+    idx: int, first: int, last: int, e: int, wq: int, percentage: float, rng: random.Random
+) -> list[int]:
+    """The entries of ``[first, last]`` that index ``idx`` stores and that BookKeeper's
+    ``LedgerChecker.verifyLedgerFragment`` would read: the first and last stored entry, plus
+    ``percentage`` of the fragment's length picked at random, one per bucket, keeping those
+    the index stores (all of them when the percentage covers the fragment). Ascending."""
+    ends = stripe_first_last(idx, first, last, e, wq)
+    if ends is None:
+        return []
+    lo, hi = ends
+    length = hi - lo + 1
+    wanted = int(length * (percentage / 100.0))
+    if wanted >= length:
+        return list(iter_stripe(idx, lo, hi, e, wq))
+    picked = {lo, hi}
+    if wanted > 0:
+        bucket = length // wanted
+        for start in range(lo, hi - bucket - 1, bucket):
+            x = start + rng.randrange(bucket)
+            if (idx - x) % e < wq:
+                picked.add(x)
+    return sorted(picked)
 
 
 def iter_stripe(idx: int, first: int, last: int, e: int, wq: int) -> Iterator[int]:

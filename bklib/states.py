@@ -42,7 +42,12 @@ class Check:
     """Each bookie's entry list (or probe reads) against the stripes it must hold."""
     DEEP = "deep"
     """Every expected replica is read and its digest verified."""
-    ALL = (LOST, REPLICAS, DEEP)
+    SAMPLE = "sample"
+    """BookKeeper's LedgerChecker: the first and last entry of each fragment on each bookie,
+    plus a percentage spread over it, read and digest-verified. Can miss a middle entry."""
+    ALL = (LOST, SAMPLE, REPLICAS, DEEP)
+    READS_ENTRIES = (SAMPLE, REPLICAS, DEEP)
+    """Checks that ask the bookies (the others read metadata only)."""
 
 
 class Reason:
@@ -56,6 +61,12 @@ class Reason:
     ALL = (BOOKIE_LOST, ENTRIES_MISSING, BOOKIE_UNREACHABLE, DIGEST_MISMATCH)
     WHOLE_BOOKIE = (BOOKIE_LOST, BOOKIE_UNREACHABLE)
     """Reasons that move a bookie out of every segment naming it (a bookie-level problem)."""
+    PLACEMENT_VIOLATION = "PLACEMENT_VIOLATION"
+    """Every replica may be present, but some write set of the segment breaks the rack rule of
+    BookKeeper's ``RackawareEnsemblePlacementPolicyImpl.isEnsembleAdheringToPlacementPolicy``
+    (docs/placement.md). Not under-replication: plain ``rereplicate`` skips it and
+    ``rereplicate --fix-placement`` moves one replica at a time. Not in :attr:`ALL`, which
+    lists the under-replication reasons."""
 
 
 class Severity:
@@ -98,6 +109,8 @@ class FetchMethod:
     """Reads, because the bookie does not list (DbLedgerStorage)."""
     READ = "READ"
     """Reads with digest verification (the deep check)."""
+    SAMPLE = "SAMPLE"
+    """Reads of a sample with digest verification (the sample check)."""
 
 
 class RunStatus:
@@ -118,6 +131,9 @@ class ActionKind:
     COPY = "COPY"
     METADATA_UPDATE = "METADATA_UPDATE"
     SKIP = "SKIP"
+    CLEAR_MARK = "CLEAR_MARK"
+    """A marked ledger the latest audit did not flag, checked now and found fully replicated:
+    its under-replication mark is removed, as BookKeeper's ReplicationWorker does."""
 
 
 class ActionStatus:
@@ -177,6 +193,21 @@ class CountKey:
     BOOKIE_LEDGER_PAIRS = "bookie_ledger_pairs"
     FRAGMENTS_BEFORE_REREAD = "fragments_before_reread"
     DROPPED_AFTER_REREAD = "dropped_after_reread"
+    BOOKIES_NO_LIST_ENTRIES = "bookies_no_list_entries"
+    """Bookies the run's capability probe found not answering list-entries (DbLedgerStorage):
+    learnt once per run, then probed by reads in every task."""
+    BOOKIES_BATCH_READ = "bookies_batch_read"
+    """Bookies serving the v2 BATCH_READ (BookKeeper 4.17+), used for probes and deep reads."""
+    PLACEMENT_SEGMENTS = "placement_segments"
+    """Segments of closed ledgers checked against the placement rule (0: no racks known)."""
+    PLACEMENT_VIOLATIONS = "placement_violations"
+    """Segments whose ensemble FAILs the placement rule (one PLACEMENT_VIOLATION row each)."""
+    PLACEMENT_LEDGERS = "placement_ledgers"
+    """Ledgers with at least one placement violation."""
+    PLACEMENT_RACKS = "placement_racks"
+    """Distinct racks of the bookies the check saw (the unknown rack included)."""
+    PLACEMENT_UNKNOWN_RACK_BOOKIES = "placement_unknown_rack_bookies"
+    """Bookies named in ensembles with no rack: together they count as one rack, "unknown"."""
 
     @staticmethod
     def reason(reason: str) -> str:
@@ -222,3 +253,39 @@ def parse_host_port(address: str) -> tuple[str, int] | None:
     if not 0 <= port <= 65535:
         return None
     return host, port
+
+
+class Scope:
+    """What a blast-radius row (``blast_radius.scope``) or a what-if question fails."""
+
+    BOOKIE = "bookie"
+    RACK = "rack"
+    ALL = (BOOKIE, RACK)
+
+
+UNKNOWN_RACK = "unknown"
+"""The one rack every bookie without a rack in Pulsar's ``/bookies`` document counts as."""
+
+
+class Verdict:
+    """``bkaudit whatif``: may the given bookies stop now?"""
+
+    SAFE = "SAFE"
+    """No entry would fall below AQ, and every open ledger's writer could replace them."""
+    UNSAFE = "UNSAFE"
+
+
+class TriageClass:
+    """``triage.class``: why a NO_REPLICA or stuck ledger cannot be repaired."""
+
+    WRITE_QUORUM_ONE = "WRITE_QUORUM_ONE"
+    """WQ = 1 by design: one copy only, lost with its bookie."""
+    DELETED = "DELETED"
+    """The ledger no longer exists in ZooKeeper: nothing to repair."""
+    ENTRIES_LOST = "ENTRIES_LOST"
+    """Some entries are missing on every replica of their write set (ids listed)."""
+    NO_REPLACEMENT = "NO_REPLACEMENT"
+    """Not enough writable bookies (or racks) outside the ensemble for a replacement."""
+    OTHER = "OTHER"
+    """Stuck for another reason (the repair's last error says which)."""
+    ALL = (WRITE_QUORUM_ONE, DELETED, ENTRIES_LOST, NO_REPLACEMENT, OTHER)

@@ -40,6 +40,7 @@ from jobs.executor import (
     limits_from_args,
 )
 from jobs.messages import one_line
+from jobs.units import parse_percentage
 
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
 
@@ -57,8 +58,16 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--check",
         choices=Check.ALL,
         default=Check.REPLICAS,
-        help="lost: metadata only; replicas: compare bookie entry lists (default); "
-        "deep: read every replica and verify its digest",
+        help="lost: metadata only; sample: BookKeeper's LedgerChecker (first and last entry of "
+        "each fragment on each bookie, plus --verify-percentage); replicas: compare bookie "
+        "entry lists (default); deep: read every replica and verify its digest",
+    )
+    parser.add_argument(
+        "--verify-percentage",
+        type=parse_percentage,
+        default=0.0,
+        help="sample check: percent of each fragment read besides its first and last entry "
+        "(BookKeeper's auditorLedgerVerificationPercentage)",
     )
     parser.add_argument(
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
@@ -91,8 +100,13 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         action="store_true",
         help="do not re-read flagged ledgers before writing the report",
     )
+    from jobs.placement import add_placement_arguments
+
+    add_placement_arguments(parser, command="audit")
     add_executor_arguments(parser)
-    return parser
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
 
 
 def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
@@ -106,6 +120,7 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         requested = Executor.SPARK
     try:
         plan = ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
+        _load_racks(config)
         choice = choose_executor(
             requested,
             ledgers=plan.expected,
@@ -131,6 +146,24 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
     if choice.executor == Executor.LOCAL:
         return _run_local(config, plan)
     return _run_spark(config, plan, spark, getattr(args, "master", None))
+
+
+def _load_racks(config: AuditConfig) -> None:
+    """Read the rack document for the placement pass, before anything heavy: a document that
+    does not parse stops the audit with one line naming it (docs/placement.md)."""
+    from jobs.placement import PLACEMENT_OFF, PLACEMENT_ON, load_rack_document
+
+    if config.placement == PLACEMENT_OFF:
+        return
+    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    if doc is None and config.placement == PLACEMENT_ON:
+        raise ValueError(
+            f"--placement on, but no racks: znode {config.racks_znode} does not exist and no "
+            "--racks-file was given"
+        )
+    if doc is None:
+        log.info("placement: not checked (no %s znode, no --racks-file)", config.racks_znode)
+    config.rack_document = doc
 
 
 def _run_local(config: AuditConfig, plan: ScanPlan) -> int:

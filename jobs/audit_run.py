@@ -9,8 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bklib.audit.checker import CheckSettings
+from bklib.audit.placement import PlacementRule
+from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
+from jobs.placement import placement_note, rule_from_args
 
 __all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
 
@@ -32,6 +35,13 @@ class AuditConfig:
     fetch: CheckSettings = field(default_factory=CheckSettings)
     reread: bool = True
     run_id: str | None = None
+    placement: str = "off"
+    """``--placement`` auto / on / off (jobs.placement); the pass runs when
+    ``rack_document`` is set."""
+    racks_znode: str = "/bookies"
+    racks_file: str | None = None
+    placement_rule: PlacementRule = field(default_factory=PlacementRule)
+    rack_document: RackDocument | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuditConfig:
@@ -49,9 +59,14 @@ class AuditConfig:
                 connect_timeout=args.connect_timeout,
                 ledgers_in_flight=args.ledgers_in_flight,
                 reads_in_flight=args.reads_in_flight,
+                verify_percentage=getattr(args, "verify_percentage", 0.0),
             ),
             reread=not args.no_reread,
             run_id=args.run_id,
+            placement=getattr(args, "placement", "off"),
+            racks_znode=getattr(args, "racks_znode", "/bookies"),
+            racks_file=getattr(args, "racks_file", None),
+            placement_rule=rule_from_args(args),
         )
 
 
@@ -80,6 +95,7 @@ def summary_line(run_id: str, status: str, counts: Mapping[str, int], executor: 
             if c.get(CountKey.LEDGERS_UNACCOUNTED)
             else ""
         )
+        + placement_note(c)
         + f" [{executor}]"
     )
 

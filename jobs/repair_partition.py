@@ -26,7 +26,7 @@ def repair_partition(
     ledger's action rows as it finishes, in request order."""
     from bklib.client.connection import ClientConfig
     from bklib.client.pool import SyncBookieClient
-    from bklib.meta.racks import read_racks
+    from bklib.meta.racks import RackDocument, load_racks_file, read_racks, read_racks_strict
     from bklib.meta.store import LedgerStore, connect
     from bklib.repair.worker import LedgerRepairer
 
@@ -40,11 +40,19 @@ def repair_partition(
             ledgers_root=config.ledgers_root,
             config=ClientConfig(read_timeout=config.read_timeout),
         ) as client:
+            # --fix-placement reads racks strictly (a broken document is an error naming it);
+            # other repairs only prefer racks, so a broken document leaves them rack-unaware.
+            document: RackDocument | None = None
+            if config.racks_file:
+                document = load_racks_file(config.racks_file)
+            elif config.fix_placement:
+                document = read_racks_strict(zk, config.racks_znode)
             repairer = LedgerRepairer(
                 LedgerStore(zk, config.ledgers_root),
                 client,
                 config.settings,
-                racks=read_racks(zk, config.racks_znode),
+                racks=dict(document.racks) if document else read_racks(zk, config.racks_znode),
+                rack_document=document,
             )
             with concurrent.futures.ThreadPoolExecutor(
                 max(1, config.ledgers_in_flight), thread_name_prefix="repair"

@@ -50,6 +50,11 @@ class RepairConfig:
     bookies: tuple[str, ...] = ()
     run_id: str | None = None
     racks_znode: str = "/bookies"
+    racks_file: str | None = None
+    """Racks for plain BookKeeper (``--racks-file``), used instead of the znode."""
+    fix_placement: bool = False
+    """``rereplicate --fix-placement``: only PLACEMENT_VIOLATION findings, moved by
+    :mod:`bklib.repair.placement_fix` under ``settings.placement_rule``."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
@@ -60,12 +65,18 @@ class RepairConfig:
             rate=args.rate,
             dry_run=args.dry_run,
             window=args.window,
+            bookie_protocol=getattr(args, "bookie_protocol", "v2"),
             password=args.password.encode() if args.password is not None else None,
             digest_type=DigestType[args.digest_type] if args.digest_type else None,
             exclude=frozenset(bookies),
             target=getattr(args, "target", None),
             retry_no_replica=args.retry_no_replica,
         )
+        fix_placement = bool(getattr(args, "fix_placement", False))
+        if fix_placement:
+            from jobs.placement import rule_from_args
+
+            settings.placement_rule = rule_from_args(args)
         return cls(
             zk=args.zk,
             warehouse=args.warehouse,
@@ -82,6 +93,8 @@ class RepairConfig:
             read_timeout=args.read_timeout,
             bookies=bookies,
             racks_znode=args.racks_znode,
+            racks_file=getattr(args, "racks_file", None),
+            fix_placement=fix_placement,
         )
 
 

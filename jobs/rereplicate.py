@@ -133,6 +133,13 @@ def add_repair_arguments(
     parser.add_argument(
         "--window", type=int, default=64, help="entries in flight per fragment copy"
     )
+    parser.add_argument(
+        "--bookie-protocol",
+        choices=("v2", "v3"),
+        default="v2",
+        help="wire protocol of the copy's reads and adds: v2 (batch reads from 4.17+ bookies, "
+        "what Pulsar's brokers speak; default) or v3 (one protobuf read per entry)",
+    )
     parser.add_argument("--read-timeout", type=parse_duration, default=10.0)
     parser.add_argument(
         "--racks-znode",
@@ -145,8 +152,13 @@ def add_repair_arguments(
         action="store_true",
         help="try again fragments an earlier run found with entries on no bookie",
     )
+    from jobs.placement import add_placement_arguments
+
+    add_placement_arguments(parser, command=mode)
     add_executor_arguments(parser)
-    return parser
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
 
 
 Requests = Callable[[Any], "list[LedgerRequest] | None"]
@@ -200,6 +212,8 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
         require_cluster(config.zk, config.ledgers_root, config.zk_auth)
         if mode == MODE_REREPLICATE:
+            if config.fix_placement:
+                _require_racks(config)
             reqs = local.requests_from_audit()
             if reqs is None:
                 print(
@@ -207,6 +221,14 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
                     file=sys.stderr,
                 )
                 return 2, None
+            if not config.fix_placement:
+                reqs += local.requests_for_marks(reqs)
+            if local.placement_skipped and not config.fix_placement:
+                print(
+                    f"{mode}: {local.placement_skipped} placement violations of the audit are "
+                    "not under-replication and are left alone; `rereplicate --fix-placement` "
+                    "moves replicas to satisfy the rack rule"
+                )
         else:
             views, account = scan_views(config)
             reqs = local.requests_for_bookies(views)
@@ -236,6 +258,18 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         print(f"  the metadata scan was incomplete: {account.describe()}; run {mode} again")
         status = max(status, 1)
     return status, run_id
+
+
+def _require_racks(config: RepairConfig) -> None:
+    """``--fix-placement`` needs racks: the rack document must exist and parse."""
+    from jobs.placement import load_rack_document
+
+    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    if doc is None:
+        raise ValueError(
+            f"--fix-placement needs racks: znode {config.racks_znode} does not exist and no "
+            "--racks-file was given"
+        )
 
 
 def run_rereplicate(args: argparse.Namespace, spark: Any = None) -> int:

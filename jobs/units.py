@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-__all__ = ["parse_duration", "parse_rate", "parse_size"]
+__all__ = ["parse_duration", "parse_percentage", "parse_rate", "parse_size"]
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9}
 _SIZE_UNITS |= {"GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -36,3 +36,14 @@ def parse_duration(text: str) -> float:
     if not m or m.group(2).upper() not in _TIME_UNITS:
         raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 5m, 500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2).upper()]
+
+
+def parse_percentage(text: str) -> float:
+    """A percentage from ``10``, ``10%``, ``2.5``: between 0 and 100."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"bad percentage {text!r} (use 0 to 100)")
+    return value

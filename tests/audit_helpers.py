@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from bklib.audit.engine import BookieRow
 from bklib.audit.model import LedgerView
 from bklib.bookie.faults import AdminClient
 from bklib.client.connection import ClientConfig
@@ -110,9 +111,9 @@ def ledgers_df(spark: SparkSession, mds: Iterable[LedgerMetadata]) -> DataFrame:
 
 
 def bookies_df(spark: SparkSession, writable: Iterable[str], lost: Iterable[str] = ()) -> DataFrame:
-    rows = [(b, BookieState.WRITABLE, None, None, None) for b in writable]
-    rows += [(b, BookieState.LOST, None, None, "not registered") for b in lost]
-    return spark.createDataFrame(rows, spark_schema.BOOKIE_SCHEMA)
+    rows = [BookieRow(b, BookieState.WRITABLE, None, None) for b in writable]
+    rows += [BookieRow(b, BookieState.LOST, None, None, "not registered") for b in lost]
+    return spark.createDataFrame([r.as_row() for r in rows], spark_schema.BOOKIE_SCHEMA)
 
 
 def runs(*pairs: tuple[int, int]) -> list[dict[str, int]]:

@@ -21,6 +21,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="number of randomized schedules test_ledger_random_schedules runs (default 200)",
     )
+    # The chaos soak and kill campaign (tests/soak); `make soak` runs the long variant.
+    parser.addoption(
+        "--soak-minutes",
+        type=float,
+        default=None,
+        help="minutes of chaos in tests/soak/test_chaos_soak.py (default 1.25, "
+        "or $BKAUDIT_SOAK_MINUTES)",
+    )
+    parser.addoption(
+        "--soak-kills",
+        type=int,
+        default=None,
+        help="SIGKILLs of bkaudit rereplicate in tests/soak/test_kill_campaign.py "
+        "(default 5, or $BKAUDIT_SOAK_KILLS)",
+    )
+    parser.addoption(
+        "--soak-seed",
+        type=int,
+        default=None,
+        help="seed of the soak tests (default 20261122, or $BKAUDIT_SOAK_SEED)",
+    )
 
 
 @pytest.fixture(scope="session")

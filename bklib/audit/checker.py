@@ -23,14 +23,15 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import random
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
+from bklib.availability import EntryRuns, from_entry_ids
 from bklib.availability import decode as decode_availability
-from bklib.availability import from_entry_ids
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
@@ -42,7 +43,7 @@ from bklib.errors import (
     NoSuchLedgerError,
 )
 from bklib.meta.model import DigestType
-from bklib.quorum import iter_stripe
+from bklib.quorum import iter_stripe, sample_stripe
 from bklib.states import Check, FetchMethod, ReplicaStatus
 
 __all__ = ["SILENT_STRIKES", "CheckSettings", "ReplicaChecker"]
@@ -68,6 +69,19 @@ class CheckSettings:
     """Ledgers with list-entries / read-LAC requests outstanding."""
     reads_in_flight: int = 256
     """Entry reads outstanding when probing or verifying digests."""
+    verify_percentage: float = 0.0
+    """The sample check: share of each fragment read besides its first and last entry
+    (BookKeeper's auditorLedgerVerificationPercentage)."""
+    sample_seed: int | None = None
+    """Seed of the sample's picks (None: a new sample each run, as BookKeeper does)."""
+    no_list: frozenset[str] = frozenset()
+    """Bookies known (from this run's capability probe) not to answer list-entries: probed
+    by reads from the start."""
+    batch_read: frozenset[str] = frozenset()
+    """Bookies known to serve v2 BATCH_READ: probes and deep reads use it."""
+    batch_max_count: int = 64
+    batch_max_bytes: int = 4 << 20
+    """Bounds of one batch-read reply, so an audit's replies stay small next to Pulsar's."""
 
 
 class _RunBuilder:
@@ -81,8 +95,11 @@ class _RunBuilder:
     def __init__(self) -> None:
         self.runs: dict[str, list[list[int]]] = {"held": [], "unknown": []}
         self._last_kind: str | None = None
+        self.missing: list[int] = []
 
     def add(self, entry_id: int, kind: str) -> None:
+        if kind == "missing":
+            self.missing.append(entry_id)
         runs = self.runs.get(kind)
         if runs is not None:
             if self._last_kind == kind and runs:
@@ -177,13 +194,17 @@ class ReplicaChecker:
         check: str,
         lost: frozenset[str] = frozenset(),
     ) -> None:
-        if check not in (Check.REPLICAS, Check.DEEP):
-            raise ValueError(f"the replica checker runs {Check.REPLICAS} or {Check.DEEP}")
+        if check not in Check.READS_ENTRIES:
+            raise ValueError(f"the replica checker runs one of {Check.READS_ENTRIES}")
         self.client = client
         self.settings = settings
-        self.deep = check == Check.DEEP
+        self.sample = check == Check.SAMPLE
+        # Both read entries and verify their digests; the sample reads only some of them.
+        self.deep = check in (Check.DEEP, Check.SAMPLE)
+        self._rng = random.Random(settings.sample_seed)
         self.lost = lost
-        self.no_list: set[str] = set()  # list-entries timed out but reads work: probe
+        # list-entries timed out (in this checker, or in the run's capability probe): probe
+        self.no_list: set[str] = set(settings.no_list)
         self.down: dict[str, str] = {}  # silent too often: skip for the rest of the run
         self.strikes: dict[str, int] = {}  # ledgers in a row with no answer at all
         self._guard = client.guard(settings.read_timeout)
@@ -299,7 +320,13 @@ class ReplicaChecker:
                 got = self._read_entries(ledger, b, lac, dm)
                 report = _with(
                     base,
-                    method=FetchMethod.READ if self.deep else FetchMethod.PROBE,
+                    method=(
+                        FetchMethod.SAMPLE
+                        if self.sample
+                        else FetchMethod.READ
+                        if self.deep
+                        else FetchMethod.PROBE
+                    ),
                     status=got.status,
                     entries=got.entries,
                     bad_entries=got.bad,
@@ -318,7 +345,10 @@ class ReplicaChecker:
     def _read_entries(
         self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
     ) -> _Probe:
-        """Read every entry ``bookie`` must hold (pipelined), verifying digests when deep."""
+        """Read every entry ``bookie`` must hold (pipelined), verifying digests when deep; the
+        sample check reads only BookKeeper's sample of each fragment (:func:`sample_stripe`)
+        and takes the entries it did not read as held, so only what it read can be missing
+        or unknown."""
         lid = ledger.ledger_id
         e, wq = ledger.ensemble_size, ledger.write_quorum
         assert e is not None and wq is not None
@@ -327,56 +357,140 @@ class ReplicaChecker:
         bad: list[int] = []
         errors: list[str] = []
         held = unknown = missing = 0
-        window: list[tuple[int, concurrent.futures.Future[Any]]] = []
+        window: list[tuple[list[int], concurrent.futures.Future[Any]]] = []
+        batched = bookie in self.settings.batch_read and not self.sample
+
+        def record(x: int, body: bytes | None, exc: BaseException | None) -> None:
+            nonlocal held, unknown, missing
+            if isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
+                runs.add(x, "missing")
+                missing += 1
+                return
+            if exc is not None or body is None:
+                runs.add(x, "unknown")
+                unknown += 1
+                if len(errors) < 3:
+                    errors.append(str(exc))
+                return
+            runs.add(x, "held")
+            held += 1
+            if self.deep and dm is not None:
+                try:
+                    dm.verify_entry(body, x)
+                except DigestMatchError:
+                    bad.append(x)
 
         def drain() -> None:
-            nonlocal held, unknown, missing
-            for x, fut in window:
+            for ids, fut in window:
                 try:
                     res = self._wait(fut)
-                except (NoSuchEntryError, NoSuchLedgerError):
-                    runs.add(x, "missing")
-                    missing += 1
+                except NoSuchLedgerError as exc:
+                    for x in ids:  # the bookie has no such ledger: none of them
+                        record(x, None, exc)
                     continue
                 except BKError as exc:
-                    runs.add(x, "unknown")
-                    unknown += 1
-                    if len(errors) < 3:
-                        errors.append(str(exc))
+                    if len(ids) == 1 or not isinstance(exc, NoSuchEntryError):
+                        for x in ids:  # unknown stays unknown, for the whole batch
+                            record(x, None, exc)
+                        continue
+                    res = []  # the batch's first entry is missing: ask the rest one by one
+                if len(ids) == 1 and not isinstance(res, list):
+                    record(ids[0], res.body, None)
                     continue
-                runs.add(x, "held")
-                held += 1
-                if self.deep and dm is not None:
-                    try:
-                        dm.verify_entry(res.body, x)
-                    except DigestMatchError:
-                        bad.append(x)
+                got = list(res)
+                for x, body in zip(ids, got, strict=False):
+                    record(x, body, None)
+                # A batch stops before the first entry the bookie lacks (or at its size
+                # bound): the rest of the chunk is asked by pipelined single reads.
+                rest = ids[len(got) :]
+                if rest:
+                    if not got:
+                        record(rest[0], None, NoSuchEntryError("missing", entry_id=rest[0]))
+                        rest = rest[1:]
+                    singles = [(x, submit(x)) for x in rest]
+                    for x, f in singles:
+                        try:
+                            record(x, self._wait(f).body, None)
+                        except BKError as exc:
+                            record(x, None, exc)
             window.clear()
 
         def submit(x: int) -> concurrent.futures.Future[Any]:
             return self.client.submit(lambda p: p.read(bookie, lid, x, timeout=t))
 
-        for idx, first, last in _stripe_plan(ledger.segments or (), bookie, lac):
+        def submit_batch(ids: list[int]) -> concurrent.futures.Future[Any]:
+            n, size = len(ids), self.settings.batch_max_bytes
+            return self.client.submit(
+                lambda p: p.batch_read(bookie, lid, ids[0], n, size, timeout=t)
+            )
+
+        def add(ids: list[int]) -> None:
+            window.append((ids, submit_batch(ids) if len(ids) > 1 else submit(ids[0])))
+
+        plan = _stripe_plan(ledger.segments or (), bookie, lac)
+        pct = self.settings.verify_percentage
+        in_flight = 0
+        for idx, first, last in plan:
             drain()
+            in_flight = 0
             runs.cut()
-            for x in iter_stripe(idx, first, last, e, wq):
-                window.append((x, submit(x)))
-                if len(window) >= self.settings.reads_in_flight:
+            ids: Iterable[int] = (
+                sample_stripe(idx, first, last, e, wq, pct, self._rng)
+                if self.sample
+                else iter_stripe(idx, first, last, e, wq)
+            )
+            chunks = (
+                _contiguous(ids, self.settings.batch_max_count) if batched else ([x] for x in ids)
+            )
+            for chunk in chunks:
+                add(chunk)
+                in_flight += len(chunk)
+                if in_flight >= self.settings.reads_in_flight:
                     drain()
+                    in_flight = 0
         drain()
+        held_runs = runs.get("held")
+        if self.sample:
+            held_runs = _unread_as_held(plan, runs.missing, runs.get("unknown"))
         # Not one answer: the bookie is unreachable, not empty.
         status = (
             ReplicaStatus.UNREACHABLE if unknown and not held and not missing else ReplicaStatus.OK
         )
         return _Probe(
             status=status,
-            entries=runs.get("held"),
+            entries=held_runs,
             bad=tuple(from_entry_ids(bad).runs()),
             unknown=runs.get("unknown"),
             error="; ".join(errors) or None,
             answered=held + missing,
             unknown_count=unknown,
         )
+
+
+def _contiguous(ids: Iterable[int], limit: int) -> Iterator[list[int]]:
+    """Ascending ``ids`` cut into runs of consecutive ids, at most ``limit`` long: what one
+    batch read can return (a bookie's stripe is runs of WQ consecutive entries, or all of
+    them when E == WQ)."""
+    chunk: list[int] = []
+    for x in ids:
+        if chunk and (x != chunk[-1] + 1 or len(chunk) >= limit):
+            yield chunk
+            chunk = []
+        chunk.append(x)
+    if chunk:
+        yield chunk
+
+
+def _unread_as_held(
+    plan: Iterable[tuple[int, int, int]], missing: Iterable[int], unknown: Iterable[Run]
+) -> tuple[Run, ...]:
+    """The sample check's held runs: every id of the planned ranges except those read as
+    missing or unknown (ids off the stripe are ignored by the classifier)."""
+    absent = EntryRuns([*from_entry_ids(sorted(missing)).runs(), *unknown])
+    out: list[Run] = []
+    for _, first, last in plan:
+        out.extend(absent.gaps(first, last))
+    return tuple(EntryRuns(out).runs())
 
 
 def _with(report: ReplicaReport, **changes: Any) -> ReplicaReport:

@@ -245,6 +245,8 @@ def classify_ledger(
                     ensemble_size=e,
                     write_quorum=wq,
                     ack_quorum=aq,
+                    topic=ledger.topic,
+                    component=ledger.component,
                     **f,
                 )
             )

@@ -17,10 +17,11 @@ import contextlib
 import heapq
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bklib.audit.accounting import ScanAccount, account_scan
+from bklib.audit.capabilities import DEFAULT_PROBE_TIMEOUT, learn_capabilities, probe_targets
 from bklib.audit.checker import CheckSettings, ReplicaChecker
 from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
@@ -29,13 +30,15 @@ from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
 from bklib.meta.store import LeafDir, LedgerStore, connect
-from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, parse_host_port
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
 
 __all__ = [
     "BookieRow",
     "ScanPlan",
     "bookie_rows",
+    "capability_counts",
     "check_ledgers",
+    "learn_bookies",
     "lost_bookies",
     "plan_scan",
     "read_ledgers",
@@ -184,6 +187,10 @@ class BookieRow:
     host: str | None
     port: int | None
     error: str | None = None
+    list_entries: bool | None = None
+    """Answers GET_LIST_OF_ENTRIES_OF_LEDGER (None: not asked, or no answer)."""
+    batch_read: bool | None = None
+    """Serves the v2 BATCH_READ (None: not asked, or no answer)."""
 
     def as_row(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -207,6 +214,55 @@ def bookie_rows(registry: BookieRegistry, named: Iterable[str]) -> list[BookieRo
             BookieRow(bid, BookieState.LOST, host, port, "named in an ensemble but not registered")
         )
     return rows
+
+
+def learn_bookies(
+    client: Any,
+    rows: Sequence[BookieRow],
+    ledgers: Iterable[LedgerView] | Mapping[str, int],
+    settings: CheckSettings,
+    check: str = Check.REPLICAS,
+) -> tuple[list[BookieRow], CheckSettings]:
+    """Ask each reachable bookie once what it answers (:mod:`bklib.audit.capabilities`), on a
+    ledger it holds: ``ledgers`` are the views to pick from, or the picks (bookie -> ledger).
+    Returns the rows with the answers and the check settings that carry them to every task.
+    Only ``replicas`` asks for list-entries; the sample check reads single entries and asks
+    nothing."""
+    if check == Check.SAMPLE:
+        return list(rows), settings
+    live = [r.bookie_id for r in rows if r.state != BookieState.LOST]
+    targets = (
+        {b: lid for b, lid in ledgers.items() if b in live}
+        if isinstance(ledgers, Mapping)
+        else probe_targets(ledgers, live)
+    )
+    caps = learn_capabilities(
+        client,
+        targets,
+        min(DEFAULT_PROBE_TIMEOUT, settings.read_timeout),
+        ask_list=check == Check.REPLICAS,
+    )
+    out = [
+        replace(r, list_entries=c.list_entries, batch_read=c.batch_read)
+        if (c := caps.get(r.bookie_id)) is not None
+        else r
+        for r in rows
+    ]
+    settings = replace(
+        settings,
+        no_list=settings.no_list | {b for b, c in caps.items() if c.list_entries is False},
+        batch_read=settings.batch_read | {b for b, c in caps.items() if c.batch_read},
+    )
+    return out, settings
+
+
+def capability_counts(rows: Iterable[BookieRow]) -> dict[str, int]:
+    """``audit_runs.counts`` entries of the capability probe."""
+    rows = list(rows)
+    return {
+        CountKey.BOOKIES_NO_LIST_ENTRIES: sum(1 for r in rows if r.list_entries is False),
+        CountKey.BOOKIES_BATCH_READ: sum(1 for r in rows if r.batch_read),
+    }
 
 
 def lost_bookies(rows: Iterable[BookieRow]) -> frozenset[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bklib.meta.model import LedgerMetadata, LedgerState
+from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.states import FetchMethod, ReplicaStatus
 
 __all__ = [
@@ -89,6 +90,10 @@ class LedgerView:
     ctime: int | None = None
     segments: tuple[SegmentSpan, ...] | None = None
     error: str | None = None
+    topic: str | None = None
+    """The Pulsar topic from the custom metadata (:mod:`bklib.meta.pulsar`), if any."""
+    component: str | None = None
+    """Pulsar's ``component`` tag: managed-ledger, compacted-ledger, schema."""
 
     @property
     def ok(self) -> bool:
@@ -106,6 +111,7 @@ class LedgerView:
     def from_metadata(
         cls, md: LedgerMetadata, path: str | None = None, version: int | None = None
     ) -> LedgerView:
+        pulsar = decode_pulsar_metadata(md.custom_metadata)
         return cls(
             ledger_id=md.ledger_id,
             znode_path=path,
@@ -120,6 +126,8 @@ class LedgerView:
             password=md.password,
             ctime=md.ctime,
             segments=segment_spans(md),
+            topic=pulsar.topic,
+            component=pulsar.component,
         )
 
     @classmethod
@@ -151,6 +159,8 @@ class LedgerView:
                 else None
             ),
             error=row.get("error"),
+            topic=row.get("topic"),
+            component=row.get("component"),
         )
 
     def as_row(self) -> dict[str, Any]:
@@ -171,6 +181,8 @@ class LedgerView:
                 [s.as_row() for s in self.segments] if self.segments is not None else None
             ),
             "error": self.error,
+            "topic": self.topic,
+            "component": self.component,
         }
 
 
@@ -246,6 +258,8 @@ class Finding:
     write_quorum: int | None = None
     ack_quorum: int | None = None
     error: str | None = None
+    topic: str | None = None
+    component: str | None = None
 
     @property
     def key(self) -> tuple[int, int, str]:
@@ -286,5 +300,7 @@ FINDING_COLUMNS = (
     "write_quorum",
     "ack_quorum",
     "error",
+    "topic",
+    "component",
 )
 """The columns a finding contributes to ``underreplicated_fragments``, in table order."""

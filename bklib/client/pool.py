@@ -226,6 +226,14 @@ class BookieClientPool:
             self._v2_connections[bookie_id] = conn
         return conn
 
+    def dedicated_connection_v2(self, bookie_id: str) -> BookieConnectionV2:
+        """A new v2 connection to ``bookie_id`` that the pool does not keep: the caller closes
+        it. For requests that may cost the connection (a BATCH_READ probe of a bookie that may
+        predate it) without failing what is pipelined on the pool's own."""
+        if self._closed:
+            raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
+        return BookieConnectionV2(bookie_id, self._resolver_for(bookie_id), self.config)
+
     def _resolver_for(self, bookie_id: str) -> Callable[[bool], Awaitable[tuple[str, int]]]:
         resolver = self.resolver
 

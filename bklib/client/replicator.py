@@ -2,11 +2,28 @@
 ``LedgerFragmentReplicator``).
 
 For each entry a moved position held, the body is read from the surviving replicas of its
-write set (digest verified, next replica on any error), and the same bytes are written to
-the replacement with the **recovery-add** flag, so copies into fenced ledgers succeed
-(BookKeeper #4163). Unlike BookKeeper, only each position's own stripe is copied, not every
-entry of the fragment. Reads and writes are pipelined (``window`` entries in flight) and
-throttled by a byte-rate limiter shared by every copy on the loop.
+write set (digest verified on every entry) and the same bytes are written to the replacement
+with the **recovery-add** flag, so copies into fenced ledgers succeed (BookKeeper #4163).
+Unlike BookKeeper, only each position's own stripe is copied, not every entry of the fragment.
+
+Reads (``protocol="v2"``, the default) go to the sources in **chunks**: runs of consecutive
+entries that one surviving bookie holds all of, read with one v2 BATCH_READ (what
+``LedgerFragmentReplicator`` does when ensembleSize == writeQuorum; with E > WQ a bookie holds
+runs of at most WQ consecutive entries, so chunks are that short, and single entries are read
+with a plain READ). A bookie answers a batch with the entries from the first one up to the
+first it lacks or the size limit (``BatchedReadEntryProcessor``), so an entry a batch did not
+return is asked for again: the rest of the chunk in another batch, and an entry the source
+lacks, or whose digest is bad, with single reads over all its replicas (next replica on any
+error, speculative after ``speculative_timeout``). ``protocol="v3"`` reads every entry with a
+single v3 READ, as before batches existed.
+
+Bookies before 4.17 do not serve BATCH_READ (some drop the connection on it): the first batch
+for a bookie is a probe on a connection of its own, and a bookie that does not answer it is
+read entry by entry for the life of the pool.
+
+Each chunk's recovery adds are issued together (pipelined; the connection corks the frames of
+one loop turn into one send) over the same protocol, and throttled by a byte-rate limiter
+shared by every copy on the loop. ``window`` bounds the entries in flight.
 
 An entry for which every surviving replica answered NoSuchEntry/NoSuchLedger has no replica
 left: it is collected in :attr:`CopyResult.no_replica`, and the rest is still copied. Any
@@ -19,18 +36,36 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bklib.client.pool import BookieClientPool
-from bklib.client.reader import Reply, ask_replicas, read_verdict, read_verified
+from bklib.client.connection import BookieConnection
+from bklib.client.connection_v2 import BookieConnectionV2
+from bklib.client.pool import BookieClientPool, WireProtocol
+from bklib.client.reader import Reply, ask_replicas, read_verdict
 from bklib.digest import DigestManager
-from bklib.errors import NoSuchEntryError
+from bklib.errors import (
+    BKError,
+    BKTimeoutError,
+    BookieHandleNotAvailableError,
+    DigestMatchError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from bklib.quorum import iter_stripe, write_set
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CopyResult", "RateLimiter", "copy_fragment"]
+
+BATCH_ENTRIES = 64
+"""Entries asked per batch read (BATCH_READ's maxCount)."""
+BATCH_BYTES = 4 << 20
+"""Bytes asked per batch read (maxSize): under the 5 MiB frame limit both sides default to
+(nettyMaxFrameSizeBytes); the bookie caps it at its own maxBatchReadSize."""
+PROBE_TIMEOUT = 2.0
+"""Seconds a bookie gets to answer the batch-read probe (a healthy bookie answers in ms)."""
 
 
 class RateLimiter:
@@ -68,6 +103,10 @@ class CopyResult:
     """Entries no surviving replica has: lost."""
     per_target: dict[str, list[int]] = field(default_factory=dict)
     """Replacement bookie -> [entries, bytes] written to it."""
+    batch_reads: int = 0
+    """Batch reads answered (each returned one entry or more)."""
+    single_reads: int = 0
+    """Entries read one by one: single-entry chunks and what batches did not return."""
 
     def count(self, bookie: str, nbytes: int) -> None:
         self.entries += 1
@@ -104,29 +143,94 @@ def _entries_to_copy(
         yield current, news
 
 
-async def _read_body(
-    pool: BookieClientPool,
-    ledger_id: int,
-    entry_id: int,
-    sources: Sequence[str],
-    dm: DigestManager,
-    speculative_timeout: float,
-) -> bytes:
-    async def send(bookie: str) -> bytes:
-        return bytes((await read_verified(pool, bookie, ledger_id, entry_id, dm))[0])
+@dataclass
+class _Chunk:
+    """Consecutive entries to copy and the bookies (write-set order) holding every one."""
 
-    def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
-        verdict = read_verdict(replies, everyone, ledger_id, entry_id)
-        # Every replica said NoSuchEntry/NoSuchLedger: no replica left (terminal), which a
-        # copy reports instead of failing.
-        return _NoReplica() if isinstance(verdict, NoSuchEntryError) else verdict
+    entries: list[tuple[int, list[str]]]
+    holders: tuple[str, ...]
 
-    if not sources:
-        raise _NoReplica()
-    verdict: bytes | BaseException = await ask_replicas(sources, send, decide, speculative_timeout)
-    if isinstance(verdict, BaseException):
-        raise verdict
-    return verdict
+
+def _chunks(
+    work: Iterator[tuple[int, list[str]]],
+    holders_of: Callable[[int], tuple[str, ...]],
+    max_entries: int,
+) -> Iterator[_Chunk]:
+    """Group ``work`` into chunks of at most ``max_entries`` consecutive entries with at least
+    one common holder (greedy from each chunk's first entry). An entry without holders is a
+    chunk of its own, read from the fallback sources."""
+    entries: list[tuple[int, list[str]]] = []
+    common: tuple[str, ...] = ()
+    for eid, news in work:
+        holders = holders_of(eid)
+        if entries and eid == entries[-1][0] + 1 and len(entries) < max_entries:
+            both = tuple(b for b in common if b in holders)
+            if both:
+                entries.append((eid, news))
+                common = both
+                continue
+        if entries:
+            yield _Chunk(entries, common)
+        entries, common = [(eid, news)], holders
+    if entries:
+        yield _Chunk(entries, common)
+
+
+# Bookies that serve BATCH_READ, per pool: a future per bookie, so concurrent copies share one
+# probe. A weak map: the answers live as long as the pool (and its loop).
+_BATCH_CAPABLE: weakref.WeakKeyDictionary[BookieClientPool, dict[str, asyncio.Future[bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _serves_batch_read(
+    pool: BookieClientPool, bookie: str, ledger_id: int, entry_id: int
+) -> bool:
+    """Whether ``bookie`` answers a v2 BATCH_READ (4.17+), asked once per pool.
+
+    The probe runs on a connection of its own: a bookie that does not know the opcode may
+    close the connection, which must not fail the reads and adds pipelined on the pool's.
+    Any answer, even an error code: yes. A timeout, the connection closed on it, or no
+    connection at all: no, and the copy reads that bookie entry by entry.
+    """
+    known = _BATCH_CAPABLE.setdefault(pool, {})
+    fut = known.get(bookie)
+    if fut is not None and fut.done():
+        return fut.result()  # asked before: the usual case, once per chunk
+    if fut is None:
+        fut = known[bookie] = asyncio.get_running_loop().create_future()
+        probe = pool.dedicated_connection_v2(bookie)
+        try:
+            await probe.batch_read(ledger_id, entry_id, 1, 0, timeout=PROBE_TIMEOUT)
+            fut.set_result(True)
+        except (BKTimeoutError, BookieHandleNotAvailableError) as exc:
+            # No answer, or the connection closed on it (ConnectionLostError), or none at all.
+            log.info("bookie %s: no v2 batch reads (%s); reading entry by entry", bookie, exc)
+            fut.set_result(False)
+        except BKError:
+            fut.set_result(True)  # an error code is an answer: it knows the opcode
+        except BaseException:
+            del known[bookie]  # cancelled: the next copy asks again
+            fut.cancel()
+            raise
+        finally:
+            await probe.close()
+    return await asyncio.shield(fut)
+
+
+async def _all(aws: list[Awaitable[None]]) -> None:
+    """Await every awaitable, concurrently; the first failure cancels the others and raises."""
+    if len(aws) == 1:
+        await aws[0]
+        return
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def copy_fragment(
@@ -146,56 +250,228 @@ async def copy_fragment(
     window: int = 64,
     speculative_timeout: float = 2.0,
     timeout: float | None = None,
+    protocol: WireProtocol = "v2",
+    batch_entries: int = BATCH_ENTRIES,
+    batch_bytes: int = BATCH_BYTES,
 ) -> CopyResult:
     """Copy, for each ``position -> new bookie`` in ``targets``, the entries that position
     holds in ``[first_entry_id, last_entry_id]`` of a closed segment.
 
     Sources of an entry: its write set minus the replaced positions and minus ``dead``
     bookies; replaced bookies that are not dead are tried last (an ENTRIES_MISSING bookie
-    still has most of its stripe). Returns counts and the entries with no replica.
+    still has most of its stripe), by single reads only. ``protocol``: v2 (batch reads, v2
+    reads and adds) or v3 (single v3 reads and v3 adds). ``window``: entries in flight;
+    ``batch_entries`` and ``batch_bytes``: maxCount and maxSize of each batch read. Returns
+    counts and the entries with no replica.
     """
+    if protocol not in ("v2", "v3"):
+        raise ValueError(f"unknown bookie wire protocol {protocol!r}")
     result = CopyResult()
     replaced = {ensemble[i] for i in targets}
     limiter = limiter or RateLimiter(None)
-    work = _entries_to_copy(targets, first_entry_id, last_entry_id, ensemble_size, write_quorum)
+    e, wq = ensemble_size, write_quorum
+    v2 = protocol == "v2"
+    window = max(1, window)
+    # E == WQ: every survivor holds the whole fragment, so chunks are long and a few of them
+    # fill the window. E > WQ: a survivor holds at most WQ - 1 consecutive entries of a lost
+    # bookie's runs (WQ = 2: single entries), so the window is many short chunks.
+    per_chunk = max(1, min(batch_entries, window // 4)) if v2 else 1
+    if e > wq:
+        per_chunk = min(per_chunk, max(1, wq - 1))
+    lanes = max(1, window // per_chunk)
 
-    by_residue: dict[int, list[str]] = {}
+    # The write set depends only on eid % E: sources are computed once per residue rather than
+    # per entry (the copy is bound by the client loop's CPU).
+    holders_by_residue: dict[int, tuple[str, ...]] = {}
+    sources_by_residue: dict[int, tuple[str, ...]] = {}
 
-    def sources_of(eid: int) -> list[str]:
-        ws = [ensemble[i] for i in write_set(eid, ensemble_size, write_quorum)]
-        sources = [b for b in ws if b not in replaced and b not in dead]
-        sources += [b for b in ws if b in replaced and b not in dead]
+    def holders_of(eid: int) -> tuple[str, ...]:
+        r = eid % e
+        got = holders_by_residue.get(r)
+        if got is None:
+            ws = [ensemble[i] for i in write_set(eid, e, wq)]
+            got = holders_by_residue[r] = tuple(
+                b for b in ws if b not in replaced and b not in dead
+            )
+            sources_by_residue[r] = got + tuple(b for b in ws if b in replaced and b not in dead)
+        return got
+
+    def sources_of(eid: int, last: str | None) -> tuple[str, ...]:
+        holders_of(eid)
+        sources = sources_by_residue[eid % e]
+        if last is not None and last in sources:
+            # The bookie that just failed this entry in a batch: asked again only if the others
+            # fail too (every replica must answer for a no-replica verdict).
+            sources = (*(b for b in sources if b != last), last)
         return sources
 
-    async def one(eid: int, news: list[str]) -> None:
-        # The write set depends only on eid % E, so the source order is computed once per
-        # residue rather than per entry (the copy is bound by the client loop's CPU).
-        sources = by_residue.get(eid % ensemble_size)
-        if sources is None:
-            sources = by_residue[eid % ensemble_size] = sources_of(eid)
+    def reader(bookie: str) -> BookieConnection | BookieConnectionV2:
+        return pool.connection_v2(bookie) if v2 else pool.connection(bookie)
+
+    def verified(body: bytes, eid: int, bookie: str) -> bytes:
         try:
-            body = await _read_body(pool, ledger_id, eid, sources, digest, speculative_timeout)
-        except _NoReplica:
-            result.no_replica.append(eid)
+            digest.verify_entry(body, eid)
+        except DigestMatchError as exc:
+            log.warning(
+                "ledger %d entry %d: bad digest from bookie %s, trying the next replica",
+                ledger_id,
+                eid,
+                bookie,
+            )
+            raise DigestMatchError(
+                exc.reason, ledger_id=ledger_id, entry_id=eid, bookie=bookie
+            ) from None
+        return body
+
+    async def read_one(eid: int, last: str | None = None) -> bytes:
+        """One entry by single reads over its sources (``read_verdict``'s rules)."""
+        result.single_reads += 1
+
+        async def send(bookie: str) -> bytes:
+            res = await reader(bookie).read(ledger_id, eid, timeout=timeout)
+            return verified(bytes(res.body), eid, bookie)
+
+        def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
+            verdict = read_verdict(replies, everyone, ledger_id, eid)
+            # Every replica said NoSuchEntry/NoSuchLedger: no replica left (terminal), which a
+            # copy reports instead of failing.
+            return _NoReplica() if isinstance(verdict, NoSuchEntryError) else verdict
+
+        sources = sources_of(eid, last)
+        if not sources:
+            # Every replica sits on a bookie that is not registered right now: unknown, not
+            # lost. NO_REPLICA needs every holder to have answered NoSuchEntry; a bookie that
+            # comes back may still hold it (safety rule: unknown never becomes NO_REPLICA).
+            raise BookieHandleNotAvailableError(
+                "no registered bookie holds a replica to read from",
+                ledger_id=ledger_id,
+                entry_id=eid,
+            )
+        if len(sources) == 1:
+            # One replica (a WQ=2 entry with one copy lost): ask_replicas' verdict without its
+            # layers, a visible share of the loop's CPU per copied entry.
+            try:
+                return await send(sources[0])
+            except (NoSuchEntryError, NoSuchLedgerError):
+                raise _NoReplica() from None
+        got: bytes | BaseException = await ask_replicas(sources, send, decide, speculative_timeout)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    # Sources whose batch read failed other than NoSuch*: no more batches from them in this
+    # copy (a slow or sick bookie must not cost a read timeout per chunk).
+    no_batch: set[str] = set()
+    turn = 0
+
+    def batch_source(holders: tuple[str, ...], eid: int) -> str | None:
+        nonlocal turn
+        usable = [b for b in holders if b not in no_batch]
+        if not usable:
+            return None
+        turn += 1  # rotate over the holders: spread the reads over the survivors
+        return usable[turn % len(usable)]
+
+    async def read_chunk(chunk: _Chunk) -> list[tuple[int, list[str], bytes]]:
+        entries = chunk.entries
+        out: list[tuple[int, list[str], bytes]] = []
+        i = 0
+        while i < len(entries):
+            eid, news = entries[i]
+            left = len(entries) - i
+            src = batch_source(chunk.holders, eid) if v2 and left > 1 else None
+            if src is not None and not await _serves_batch_read(pool, src, ledger_id, eid):
+                no_batch.add(src)
+                continue
+            if src is None:
+                try:
+                    out.append((eid, news, await read_one(eid)))
+                except _NoReplica:
+                    result.no_replica.append(eid)
+                i += 1
+                continue
+            try:
+                bodies = await pool.batch_read(
+                    src, ledger_id, eid, left, batch_bytes, timeout=timeout
+                )
+            except (NoSuchEntryError, NoSuchLedgerError) as exc:
+                # The source lacks the chunk's next entry: that one from the other replicas,
+                # the rest again in a batch (from another holder if it lacks the ledger).
+                if isinstance(exc, NoSuchLedgerError):
+                    no_batch.add(src)
+                try:
+                    out.append((eid, news, await read_one(eid, last=src)))
+                except _NoReplica:
+                    result.no_replica.append(eid)
+                i += 1
+                continue
+            except BKError as exc:
+                log.info(
+                    "ledger %d: batch read from bookie %s failed (%s); not batching from it",
+                    ledger_id,
+                    src,
+                    exc,
+                )
+                no_batch.add(src)
+                continue
+            result.batch_reads += 1
+            # The connection checked ids and counts (BookieConnectionV2); digests are ours.
+            for body in bodies:
+                eid, news = entries[i]
+                try:
+                    out.append((eid, news, verified(body, eid, src)))
+                except DigestMatchError:
+                    try:
+                        out.append((eid, news, await read_one(eid, last=src)))
+                    except _NoReplica:
+                        result.no_replica.append(eid)
+                i += 1
+        return out
+
+    def add(new: str, eid: int, body: bytes) -> Awaitable[None]:
+        conn = pool.connection_v2(new) if v2 else pool.connection(new)
+        return conn.add(ledger_id, eid, master_key, body, recovery=True, timeout=timeout)
+
+    async def copy_chunk(chunk: _Chunk) -> None:
+        if len(chunk.entries) == 1:
+            # Most chunks when E > WQ: no batch, no list, no task per add.
+            eid, news = chunk.entries[0]
+            try:
+                body = await read_one(eid)
+            except _NoReplica:
+                result.no_replica.append(eid)
+                return
+            await limiter.acquire(len(body) * len(news))
+            for new in news:
+                await add(new, eid, body)
+                result.count(new, len(body))
             return
-        for new in news:
-            await limiter.acquire(len(body))
-            await pool.add(new, ledger_id, eid, master_key, body, recovery=True, timeout=timeout)
-            result.count(new, len(body))
+        got = await read_chunk(chunk)
+        if not got:
+            return
+        await limiter.acquire(sum(len(body) * len(news) for _, news, body in got))
+        await _all([add(new, eid, body) for eid, news, body in got for new in news])
+        for _, news, body in got:
+            for new in news:
+                result.count(new, len(body))
+
+    work = _chunks(
+        _entries_to_copy(targets, first_entry_id, last_entry_id, e, wq), holders_of, per_chunk
+    )
 
     async def lane() -> None:
-        # ``window`` lanes pull from one lazy iterator: a million-entry stripe never becomes a
-        # million tasks. The first failure ends its lane and, through gather, the copy.
-        for eid, news in work:
-            await one(eid, news)
+        # Lanes pull from one lazy iterator: a million-entry stripe never becomes a million
+        # tasks. The first failure ends its lane and, through gather, the copy.
+        for chunk in work:
+            await copy_chunk(chunk)
 
-    lanes = [asyncio.ensure_future(lane()) for _ in range(max(1, window))]
+    tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
     try:
-        await asyncio.gather(*lanes)
+        await asyncio.gather(*tasks)
     finally:
-        for t in lanes:
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*lanes, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
     result.no_replica.sort()
     if result.no_replica:
         log.error(

@@ -13,7 +13,13 @@ from typing import Any
 
 from bklib.states import Reason
 
-__all__ = ["LedgerRequest", "request_for_bookies", "requests_from_findings"]
+__all__ = [
+    "LedgerRequest",
+    "mark_requests",
+    "placement_requests",
+    "request_for_bookies",
+    "requests_from_findings",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,12 @@ class LedgerRequest:
     detected_segments: frozenset[int] | None = None
     first_detected_at: datetime | None = None
     no_replica: frozenset[tuple[int, str]] = frozenset()
+    verify_mark: bool = False
+    """The ledger carries an under-replication mark but the audit did not flag it: check it
+    now, repair a mark bookie that is gone, and clear the mark when the ledger is healthy."""
+    placement_segments: frozenset[int] = frozenset()
+    """``--fix-placement``: first entry ids of segments that break the placement rule; such a
+    request moves replicas between racks (:mod:`bklib.repair.placement_fix`) and nothing else."""
 
     @property
     def all_bad(self) -> set[str]:
@@ -43,8 +55,13 @@ class LedgerRequest:
 def requests_from_findings(
     findings: Iterable[Mapping[str, Any]],
     previous_no_replica: Iterable[Mapping[str, Any]] = (),
+    *,
+    fix_placement: bool = False,
 ) -> list[LedgerRequest]:
     """One request per ledger with findings, ordered by ledger id.
+
+    PLACEMENT_VIOLATION findings are not under-replication and are skipped, unless
+    ``fix_placement``: then only they are used, one placement request per ledger.
 
     ``findings`` are rows of ``underreplicated_fragments`` (ledger_id, segment_first_entry_id,
     bookie_id, reason, first_detected_at). A bookie-level reason (:attr:`Reason.WHOLE_BOOKIE`)
@@ -56,7 +73,11 @@ def requests_from_findings(
     per_segment: dict[int, dict[int, set[str]]] = {}
     detected: dict[int, set[int]] = {}
     first_seen: dict[int, datetime | None] = {}
+    if fix_placement:
+        return placement_requests(findings)
     for f in findings:
+        if f["reason"] == Reason.PLACEMENT_VIOLATION:
+            continue
         lid = int(f["ledger_id"])
         seg = int(f["segment_first_entry_id"])
         whole.setdefault(lid, set())
@@ -90,6 +111,18 @@ def requests_from_findings(
     ]
 
 
+def placement_requests(findings: Iterable[Mapping[str, Any]]) -> list[LedgerRequest]:
+    """One ``--fix-placement`` request per ledger with PLACEMENT_VIOLATION findings."""
+    segments: dict[int, set[int]] = {}
+    for f in findings:
+        if f["reason"] == Reason.PLACEMENT_VIOLATION:
+            segments.setdefault(int(f["ledger_id"]), set()).add(int(f["segment_first_entry_id"]))
+    return [
+        LedgerRequest(ledger_id=lid, placement_segments=frozenset(segs))
+        for lid, segs in sorted(segments.items())
+    ]
+
+
 def request_for_bookies(
     ledger_id: int, named: Sequence[str], bookies: Iterable[str]
 ) -> LedgerRequest | None:
@@ -98,3 +131,10 @@ def request_for_bookies(
     BookKeeper's ``BookKeeperAdmin.recoverBookieData`` does."""
     bad = frozenset(named) & frozenset(bookies)
     return LedgerRequest(ledger_id=ledger_id, bad_bookies=bad) if bad else None
+
+
+def mark_requests(marked: Iterable[int], requested: Iterable[int]) -> list[LedgerRequest]:
+    """Requests to verify the marked ledgers no request covers, so a mark left behind (its
+    bookie came back, its copy was cut off) never stays forever."""
+    have = set(requested)
+    return [LedgerRequest(lid, verify_mark=True) for lid in sorted(set(marked) - have)]

@@ -34,13 +34,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.audit.checker import CheckSettings
+from bklib.audit.placement import PlacementRule
+from bklib.client.pool import BookieClientPool, SyncBookieClient, WireProtocol
 from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
 from bklib.client.recovery import recover_ledger
 from bklib.client.replicator import CopyResult, RateLimiter, copy_fragment
 from bklib.digest import digest_manager, master_key
 from bklib.errors import BKError, NoSuchLedgerError, ReplicationError
 from bklib.meta.model import DigestType, LedgerMetadata
+from bklib.meta.racks import RackDocument
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.store import LedgerStore, Versioned
 from bklib.meta.underreplication import UnderReplicationManager
@@ -52,8 +55,8 @@ from bklib.repair.plan import (
     plan_ledger,
     stripe_entries,
 )
-from bklib.repair.requests import LedgerRequest
-from bklib.states import ActionKind, ActionStatus
+from bklib.repair.requests import LedgerRequest, requests_from_findings
+from bklib.states import ActionKind, ActionStatus, Check, Reason
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +75,17 @@ class RepairSettings:
     rate: float | None = 50e6
     dry_run: bool = False
     window: int = 64
+    bookie_protocol: WireProtocol = "v2"
+    """Wire protocol of the copies' reads and adds (``--bookie-protocol``): v2 batch reads
+    where the sources serve them, or v3 single reads."""
     password: bytes | None = None
     digest_type: DigestType | None = None
     exclude: frozenset[str] = frozenset()
     target: str | None = None
     retry_no_replica: bool = False
     registry_ttl: float = 5.0
+    placement_rule: PlacementRule | None = None
+    """The placement rule ``--fix-placement`` satisfies (requests with placement segments)."""
 
 
 @dataclass
@@ -123,8 +131,13 @@ class LedgerRepairer:
         urm: UnderReplicationManager | None = None,
         rng: random.Random | None = None,
         racks: Mapping[str, str] | None = None,
+        rack_document: RackDocument | None = None,
     ) -> None:
         self.store = store
+        self.rack_document = rack_document
+        """Racks and isolation groups for ``--fix-placement`` (None: no racks known)."""
+        if rack_document is not None and racks is None:
+            racks = rack_document.racks
         self.client = client
         self.settings = settings
         self.urm = urm or UnderReplicationManager(store.zk, store.root)
@@ -214,6 +227,15 @@ class LedgerRepairer:
             return [
                 Action(lid, ActionKind.SKIP, ActionStatus.SKIPPED, error="ledger deleted").finish()
             ]
+        if req.placement_segments:
+            from bklib.repair.placement_fix import fix_placement
+
+            return fix_placement(self, req, md)
+        if req.verify_mark:
+            verdict = self._verify_mark(md)
+            if isinstance(verdict, list):
+                return verdict
+            req = verdict
         work = plan_ledger(md, req.bad_bookies, segments=req.segment_bookies)
         if not work.fragments:
             if not s.dry_run:
@@ -244,6 +266,68 @@ class LedgerRepairer:
             else:
                 self.urm.release(lock)
         return actions
+
+    def _verify_mark(self, md: LedgerMetadata) -> list[Action] | LedgerRequest:
+        """A marked ledger no finding asked for (BookKeeper's ReplicationWorker checks a
+        marked ledger before acting on it): a request to repair the mark's bookies that are
+        gone, or what a replicas check of the ledger finds now; when it finds nothing, the
+        mark is cleared. A bookie that does not answer keeps the mark (unknown is not
+        healthy)."""
+        lid = md.ledger_id
+        mark = self.urm.get(lid)
+        if mark is None:
+            return [Action(lid, ActionKind.SKIP, ActionStatus.SKIPPED, error="no mark").finish()]
+        registered = self.registry().all()
+        gone = frozenset(b for b in mark.missing_replicas if b in md.bookies()) - set(registered)
+        # The grace period of open ledgers runs from when the mark was made.
+        since = (
+            datetime.fromtimestamp(mark.ctime_ms / 1000, tz=timezone.utc)
+            if mark.ctime_ms
+            else datetime.now(timezone.utc)
+        )
+        if gone:
+            return LedgerRequest(lid, bad_bookies=gone, first_detected_at=since)
+        from bklib.audit.engine import check_ledgers
+        from bklib.audit.model import LedgerView
+
+        view = LedgerView.from_metadata(md)
+        found = [
+            f
+            for _, _, fs in check_ledgers(
+                [view],
+                frozenset(),
+                Check.REPLICAS,
+                client=self.client,
+                settings=CheckSettings(read_timeout=self.client.config.read_timeout),
+            )
+            for f in fs
+        ]
+        unknown = [f for f in found if f.reason == Reason.BOOKIE_UNREACHABLE]
+        if unknown:
+            who = ", ".join(sorted({f.bookie_id for f in unknown}))
+            return [
+                Action(
+                    lid, ActionKind.SKIP, ActionStatus.SKIPPED, error=f"mark kept: {who} silent"
+                ).finish()
+            ]
+        if found:
+            rows = [{**f.as_row(), "first_detected_at": since} for f in found]
+            (req,) = requests_from_findings(rows)
+            return req
+        if self.settings.dry_run:
+            return [Action(lid, ActionKind.CLEAR_MARK, ActionStatus.PLANNED).finish()]
+        lock = self.urm.try_acquire(lid)
+        if lock is None:
+            holder = self.urm.lock_holder(lid)
+            return [
+                Action(
+                    lid, ActionKind.SKIP, ActionStatus.LOCKED, error=f"lock held by {holder}"
+                ).finish()
+            ]
+        removed = self.urm.mark_replicated(lock)
+        log.info("ledger %d: fully replicated now; mark %s", lid, "cleared" if removed else "kept")
+        status = ActionStatus.DONE if removed else ActionStatus.SKIPPED
+        return [Action(lid, ActionKind.CLEAR_MARK, status).finish()]
 
     def _clear_stale_mark(self, md: LedgerMetadata) -> None:
         """A mark whose bookies the metadata no longer names is done: clear it like a worker."""
@@ -513,6 +597,7 @@ class LedgerRepairer:
                 master_key=mk,
                 limiter=self._limiter,
                 window=self.settings.window,
+                protocol=self.settings.bookie_protocol,
             )
 
         return self.client.run(run)

@@ -20,6 +20,9 @@ EPILOG = """examples:
   bkaudit rereplicate --zk 127.0.0.1:2181 --warehouse /data/bkaudit --grace-period 30s
   bkaudit recover 10.0.0.7:3181 --zk 127.0.0.1:2181 --warehouse /data/bkaudit --dry-run
   bkaudit decommission 10.0.0.7:3181 --zk 127.0.0.1:2181 --warehouse /data/bkaudit
+  bkaudit whatif --zk 127.0.0.1:2181 --bookie 10.0.0.7:3181 --exit-code
+  bkaudit blastradius --zk 127.0.0.1:2181 --warehouse /data/bkaudit
+  bkaudit triage --warehouse /data/bkaudit --zk 127.0.0.1:2181
   bkaudit demo                            # the whole story on a throw-away sandbox
   bkaudit sandbox down
 """
@@ -121,6 +124,24 @@ def _repair_job(mode: str) -> Callable[[], JobParts]:
     return load
 
 
+def _whatif_job() -> JobParts:
+    from jobs.whatif import add_whatif_arguments, run_whatif
+
+    return add_whatif_arguments, run_whatif
+
+
+def _blast_job() -> JobParts:
+    from jobs.whatif import add_blastradius_arguments, run_blastradius
+
+    return add_blastradius_arguments, run_blastradius
+
+
+def _triage_job() -> JobParts:
+    from jobs.triage import add_triage_arguments, run_triage
+
+    return add_triage_arguments, run_triage
+
+
 SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
     "audit": (
         "audit a cluster into Delta tables (--check lost|replicas|deep)",
@@ -158,7 +179,57 @@ SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
         "Exit 0 when written, 2 on error.",
         _report_job,
     ),
+    "whatif": (
+        "may these bookies (or this rack) stop now?",
+        "What fails if the given bookies, or every bookie of a rack, fail next: ledgers and "
+        "entries below AQ, data lost, open ledgers whose writer could not replace them, and "
+        "their topics. Prints SAFE or UNSAFE; with --exit-code exit 0 SAFE, 1 UNSAFE; 2 on error.",
+        _whatif_job,
+    ),
+    "blastradius": (
+        "blast radius of every bookie and rack into Delta",
+        "Compute what each bookie and each rack failing alone would do, in one pass, into the "
+        "blast_radius table. Exit 0 when written, 2 on error.",
+        _blast_job,
+    ),
+    "triage": (
+        "why each NO_REPLICA or stuck ledger cannot be repaired",
+        "Classify each unrecoverable ledger of the latest audit (write quorum 1, deleted, "
+        "entries lost on every replica, no replacement bookie) with its topic and age, into "
+        "the triage table. Exit 0 nothing to triage, 1 ledgers triaged, 2 on error.",
+        _triage_job,
+    ),
 }
+
+
+def _watch_job() -> JobParts:
+    from jobs.watch.cli import add_watch_arguments, run_watch
+
+    return add_watch_arguments, run_watch
+
+
+def _status_job() -> JobParts:
+    from jobs.watch.cli import add_status_arguments, run_status
+
+    return add_status_arguments, run_status
+
+
+# The continuous service and the one-screen status (docs/watch.md); no Spark either.
+SPARK_COMMANDS["watch"] = (
+    "run continuously: repair lost bookies, audit on a schedule, export metrics",
+    "Run until SIGTERM: elect a leader among instances, react to lost bookies after "
+    "lostBookieRecoveryDelay (audit, mark, repair, re-audit into the Delta tables), run "
+    "periodic audits, and serve Prometheus metrics, /healthz and /readyz. Exit 0 on SIGTERM, "
+    "2 when it cannot start.",
+    _watch_job,
+)
+SPARK_COMMANDS["status"] = (
+    "bookies, marks, watch leader, Java Auditor, last audits",
+    "One screen of cluster state: writable, readonly and down bookies, under-replicated "
+    "ledgers from BookKeeper's marks, the watch leader, the Java Auditor, the disable flag and "
+    "the age of each check's last audit. Exit 0 nothing marked or down, 1 otherwise, 2 error.",
+    _status_job,
+)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ Precedence, highest first:
 2. ``BKAUDIT_<COMMAND>_<FLAG>`` environment variables (``BKAUDIT_AUDIT_READ_TIMEOUT=10``,
    ``BKAUDIT_REREPLICATE_GRACE_PERIOD=5m``, ``BKAUDIT_REREPLICATE_DRY_RUN=true``);
 3. the global environment variables ``BKAUDIT_ZK``, ``BKAUDIT_WAREHOUSE``, ``BKAUDIT_MASTER``,
-   ``BKAUDIT_ZK_AUTH``, ``BKAUDIT_LEDGERS_ROOT`` (for every command that has the flag);
+   ``BKAUDIT_ZK_AUTH``, ``BKAUDIT_LEDGERS_ROOT``, ``BKAUDIT_METADATA_URI``,
+   ``BKAUDIT_PASSWORD`` (for every command that has the flag);
 4. the command's section of the config file (``audit:``, ``rereplicate:``, ...);
 5. the file's ``global:`` section;
 6. the parser's built-in default.
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from jobs.connection import SECRET_DESTS, ConnectionArgsError, resolve_connection
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -53,6 +56,8 @@ GLOBAL_ENV: dict[str, str] = {
     "master": "BKAUDIT_MASTER",
     "zk_auth": "BKAUDIT_ZK_AUTH",
     "ledgers_root": "BKAUDIT_LEDGERS_ROOT",
+    "password": "BKAUDIT_PASSWORD",
+    "metadata_uri": "BKAUDIT_METADATA_URI",
 }
 """Flags every command that has them takes from one environment variable."""
 
@@ -61,6 +66,18 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "whatif": (
+        "bkaudit whatif --zk zk1:2181/pulsar --bookie 10.0.0.7:3181 --exit-code",
+        "bkaudit whatif --zk zk1:2181/pulsar --rack /rack-a --warehouse /data/bkaudit",
+    ),
+    "blastradius": (
+        "bkaudit blastradius --zk zk1:2181/pulsar --warehouse /data/bkaudit",
+        "bkaudit blastradius --executor spark --zk zk1:2181 --warehouse s3a://ops/bkaudit",
+    ),
+    "triage": (
+        "bkaudit triage --warehouse /data/bkaudit --zk zk1:2181/pulsar",
+        "bkaudit triage --warehouse /data/bkaudit       # from the audit's own rows",
+    ),
     "audit": (
         "bkaudit audit --zk zk1:2181/pulsar --warehouse /data/bkaudit --check replicas",
         "bkaudit audit --check lost          # zk and warehouse from conf/bkaudit.yaml",
@@ -71,6 +88,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
         "bkaudit rereplicate --grace-period 5m --rate 20MiB",
         "bkaudit rereplicate --run-id 20260101T000000Z-1a2b3c4d   # repair that audit's findings",
+        "bkaudit rereplicate --fix-placement --dry-run   # rack moves for PLACEMENT_VIOLATION",
     ),
     "recover": (
         "bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
@@ -97,6 +115,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "demo": ("bkaudit demo", "bkaudit demo --ledgers 1000 --bookies 7 --dir /tmp/demo"),
 }
 """``--help`` examples per command (see :func:`help_epilog`)."""
+EXAMPLES["watch"] = (
+    "bkaudit watch --zk zk1:2181/pulsar --warehouse /data/bkaudit --metrics-port 9464",
+    "bkaudit watch --every lost=1h,sample=24h --lost-bookie-recovery-delay 60s --log-format json",
+)
+EXAMPLES["status"] = (
+    "bkaudit status --zk zk1:2181/pulsar --warehouse /data/bkaudit",
+    "bkaudit status --zk zk1:2181/pulsar --format json",
+)
 
 
 def help_epilog(command: str) -> str:
@@ -268,8 +294,9 @@ def apply_config(
         if action.required and value not in (None, ""):
             action.required = False
         if action.help is not argparse.SUPPRESS and value != builtin:
-            # %% because argparse %-formats help strings.
-            note = f"[default {str(value).replace('%', '%%')} from {source}]"
+            # %% because argparse %-formats help strings. A secret's value is never shown.
+            shown = "set" if dest in SECRET_DESTS else f"{str(value).replace('%', '%%')}"
+            note = f"[default {shown} from {source}]"
             action.help = f"{action.help} {note}" if action.help else note
     if "config" not in {a.dest for a in parser._actions}:
         parser.add_argument(
@@ -304,7 +331,12 @@ def parse_with_config(
         apply_config(parser, command, config_path_from_argv(argv), env=env)
     except ConfigError as exc:
         parser.error(str(exc))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        return resolve_connection(parser, args, argv)
+    except ConnectionArgsError as exc:  # one line, exit 2 (no usage block)
+        print(f"{command}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def configure_logging(

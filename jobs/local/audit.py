@@ -3,6 +3,7 @@ written through delta-rs. Same steps and same rows as :mod:`jobs.spark.audit_job
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections import Counter
@@ -15,7 +16,9 @@ from bklib.audit.classify import keep_still_current, summarize
 from bklib.audit.engine import (
     ScanPlan,
     bookie_rows,
+    capability_counts,
     check_ledgers,
+    learn_bookies,
     lost_bookies,
     read_ledgers,
     scan_dirs,
@@ -25,6 +28,12 @@ from bklib.meta.registration import list_bookies
 from bklib.meta.store import connect
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.audit_run import log_metadata, run_status
+from jobs.placement import (
+    PlacementPass,
+    final_placement_counts,
+    placement_counts,
+    under_replication,
+)
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
@@ -122,8 +131,12 @@ class LocalAudit:
             with SyncBookieClient(
                 cfg.zk, ledgers_root=cfg.ledgers_root, config=client_config
             ) as client:
+                self.bookies, settings = learn_bookies(
+                    client, self.bookies, self.ledgers, cfg.fetch, cfg.check
+                )
+                counts.update(capability_counts(self.bookies))
                 for _, reports, f in _progress(
-                    check_ledgers(self.ledgers, lost, cfg.check, client=client, settings=cfg.fetch),
+                    check_ledgers(self.ledgers, lost, cfg.check, client=client, settings=settings),
                     len(self.ledgers),
                     cfg.check,
                 ):
@@ -164,7 +177,8 @@ class LocalAudit:
         """Append the run to the Delta tables, ``audit_runs`` last."""
         cfg, run = self.config, self.run
         t0 = time.monotonic()
-        run.counts.update(summarize(self.findings))
+        run.counts.update(summarize(under_replication(self.findings)))
+        run.counts.update(final_placement_counts(self.findings, run.counts))
         run.status = run_status(run.counts)
         wh = cfg.warehouse
         previous: dict[tuple[int, int, str], datetime] = {}
@@ -190,9 +204,17 @@ class LocalAudit:
             }
             for f in self.findings
         ]
-        delta.append_rows(wh, FRAGMENTS, fragments)
-        delta.append_rows(wh, LEDGERS, ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers))
-        delta.append_rows(wh, BOOKIES, ({"run_id": run.run_id, **b.as_row()} for b in self.bookies))
+        ledgers = ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers)
+        bookies = ({"run_id": run.run_id, **b.as_row()} for b in self.bookies)
+        # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
+        # audit_runs, which makes the run visible, only once all three are committed.
+        with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
+            writes = [
+                pool.submit(delta.append_rows, wh, table, rows)
+                for table, rows in ((FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies))
+            ]
+            for w in writes:
+                w.result()
         run.finished_at = datetime.now(timezone.utc)
         delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
         log.info(
@@ -209,8 +231,27 @@ class LocalAudit:
         delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
         self.scan()
         self.check()
+        self.placement()
         self.recheck()
         return self.load()
+
+    def placement(self) -> None:
+        """The placement pass (metadata only, docs/placement.md) when racks are known: one
+        PLACEMENT_VIOLATION finding per segment of a closed ledger that breaks the rule."""
+        cfg = self.config
+        if cfg.rack_document is None:
+            return
+        check = PlacementPass(cfg.rack_document, cfg.placement_rule)
+        checked, found = 0, []
+        for v in self.ledgers:
+            n, f = check.ledger(v)
+            checked += n
+            found.extend(f)
+        named = {b for v in self.ledgers if v.ok and v.is_closed for b in v.bookies()}
+        self.run.counts.update(
+            placement_counts(checked, found, named, cfg.rack_document, cfg.placement_rule)
+        )
+        self.findings.extend(found)
 
 
 def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:

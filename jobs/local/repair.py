@@ -16,8 +16,13 @@ from typing import TYPE_CHECKING, Any
 from bklib.audit.accounting import ScanAccount, scanned_per_directory
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView
-from bklib.repair.requests import LedgerRequest, request_for_bookies, requests_from_findings
-from bklib.states import ActionStatus, Executor
+from bklib.repair.requests import (
+    LedgerRequest,
+    mark_requests,
+    request_for_bookies,
+    requests_from_findings,
+)
+from bklib.states import ActionStatus, Executor, Reason
 from jobs.repair_partition import repair_partition, repair_partition_rows
 from jobs.repair_run import log_done, log_start, stamp
 from jobs.tables import delta
@@ -90,6 +95,8 @@ class LocalRepair:
         """Ledgers whose metadata could not be read or parsed: they may name the bookies."""
         self.unnamed: list[str] = []
         """Requested bookies that no readable ensemble names (often a typo in the id)."""
+        self.placement_skipped = 0
+        """PLACEMENT_VIOLATION findings a plain rereplicate leaves alone (docs/placement.md)."""
 
     def requests_from_audit(self) -> list[LedgerRequest] | None:
         """Requests for the latest completed audit run (or ``audit_run_id``); None if there
@@ -117,7 +124,11 @@ class LocalRepair:
             columns=["ledger_id", "segment_first_entry_id", "old_bookie", "status"],
             filters=[("status", "=", ActionStatus.NO_REPLICA)],
         )
-        reqs = requests_from_findings(findings, previous)
+        findings = list(findings)
+        self.placement_skipped = sum(
+            1 for f in findings if f["reason"] == Reason.PLACEMENT_VIOLATION
+        )
+        reqs = requests_from_findings(findings, previous, fix_placement=cfg.fix_placement)
         wanted = {r.ledger_id for r in reqs}
         if wanted:
             for r in delta.read_rows(
@@ -129,6 +140,26 @@ class LocalRepair:
                 if r["ledger_id"] in wanted:
                     self.lengths[r["ledger_id"]] = int(r["length"] or 0)
         return reqs
+
+    def requests_for_marks(self, reqs: list[LedgerRequest]) -> list[LedgerRequest]:
+        """Requests to verify the ledgers BookKeeper's under-replication marks name but no
+        request covers (``LedgerRequest.verify_mark``): a mark whose bookie came back is
+        cleared once the ledger checks healthy, instead of staying forever."""
+        from bklib.meta.store import connect
+        from bklib.meta.underreplication import UnderReplicationManager
+
+        cfg = self.config
+        zk = connect(cfg.zk, auth=cfg.zk_auth)
+        try:
+            urm = UnderReplicationManager(zk, cfg.ledgers_root)
+            marked = [m.ledger_id for m in urm.list_underreplicated()]
+        finally:
+            zk.stop()
+            zk.close()
+        out = mark_requests(marked, (r.ledger_id for r in reqs))
+        if out:
+            log.info("%d marked ledgers not in the audit's findings: checking them", len(out))
+        return out
 
     def requests_for_bookies(self, views: list[LedgerView]) -> list[LedgerRequest]:
         """Manual recover: every ledger whose metadata names one of the bookies."""

@@ -37,7 +37,7 @@ from typing import Any
 from bklib.states import ActionKind, ActionStatus, CountKey, RunStatus, Severity
 from jobs.cli.config import parse_with_config
 from jobs.tables import delta
-from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BLAST_RADIUS, FRAGMENTS, TRIAGE
 
 log = logging.getLogger("jobs.reports.html")
 
@@ -76,6 +76,7 @@ _FINDING_COLUMNS_READ = (
     "severity",
     "ledger_state",
     "first_detected_at",
+    "topic",
 )
 """Fragment columns the page uses; missing_ranges and the rest stay on disk."""
 _ACTION_COLUMNS_READ = (
@@ -395,6 +396,64 @@ class ReportData:
     stuck: list[dict[str, Any]] = field(default_factory=list)
     has_actions: bool = False
     title: str = DEFAULT_TITLE
+    topics: list[dict[str, Any]] = field(default_factory=list)
+    blast: list[dict[str, Any]] = field(default_factory=list)
+    triage: list[dict[str, Any]] = field(default_factory=list)
+
+
+def affected_topics(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Per Pulsar topic of the fragments: ledgers, fragments and worst severity, worst first
+    (fragments of ledgers without a topic are left out)."""
+    acc: dict[str, dict[str, Any]] = {}
+    for f in fragments:
+        topic = f.get("topic")
+        if not topic:
+            continue
+        t = acc.setdefault(topic, {"topic": topic, "ledgers": set(), "fragments": 0, "rank": 9})
+        t["ledgers"].add(f["ledger_id"])
+        t["fragments"] += 1
+        t["rank"] = min(t["rank"], Severity.ORDER.get(f.get("severity") or "", 9))
+    out = [
+        {
+            "topic": t["topic"],
+            "ledgers": len(t["ledgers"]),
+            "fragments": t["fragments"],
+            "worst": next((k for k, v in Severity.ORDER.items() if v == t["rank"]), None),
+        }
+        for t in acc.values()
+    ]
+    return sorted(out, key=lambda t: (Severity.ORDER.get(t["worst"] or "", 9), -t["ledgers"]))
+
+
+def latest_blast_radius(rows: Iterable[Mapping[str, Any]], limit: int = 10) -> list[Row]:
+    """The riskiest bookies and racks of the latest ``blast_radius`` run (``limit`` of each):
+    most entries lost, then ledgers lost, ledgers below AQ, writers blocked."""
+    rows = list(rows)
+    if not rows:
+        return []
+    latest = max(rows, key=lambda r: r["computed_at"])["run_id"]
+    mine = [dict(r) for r in rows if r["run_id"] == latest]
+
+    def risk(r: Mapping[str, Any]) -> tuple[int, ...]:
+        keys = ("entries_lost", "ledgers_lost", "ledgers_below_aq", "writers_blocked")
+        return tuple(-int(r.get(k) or 0) for k in keys)
+
+    out: list[Row] = []
+    for scope in ("bookie", "rack"):
+        out += sorted((r for r in mine if r["scope"] == scope), key=risk)[:limit]
+    return out
+
+
+def latest_triage(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """The rows of the latest ``triage`` run, by class then ledger."""
+    rows = list(rows)
+    if not rows:
+        return []
+    latest = max(rows, key=lambda r: r["triaged_at"])["run_id"]
+    return sorted(
+        (dict(r) for r in rows if r["run_id"] == latest),
+        key=lambda r: (r["class"], r["ledger_id"]),
+    )
 
 
 def _stream_rows(
@@ -447,12 +506,17 @@ def collect_report_data(
             )
         data.over_runs = severity_over_runs(history, frags, runs)
         data.findings_total = len(latest)
+        data.topics = affected_topics(latest)
         # Worst first, so a truncated table still shows what matters.
         data.findings = findings_with_repair_status(worst_findings(latest, max_findings), actions)
     else:
         data.over_runs = [
             {**run, **dict.fromkeys((*SEVERITIES, "fragments", "underreplicated_ledgers"), 0)}
         ]
+    if delta.table_exists(warehouse, BLAST_RADIUS):
+        data.blast = latest_blast_radius(delta.read_rows(warehouse, BLAST_RADIUS))
+    if delta.table_exists(warehouse, TRIAGE):
+        data.triage = latest_triage(delta.read_rows(warehouse, TRIAGE))
     if actions is not None:
         data.bucket_seconds = choose_bucket_seconds(float(finished_span_seconds(actions)))
         data.throughput = repair_throughput(actions, data.bucket_seconds)
@@ -727,6 +791,71 @@ def render_stuck_table(stuck: Sequence[dict[str, Any]], has_actions: bool) -> st
     )
 
 
+def _table(tid: str, head: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) -> str:
+    if not rows:
+        return f'<p class="empty ok" id="{tid}-empty">{_e(empty)}</p>'
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f'<table id="{tid}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render_risk_sections(data: ReportData) -> str:
+    """Blast radius (riskiest bookies and racks), affected topics, triage."""
+    head = ("name", "bookies", "ledgers", "below AQ", "ledgers lost", "entries lost",
+            "writers blocked", "topics")  # fmt: skip
+
+    def blast(scope: str) -> list[list[Any]]:
+        return [
+            [
+                r["name"],
+                r["bookies"],
+                r["ledgers"],
+                r["ledgers_below_aq"],
+                r["ledgers_lost"],
+                r["entries_lost"],
+                r["writers_blocked"],
+                len(r.get("topics") or []),
+            ]
+            for r in data.blast
+            if r["scope"] == scope
+        ]
+
+    no_blast = "No blastradius run recorded yet (bkaudit blastradius)."
+    topics = [[t["topic"], t["ledgers"], t["fragments"], t["worst"]] for t in data.topics]
+    triage = [
+        [
+            r["ledger_id"],
+            r["class"],
+            r.get("topic"),
+            r.get("age_seconds"),
+            r.get("lost_entries"),
+            r.get("detail"),
+            r.get("repair_status"),
+        ]
+        for r in data.triage
+    ]
+    return (
+        "<h2>Riskiest bookies (blast radius if each failed alone)</h2>"
+        + _table("blast-bookies", head, blast("bookie"), no_blast)
+        + "<h2>Riskiest racks</h2>"
+        + _table("blast-racks", head, blast("rack"), no_blast)
+        + "<h2>Affected topics (latest run)</h2>"
+        + _table(
+            "topics",
+            ("topic", "ledgers", "fragments", "worst severity"),
+            topics,
+            "No under-replicated ledger carries Pulsar topic metadata.",
+        )
+        + "<h2>Unrecoverable ledgers (triage)</h2>"
+        + _table(
+            "triage",
+            ("ledger", "class", "topic", "age (s)", "entries lost", "detail", "repair status"),
+            triage,
+            "No triage run recorded, or nothing to triage (bkaudit triage).",
+        )
+    )
+
+
 def render_html(data: ReportData) -> str:
     """The whole page for ``data``."""
     run = data.run
@@ -831,6 +960,7 @@ def render_html(data: ReportData) -> str:
 </div>
 <h2>Ledgers stuck in WAITING_GRACE or NO_REPLICA</h2>
 {render_stuck_table(data.stuck, data.has_actions)}
+{render_risk_sections(data)}
 <h2>Findings of run {_e(run["run_id"])}</h2>
 {shown_note}{render_findings_table(data.findings)}
 </body></html>

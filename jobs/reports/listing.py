@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
-from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, Severity
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, Reason, Severity
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 
@@ -57,7 +57,14 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument(
         "--count-only", action="store_true", help="--live: print only the number of ledgers"
     )
-    return parser
+    parser.add_argument(
+        "--by-topic",
+        action="store_true",
+        help="group the report by Pulsar topic (from the ledgers' custom metadata)",
+    )
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
 
 
 REPAIRED = "REPAIRED"
@@ -171,6 +178,50 @@ def format_report(
     return "\n".join(lines)
 
 
+NO_TOPIC = "(no topic)"
+
+
+def format_by_topic(
+    run: dict[str, Any],
+    fragments: list[dict[str, Any]],
+    repairs: dict[int, tuple[str, dict[str, Any]]] | None = None,
+) -> str:
+    """The report grouped by Pulsar topic: per topic its ledgers, fragments, worst severity
+    and how many ledgers are still unrepaired; ledgers without topic metadata last."""
+    repairs = repairs or {}
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for f in fragments:
+        by_topic[f.get("topic") or NO_TOPIC].append(f)
+    lines = [f"audit run {run['run_id']}: check {run['check']}, {run['status']}, by topic"]
+
+    def worst(fs: list[dict[str, Any]]) -> str:
+        ranked = [f["severity"] for f in fs if f["severity"] in Severity.ORDER]
+        return min(ranked, key=Severity.ORDER.__getitem__, default="none")
+
+    def order(t: str) -> tuple[bool, int, int, str]:
+        fs = by_topic[t]
+        return (t == NO_TOPIC, Severity.ORDER.get(worst(fs), 9), -len(fs), t)
+
+    for topic in sorted(by_topic, key=order):
+        fs = by_topic[topic]
+        ledgers = sorted({f["ledger_id"] for f in fs})
+        left = [lid for lid in ledgers if repairs.get(lid, ("",))[0] not in RESOLVED]
+        components = sorted({f.get("component") or "-" for f in fs})
+        lines.append(
+            f"{topic}  {len(ledgers)} ledgers, {len(fs)} fragments, worst {worst(fs)}, "
+            f"{len(left)} unrepaired  component {','.join(components)}"
+        )
+        lines.append(
+            "\tledgers: " + " ".join(map(str, ledgers[:50])) + (" ..." if len(ledgers) > 50 else "")
+        )
+    if not by_topic:
+        lines.append("no under-replicated ledgers")
+    else:
+        named = len([t for t in by_topic if t != NO_TOPIC])
+        lines.append(f"{named} topics affected, {len({f['ledger_id'] for f in fragments})} ledgers")
+    return "\n".join(lines)
+
+
 def _one_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (delta-rs errors span many)."""
     text = str(exc).strip()
@@ -190,6 +241,7 @@ def list_underreplicated(
     missing_replica: str | None = None,
     run_id: str | None = None,
     out: TextIO | None = None,
+    by_topic: bool = False,
 ) -> int:
     """Print the report of the latest completed run (or ``run_id``): 0 clean, 1 findings,
     2 on error (no warehouse, no such run, a table that cannot be read), with one line on
@@ -204,7 +256,13 @@ def list_underreplicated(
             print(f"listunderreplicated: no {what} in {warehouse}", file=sys.stderr)
             return 2
         filters = {"bookie_id": missing_replica} if missing_replica else None
-        frags = delta.run_fragments(warehouse, run["run_id"], filters)
+        # Placement violations are not under-replication (docs/placement.md): the audit's
+        # summary and the HTML report show them; this listing is Java's, of missing replicas.
+        frags = [
+            f
+            for f in delta.run_fragments(warehouse, run["run_id"], filters)
+            if f["reason"] != Reason.PLACEMENT_VIOLATION
+        ]
         # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
         errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run["run_id"])
         wanted = sorted({f["ledger_id"] for f in frags})
@@ -218,7 +276,10 @@ def list_underreplicated(
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2
-    print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
+    if by_topic:
+        print(format_by_topic(run, frags, repairs), file=out or sys.stdout)
+    else:
+        print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
     left = {f["ledger_id"] for f in frags} - {
         lid for lid, (status, _) in repairs.items() if status in RESOLVED
     }
@@ -288,7 +349,10 @@ def run_listunderreplicated(args: argparse.Namespace, spark: Any = None) -> int:
             print("listunderreplicated: --warehouse is required (or --live)", file=sys.stderr)
             return 2
         return list_underreplicated(
-            args.warehouse, missing_replica=args.missing_replica, run_id=args.run_id
+            args.warehouse,
+            missing_replica=args.missing_replica,
+            run_id=args.run_id,
+            by_topic=getattr(args, "by_topic", False),
         )
     except Exception as exc:  # formatting a malformed row, say: still one line, exit 2
         log.debug("listunderreplicated failed", exc_info=True)

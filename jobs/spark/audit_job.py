@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bklib.audit.engine import ScanPlan
+from bklib.audit.engine import BookieRow, ScanPlan, capability_counts
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
-from bklib.states import BookieState, Check, CountKey, Executor
+from bklib.states import BookieState, Check, CountKey, Executor, Reason
 from jobs.audit_run import log_metadata, run_status
+from jobs.placement import PlacementPass, placement_counts
 from jobs.spark import extract, load, transform
+from jobs.spark.schema import FRAGMENT_ARROW, FRAGMENT_SCHEMA
 from jobs.tables.runs import RunRecord, new_run_id
 
 if TYPE_CHECKING:
@@ -114,6 +118,19 @@ class AuditJob:
         if cfg.check != Check.LOST:
             self._phase(f"{cfg.check}: bookie entry lists")
             lost = transform.lost_bookie_ids(self.bookies)
+            bookies, settings = extract.learn_bookies_df(
+                self.spark,
+                cfg.zk,
+                self.ledgers,
+                self.bookies,
+                cfg.fetch,
+                cfg.check,
+                root=cfg.ledgers_root,
+            )
+            self.bookies = self._keep(bookies)
+            counts.update(
+                capability_counts(BookieRow(**r.asDict()) for r in self.bookies.collect())
+            )
             entries = self._keep(
                 extract.fetch_bookie_entries(
                     self.ledgers,
@@ -121,7 +138,7 @@ class AuditJob:
                     cfg.zk,
                     cfg.check,
                     root=cfg.ledgers_root,
-                    settings=cfg.fetch,
+                    settings=settings,
                     lost=lost,
                 )
             )
@@ -196,7 +213,13 @@ class AuditJob:
         t0 = time.monotonic()
         self._phase("write Delta tables")
         counts = self.run.counts
-        counts.update(transform.summarize(self.fragments))
+        placement = F.col("reason") == Reason.PLACEMENT_VIOLATION
+        counts.update(transform.summarize(self.fragments.filter(~placement)))
+        if CountKey.PLACEMENT_SEGMENTS in counts:
+            rows = self.fragments.filter(placement).select("ledger_id").collect()
+            counts[CountKey.PLACEMENT_VIOLATIONS] = len(rows)
+            counts[CountKey.PLACEMENT_LEDGERS] = len({r["ledger_id"] for r in rows})
+            counts[CountKey.reason(Reason.PLACEMENT_VIOLATION)] = len(rows)
         self.run.status = run_status(counts)
         self.run.finished_at = datetime.now(timezone.utc)
         load.write_run(
@@ -220,8 +243,44 @@ class AuditJob:
         """extract, check, recheck, load."""
         self.extract()
         self.check()
+        self.placement()
         self.recheck()
         return self.load()
+
+    def placement(self) -> None:
+        """The placement pass (metadata only, docs/placement.md) over closed ledgers, in Spark
+        tasks, when racks are known; its findings join the check's."""
+        assert self.ledgers is not None and self.fragments is not None, "check() first"
+        cfg = self.config
+        if cfg.rack_document is None:
+            return
+        self._phase("placement check")
+        check = PlacementPass(cfg.rack_document, cfg.placement_rule)
+        closed = (
+            transform.healthy_ledgers(self.ledgers)
+            .filter(F.col("state") == CLOSED)
+            .drop("password")
+        )
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                out = check.rows(batch.to_pylist())
+                if out:
+                    yield pa.RecordBatch.from_pylist(out, schema=FRAGMENT_ARROW)
+
+        found = self._keep(closed.mapInArrow(run, FRAGMENT_SCHEMA))
+        rows = [r.asDict() for r in found.select("ledger_id").collect()]
+        checked = closed.agg(F.sum(F.size("segments"))).first()[0] or 0
+        named = [
+            r["b"]
+            for r in closed.select(F.explode(F.flatten(F.col("segments.ensemble"))).alias("b"))
+            .distinct()
+            .collect()
+        ]
+        self.run.counts.update(
+            placement_counts(int(checked), rows, named, cfg.rack_document, cfg.placement_rule)
+        )
+        self.fragments = self._keep(self.fragments.unionByName(found))
 
     def close(self) -> None:
         """Release the cached DataFrames."""

@@ -19,14 +19,17 @@ from pyspark.sql import functions as F
 
 from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import (
+    BookieRow,
     ScanPlan,
     bookie_rows,
     check_ledgers,
+    learn_bookies,
     plan_scan,
     read_ledgers,
     scan_dirs,
 )
 from bklib.audit.model import LedgerView
+from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
@@ -153,6 +156,43 @@ def bookies_df(
     }
     rows = [r.as_row() for r in bookie_rows(registry, named)]
     return spark.createDataFrame(rows, BOOKIE_SCHEMA)
+
+
+def learn_bookies_df(
+    spark: SparkSession,
+    hosts: str,
+    ledgers: DataFrame,
+    bookies: DataFrame,
+    settings: CheckSettings,
+    check: str,
+    *,
+    root: str = DEFAULT_LEDGERS_ROOT,
+) -> tuple[DataFrame, CheckSettings]:
+    """The run's capability probe, from the driver (:func:`bklib.audit.engine.learn_bookies`):
+    the bookies table with the answers, and the settings that carry them to every task."""
+    from bklib.client.connection import ClientConfig
+    from bklib.client.pool import SyncBookieClient
+
+    closed = F.col("state") == LedgerState.CLOSED.name
+    picks = {
+        r.bookie_id: int(r.closed if r.closed is not None else r.any)
+        for r in healthy_ledgers(ledgers)
+        .select("ledger_id", "state", F.explode("segments").alias("s"))
+        .select("ledger_id", "state", F.explode("s.ensemble").alias("bookie_id"))
+        .groupBy("bookie_id")
+        .agg(
+            F.min(F.when(closed, F.col("ledger_id"))).alias("closed"),
+            F.min("ledger_id").alias("any"),
+        )
+        .collect()
+    }
+    rows = [BookieRow(**r.asDict()) for r in bookies.collect()]
+    config = ClientConfig(
+        read_timeout=settings.read_timeout, connect_timeout=settings.connect_timeout
+    )
+    with SyncBookieClient(hosts, ledgers_root=root, config=config) as client:
+        rows, settings = learn_bookies(client, rows, picks, settings, check)
+    return spark.createDataFrame([r.as_row() for r in rows], BOOKIE_SCHEMA), settings
 
 
 def _fetch_task(

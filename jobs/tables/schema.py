@@ -83,6 +83,9 @@ LEDGER_SCHEMA = pa.schema(
         _f("segments", pa.list_(pa.field("element", SEGMENT, nullable=False))),
         # A znode that could not be read or parsed: the error, naming the znode.
         _f("error", pa.string()),
+        # Pulsar's custom metadata (bklib.meta.pulsar): the topic and the component tag.
+        _f("topic", pa.string()),
+        _f("component", pa.string()),
     ]
 )
 """One row per ledger znode (:meth:`bklib.audit.model.LedgerView.as_row`)."""
@@ -94,6 +97,9 @@ BOOKIE_SCHEMA = pa.schema(
         _f("host", pa.string()),
         _f("port", pa.int32()),
         _f("error", pa.string()),
+        # The run's capability probe (None: not asked, or no answer): see docs/executors.md.
+        _f("list_entries", pa.bool_()),
+        _f("batch_read", pa.bool_()),
     ]
 )
 
@@ -134,6 +140,8 @@ FRAGMENT_SCHEMA = pa.schema(
         _f("write_quorum", pa.int32()),
         _f("ack_quorum", pa.int32()),
         _f("error", pa.string()),
+        _f("topic", pa.string()),
+        _f("component", pa.string()),
     ]
 )
 """One under-replicated fragment (:meth:`bklib.audit.model.Finding.as_row`)."""
@@ -198,3 +206,62 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     FRAGMENTS: FRAGMENTS_TABLE_SCHEMA,
     ACTIONS: ACTIONS_SCHEMA,
 }
+
+# ---- what-if and triage tables (not part of an audit run: TABLES stays the audit's) -----------
+
+BLAST_RADIUS = "blast_radius"
+TRIAGE = "triage"
+
+BLAST_RADIUS_SCHEMA = pa.schema(
+    [
+        RUN_ID,
+        _f("computed_at", TS, False),
+        # The audit whose missing replicas counted as gone (None: metadata only).
+        _f("audit_run_id", pa.string()),
+        _f("scope", pa.string(), False),  # bookie / rack
+        _f("name", pa.string(), False),
+        _f("bookies", pa.int32()),
+        _f("ledgers", pa.int64()),
+        _f("ledgers_below_aq", pa.int64()),
+        _f("ledgers_lost", pa.int64()),
+        _f("entries_below_aq", pa.int64()),
+        _f("entries_lost", pa.int64()),
+        # Open ledgers below AQ whose last segment's entry count only the bookies know.
+        _f("ledgers_entries_unknown", pa.int64()),
+        _f("writers_blocked", pa.int64()),
+        _f("topics", pa.list_(pa.field("element", pa.string(), nullable=False))),
+        _f("topics_lost", pa.list_(pa.field("element", pa.string(), nullable=False))),
+        _f("executor", pa.string()),
+    ]
+)
+"""One bookie's or rack's blast radius (:class:`bklib.audit.whatif.ScopeImpact`)."""
+
+TRIAGE_SCHEMA = pa.schema(
+    [
+        RUN_ID,
+        _f("triaged_at", TS, False),
+        _f("audit_run_id", pa.string()),
+        _f("ledger_id", pa.int64(), False),
+        _f("class", pa.string(), False),  # bklib.states.TriageClass
+        _f("detail", pa.string()),
+        _f("topic", pa.string()),
+        _f("component", pa.string()),
+        _f("ledger_state", pa.string()),
+        _f("ensemble_size", pa.int32()),
+        _f("write_quorum", pa.int32()),
+        _f("ack_quorum", pa.int32()),
+        _f("lost_entries", pa.int64()),
+        _f("lost_ranges", RUNS),
+        _f("lost_ranges_truncated", pa.bool_()),
+        _f("ctime", TS),
+        _f("age_seconds", pa.int64()),
+        _f("first_detected_at", TS),
+        _f("repair_status", pa.string()),
+    ]
+)
+"""One unrecoverable ledger and why (:func:`bklib.audit.triage.triage_ledger`)."""
+
+PARTITION_BY[BLAST_RADIUS] = []
+PARTITION_BY[TRIAGE] = []
+TABLE_SCHEMAS[BLAST_RADIUS] = BLAST_RADIUS_SCHEMA
+TABLE_SCHEMAS[TRIAGE] = TRIAGE_SCHEMA

@@ -77,7 +77,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, zk_server: Any) -> Iterat
         c.admin(b0).add_fault("drop", op="GET_LIST_OF_ENTRIES_OF_LEDGER", ledger=ids["probe"])
         assert c.admin(b0).delete_entries(ids["probe"], [6]) == [6]
         # silent: b3 answers nothing at all for this ledger.
-        for op in ("GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY", "READ_LAC"):
+        for op in ("GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY", "BATCH_READ_ENTRY", "READ_LAC"):
             c.admin(b3).add_fault("drop", op=op, ledger=ids["silent"])
         # corrupt: one stored byte of entry 5 on b2 flipped (write set [2, 0]).
         c.admin(b2).corrupt_entry(ids["corrupt"], 5)

@@ -152,7 +152,7 @@ def test_local_and_spark_write_the_same_rows_for_every_check_and_for_repair(
         _audit(a.zk, wh_local, Check.LOST, Executor.LOCAL, spark)
         runs = delta.read_rows(str(wh_local), AUDIT_RUNS)
         execs = [r["executor"] for r in sorted(runs, key=lambda r: r["started_at"])]
-        assert execs == [Executor.LOCAL] * 3 + [Executor.SPARK, Executor.LOCAL]
+        assert execs == [Executor.LOCAL] * len(Check.ALL) + [Executor.SPARK, Executor.LOCAL]
         assert spark.read.format("delta").load(str(wh_local / FRAGMENTS)).count() == len(
             delta.read_rows(str(wh_local), FRAGMENTS)
         )

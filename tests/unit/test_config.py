@@ -26,6 +26,9 @@ from jobs.cli.config import (
 from jobs.reports.html import add_report_arguments
 from jobs.reports.listing import add_list_arguments
 from jobs.rereplicate import add_repair_arguments
+from jobs.triage import add_triage_arguments
+from jobs.watch.cli import add_status_arguments, add_watch_arguments
+from jobs.whatif import add_blastradius_arguments, add_whatif_arguments
 
 
 def audit_parser() -> argparse.ArgumentParser:
@@ -74,12 +77,20 @@ def test_precedence_file_global_then_section_then_env_then_flags(tmp_path: Path)
     assert (a.zk, a.check, a.warehouse) == ("flag:2181", "replicas", "/wh-file")
 
 
-def test_required_flags_stay_required_unless_config_supplies_them(tmp_path: Path) -> None:
+def test_required_flags_stay_required_unless_config_supplies_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = write(tmp_path / "empty.yaml", {"global": {"zk": None}})
+    with pytest.raises(SystemExit) as exit_:  # --zk (or --metadata-uri) still required
+        parse_with_config(
+            audit_parser(), "audit", ["--config", str(empty), "--warehouse", "/w"], env={}
+        )
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "audit: one of --zk or --metadata-uri is required\n"
     p = audit_parser()
     apply_config(p, "audit", empty, env={})
     with pytest.raises(SystemExit):
-        p.parse_args(["--warehouse", "/w"])  # --zk still required
+        p.parse_args(["--zk", "z:1"])  # --warehouse still required
     p = audit_parser()
     apply_config(p, "audit", empty, env={"BKAUDIT_ZK": "z:1", "BKAUDIT_WAREHOUSE": "/w"})
     a = p.parse_args([])
@@ -175,9 +186,14 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "report": lambda: add_report_arguments(argparse.ArgumentParser()),
     "sandbox": _cli_subparser("sandbox"),
     "demo": _cli_subparser("demo"),
+    "whatif": lambda: add_whatif_arguments(argparse.ArgumentParser()),
+    "blastradius": lambda: add_blastradius_arguments(argparse.ArgumentParser()),
+    "triage": lambda: add_triage_arguments(argparse.ArgumentParser()),
 }
 for _mode in ("rereplicate", "recover", "decommission"):
     PARSERS[_mode] = lambda m=_mode: add_repair_arguments(argparse.ArgumentParser(), m)
+PARSERS["watch"] = lambda: add_watch_arguments(argparse.ArgumentParser())
+PARSERS["status"] = lambda: add_status_arguments(argparse.ArgumentParser())
 
 
 @pytest.mark.parametrize("command", sorted(PARSERS))

@@ -323,3 +323,37 @@ def test_classify_replicas_edges() -> None:
     assert classify_replicas(0, 1, 1) == NO_REPLICA
     assert classify_replicas(2, 2, 2) is None
     assert classify_replicas(1, 2, 2) == BELOW_AQ
+
+
+def test_sample_stripe_follows_ledger_checker() -> None:
+    from bklib.quorum import sample_stripe, stripe_first_last
+
+    rng = random.Random(7)
+    for _ in range(400):
+        e = rng.randint(1, 6)
+        wq = rng.randint(1, e)
+        idx = rng.randrange(e)
+        first = rng.randint(0, 50)
+        last = first + rng.randint(-1, 300)
+        pct = rng.choice([0.0, 1.0, 10.0, 33.3, 99.0, 100.0])
+        got = sample_stripe(idx, first, last, e, wq, pct, random.Random(1))
+        stripe = list(iter_stripe(idx, first, last, e, wq)) if last >= first else []
+        if not stripe:
+            assert got == []
+            continue
+        lo, hi = stripe_first_last(idx, first, last, e, wq) or (None, None)
+        assert got == sorted(set(got)) and set(got) <= set(stripe)
+        assert got[0] == lo and got[-1] == hi  # always the fragment's first and last
+        length = hi - lo + 1
+        if pct >= 100.0 or int(length * pct / 100) >= length:
+            assert got == stripe
+        elif pct == 0.0:
+            assert got == sorted({lo, hi})
+        else:
+            # At most one pick per bucket of the fragment's length, plus its two ends.
+            assert len(got) <= int(length * pct / 100) + 2
+    # The same seed gives the same sample; another seed another one.
+    a = sample_stripe(0, 0, 9999, 3, 2, 5.0, random.Random(1))
+    assert a == sample_stripe(0, 0, 9999, 3, 2, 5.0, random.Random(1))
+    assert a != sample_stripe(0, 0, 9999, 3, 2, 5.0, random.Random(2))
+    assert 250 <= len(a) <= 502  # ~5% of 10,000 ids, about 2/3 of them on index 0's stripe

@@ -1,0 +1,106 @@
+"""Pulsar's ledger custom metadata: which topic a ledger belongs to, and what it holds.
+
+Pulsar's broker tags every ledger it creates (``org.apache.bookkeeper.mledger.impl.
+LedgerMetadataUtils``, Pulsar 2.6 and later):
+
+==========================  ==========================================================
+key                         value
+==========================  ==========================================================
+``application``             ``pulsar``
+``component``               ``managed-ledger`` (topic data and cursor ledgers),
+                            ``compacted-ledger`` (``buildMetadataForCompactedLedger``),
+                            ``schema`` (``buildMetadataForSchema``)
+``pulsar/managed-ledger``   the managed-ledger name ``tenant/namespace/domain/encodedName``
+                            (``buildBaseManagedLedgerMetadata``; also on cursor ledgers)
+``pulsar/cursor``           the cursor name, on a cursor's ledger
+``pulsar/compactedTopic``   the compacted topic's full name, on a compacted ledger
+``pulsar/compactedTo``      the last compacted message id (binary)
+``pulsar/schemaId``         the schema id ``tenant/namespace/topic`` (domain-independent)
+==========================  ==========================================================
+
+Pulsar 2.5 wrote ``psr/managed-ledger``, ``psr/cursor`` and ``compactedTopic``; they are read
+too. The topic comes from the managed-ledger name as ``TopicName.fromPersistenceNamingEncoding``
+derives it: ``tenant/namespace/persistent/my%20topic`` is ``persistent://tenant/namespace/my
+topic`` (the local name is URL-decoded, ``Codec.decode``), and a v1 name
+``tenant/cluster/namespace/persistent/t`` is ``persistent://tenant/cluster/namespace/t``.
+A schema ledger's topic is ``persistent://`` + its schema id: Pulsar keeps one schema for the
+persistent and non-persistent topic of a name, and only the persistent one has ledgers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+__all__ = [
+    "COMPONENT",
+    "CURSOR",
+    "MANAGED_LEDGER",
+    "PulsarLedger",
+    "decode_pulsar_metadata",
+    "topic_of_managed_ledger",
+]
+
+APPLICATION = "application"
+COMPONENT = "component"
+MANAGED_LEDGER = "pulsar/managed-ledger"
+CURSOR = "pulsar/cursor"
+COMPACTED_TOPIC = "pulsar/compactedTopic"
+SCHEMA_ID = "pulsar/schemaId"
+LEGACY_MANAGED_LEDGER = "psr/managed-ledger"
+LEGACY_CURSOR = "psr/cursor"
+LEGACY_COMPACTED_TOPIC = "compactedTopic"
+
+COMPONENT_MANAGED_LEDGER = "managed-ledger"
+COMPONENT_COMPACTED = "compacted-ledger"
+COMPONENT_SCHEMA = "schema"
+
+
+@dataclass(frozen=True)
+class PulsarLedger:
+    """What Pulsar's custom metadata says about a ledger (every field None when absent)."""
+
+    component: str | None = None
+    topic: str | None = None
+    managed_ledger: str | None = None
+    cursor: str | None = None
+
+
+def _text(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8") or None
+    except UnicodeDecodeError:
+        return None
+
+
+def topic_of_managed_ledger(name: str) -> str | None:
+    """The full topic name of a managed ledger name (``TopicName.fromPersistenceNamingEncoding``),
+    or None when the name has neither 4 (v2) nor 5 (v1) parts."""
+    parts = name.split("/")
+    if len(parts) == 4:
+        tenant, namespace, domain, local = parts
+        return f"{domain}://{tenant}/{namespace}/{unquote_plus(local)}"
+    if len(parts) == 5:
+        tenant, cluster, namespace, domain, local = parts
+        return f"{domain}://{tenant}/{cluster}/{namespace}/{unquote_plus(local)}"
+    return None
+
+
+def decode_pulsar_metadata(custom: Mapping[str, bytes]) -> PulsarLedger:
+    """Decode a ledger's custom metadata; a ledger Pulsar did not tag gives all-None fields."""
+    component = _text(custom.get(COMPONENT))
+    ml = _text(custom.get(MANAGED_LEDGER)) or _text(custom.get(LEGACY_MANAGED_LEDGER))
+    cursor = _text(custom.get(CURSOR)) or _text(custom.get(LEGACY_CURSOR))
+    topic: str | None = None
+    if ml is not None:
+        topic = topic_of_managed_ledger(ml)
+    if topic is None:
+        topic = _text(custom.get(COMPACTED_TOPIC)) or _text(custom.get(LEGACY_COMPACTED_TOPIC))
+    if topic is None:
+        schema = _text(custom.get(SCHEMA_ID))
+        if schema is not None:
+            topic = schema if "://" in schema else f"persistent://{schema}"
+    return PulsarLedger(component, topic, ml, cursor)

@@ -1,0 +1,139 @@
+"""BookKeeper's ``metadataServiceUri`` as a ZooKeeper connect string plus a ledgers root.
+
+BookKeeper (``MetadataDrivers.getClientDriver``, ``ZKMetadataDriverBase``):
+
+* the scheme is lower-cased and split on ``+``; the first part picks the driver (``zk``), the
+  second the ledger manager: ``flat``, ``hierarchical``, ``longhierarchical``, ``null`` or none
+  (both: use the one recorded in the cluster's ``LAYOUT``); ``ms`` and others are refused;
+* the servers are the URI's authority with ``;`` turned into ``,``
+  (``getZKServersFromServiceUri``); a URI without one is invalid;
+* the ledgers root is the URI's path (``resolveZkLedgersRootPath``). There is no separate
+  chroot: ``zk://h:2181/pulsar/ledgers`` is ledgers root ``/pulsar/ledgers`` on ``h:2181``.
+
+Pulsar's driver (``org.apache.pulsar.metadata.bookkeeper.AbstractMetadataDriver``, scheme
+``metadata-store``) takes ``metadata-store:`` + a Pulsar metadata store URL, e.g.
+``metadata-store:zk:h1:2181,h2:2181/ledgers`` (what a broker derives from ``metadataStoreUrl``);
+``zk:`` is optional, as in Pulsar. The path is the ledgers root, ``/ledgers`` when absent.
+Other metadata stores (``etcd``, ``oxia``, ``rocksdb``, ``memory``) are not ZooKeeper and are
+refused by :class:`UnsupportedMetadataUri`, as is any other scheme.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "LAYOUTS",
+    "PULSAR_SCHEME",
+    "InvalidMetadataUri",
+    "MetadataTarget",
+    "UnsupportedMetadataUri",
+    "parse_metadata_uri",
+]
+
+PULSAR_SCHEME = "metadata-store"
+DEFAULT_PULSAR_LEDGERS_ROOT = "/ledgers"
+LAYOUTS = ("flat", "hierarchical", "longhierarchical")
+"""Ledger managers a ``zk+<layout>://`` URI may name (``null`` or none: read ``LAYOUT``)."""
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+_PULSAR_NON_ZK = ("etcd", "oxia", "rocksdb", "memory", "local-memory")
+
+
+class InvalidMetadataUri(ValueError):
+    """The text is no metadata service URI we can read."""
+
+
+class UnsupportedMetadataUri(InvalidMetadataUri):
+    """A valid URI for a metadata store that is not ZooKeeper (etcd, oxia, ...)."""
+
+
+@dataclass(frozen=True)
+class MetadataTarget:
+    """Where the metadata is: ZooKeeper ``connect`` string (no chroot) and ``ledgers_root``."""
+
+    connect: str
+    ledgers_root: str
+    layout: str | None = None
+    """The ledger manager the URI names, or None (the cluster's ``LAYOUT`` decides)."""
+
+
+def parse_metadata_uri(uri: str) -> MetadataTarget:
+    """Parse ``zk[+layout]://SERVERS/ROOT`` or ``metadata-store:[zk:]SERVERS[/ROOT]``.
+
+    Raises :class:`UnsupportedMetadataUri` for another metadata store and
+    :class:`InvalidMetadataUri` for text that is no such URI; both messages name the URI.
+    """
+    text = uri.strip()
+    match = _SCHEME.match(text)
+    if match is None:
+        raise InvalidMetadataUri(f"metadata service URI {uri!r} has no scheme")
+    scheme = match.group(1).lower()
+    rest = text[match.end() :]
+    if scheme == PULSAR_SCHEME:
+        return _parse_pulsar(uri, rest)
+    parts = [p for p in scheme.split("+") if p]  # StringUtils.split drops empty parts
+    if not parts or parts[0] != "zk":
+        name = parts[0] if parts else scheme
+        raise UnsupportedMetadataUri(
+            f"metadata service URI {uri!r}: backend {name!r} is not supported (only ZooKeeper: "
+            "zk://, zk+hierarchical://, ... or metadata-store:zk:...)"
+        )
+    layout: str | None = None
+    if len(parts) > 1 and parts[1] != "null":
+        if parts[1] not in LAYOUTS:
+            raise UnsupportedMetadataUri(
+                f"metadata service URI {uri!r}: ledger manager {parts[1]!r} is not supported "
+                f"(one of {', '.join(LAYOUTS)}, null)"
+            )
+        layout = parts[1]
+    if not rest.startswith("//"):
+        raise InvalidMetadataUri(f"invalid metadata service URI {uri!r}: no servers")
+    authority, path = _split_authority(rest[2:])
+    servers = _servers(uri, authority)
+    return MetadataTarget(servers, _root(uri, path, default=None), layout)
+
+
+def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
+    store = rest
+    if store.lower().startswith("zk:"):
+        store = store[3:]
+        if store.startswith("//"):  # metadata-store:zk://h:2181/ledgers
+            store = store[2:]
+    else:
+        inner = _SCHEME.match(store)
+        name = inner.group(1).lower() if inner else ""
+        if "://" in store or name in _PULSAR_NON_ZK:
+            raise UnsupportedMetadataUri(
+                f"metadata service URI {uri!r}: metadata store {name or store!r} is not "
+                "supported (only ZooKeeper: metadata-store:zk:HOST:PORT/ledgers)"
+            )
+    authority, path = _split_authority(store)
+    servers = _servers(uri, authority)
+    return MetadataTarget(servers, _root(uri, path, default=DEFAULT_PULSAR_LEDGERS_ROOT))
+
+
+def _split_authority(text: str) -> tuple[str, str]:
+    """``h1:2181;h2:2181/a/b?x#y`` -> (``h1:2181;h2:2181``, ``/a/b``), as ``java.net.URI``."""
+    text = re.split(r"[?#]", text, maxsplit=1)[0]
+    slash = text.find("/")
+    return (text, "") if slash < 0 else (text[:slash], text[slash:])
+
+
+def _servers(uri: str, authority: str) -> str:
+    servers = [s.strip() for s in re.split(r"[;,]", authority)]
+    if not authority or not all(servers):
+        raise InvalidMetadataUri(f"invalid metadata service URI {uri!r}: no servers")
+    return ",".join(servers)
+
+
+def _root(uri: str, path: str, default: str | None) -> str:
+    root = path.rstrip("/")
+    if root:
+        return root
+    if default is None:
+        raise InvalidMetadataUri(
+            f"metadata service URI {uri!r} names no ledgers root (e.g. .../ledgers)"
+        )
+    return default

@@ -1,0 +1,162 @@
+"""Where the metadata is and the secrets to read it, for every command that takes ``--zk``.
+
+:func:`add_connection_arguments` adds ``--metadata-uri`` (BookKeeper's ``metadataServiceUri``,
+parsed by :mod:`bklib.meta.uri`), ``--zk-auth-file`` and, where the command has
+``--password``, ``--password-file``. :func:`resolve_connection` runs once after parsing
+(:func:`jobs.cli.config.parse_with_config`) and leaves the rest of the job the plain
+``args.zk``, ``args.ledgers_root``, ``args.zk_auth`` and ``args.password`` it always read.
+Secrets may also come from ``$BKAUDIT_ZK_AUTH`` and ``$BKAUDIT_PASSWORD``; they are never
+logged nor shown in ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
+from bklib.states import DEFAULT_LEDGERS_ROOT
+
+__all__ = [
+    "SECRET_DESTS",
+    "ConnectionArgsError",
+    "add_connection_arguments",
+    "read_secret_file",
+    "redact_in_logs",
+    "resolve_connection",
+]
+
+SECRET_DESTS = frozenset({"zk_auth", "password"})
+"""Flags whose values are secrets: kept out of help texts and logs."""
+
+_ZK_REQUIRED = "_bkaudit_zk_required"
+
+
+class ConnectionArgsError(ValueError):
+    """A one-line usage error (exit 2) about --metadata-uri, --zk or a secret file."""
+
+
+def _action(parser: argparse.ArgumentParser, dest: str) -> argparse.Action | None:
+    return next((a for a in parser._actions if a.dest == dest and a.option_strings), None)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--metadata-uri``, ``--zk-auth-file`` (and ``--password-file``) to a parser that
+    has ``--zk``; ``--zk`` stops being required by argparse (one of the two is required)."""
+    zk = _action(parser, "zk")
+    if zk is None or _action(parser, "metadata_uri") is not None:
+        return parser
+    setattr(parser, _ZK_REQUIRED, bool(zk.required))
+    zk.required = False
+    parser.add_argument(
+        "--metadata-uri",
+        default=None,
+        help="BookKeeper's metadataServiceUri instead of --zk/--ledgers-root: "
+        "zk+hierarchical://H1:2181;H2:2181/ledgers (zk://, zk+flat://, ...) or Pulsar's "
+        "metadata-store:zk:H1:2181/ledgers",
+    )
+    parser.add_argument(
+        "--zk-auth-file",
+        default=None,
+        metavar="PATH",
+        help="file holding the ZooKeeper digest auth user:password (or $BKAUDIT_ZK_AUTH)",
+    )
+    if _action(parser, "password") is not None:
+        parser.add_argument(
+            "--password-file",
+            default=None,
+            metavar="PATH",
+            help="file holding the ledger password (or $BKAUDIT_PASSWORD)",
+        )
+    return parser
+
+
+def read_secret_file(path: str, flag: str) -> str:
+    """The file's text without its trailing line break; a one-line error when unreadable."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConnectionArgsError(f"{flag} {path}: cannot read: {reason}") from None
+    return text.rstrip("\r\n")
+
+
+class _Redact(logging.Filter):
+    """Replace secrets in log records (kazoo logs its Auth request at DEBUG, ``-v``)."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if any(s in text for s in self.secrets):
+            for s in self.secrets:
+                text = text.replace(s, "***")
+            record.msg, record.args = text, ()
+        return True
+
+
+def redact_in_logs(*secrets: str | None) -> None:
+    """Keep ``secrets`` out of every log line: on the root handlers and kazoo's logger."""
+    redact = _Redact([s for s in secrets if s])
+    if not redact.secrets:
+        return
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact)
+    logging.getLogger("kazoo.client").addFilter(redact)
+
+
+def _given(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def resolve_connection(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]
+) -> argparse.Namespace:
+    """Turn ``--metadata-uri`` and the secret files into ``zk``, ``ledgers_root``,
+    ``zk_auth`` and ``password`` on ``args``. Raises :class:`ConnectionArgsError`."""
+    if not hasattr(parser, _ZK_REQUIRED):
+        return args
+    auth_file = getattr(args, "zk_auth_file", None)
+    if auth_file:
+        if getattr(args, "zk_auth", None):
+            raise ConnectionArgsError(
+                "give the ZooKeeper auth once: --zk-auth ($BKAUDIT_ZK_AUTH) or --zk-auth-file"
+            )
+        auth = read_secret_file(auth_file, "--zk-auth-file").strip()
+        user, sep, _ = auth.partition(":")
+        if not sep or not user or "\n" in auth:
+            raise ConnectionArgsError(
+                f"--zk-auth-file {auth_file}: expected one line user:password"
+            )
+        args.zk_auth = auth
+    password_file = getattr(args, "password_file", None)
+    if password_file:
+        if getattr(args, "password", None) is not None:
+            raise ConnectionArgsError(
+                "give the ledger password once: --password ($BKAUDIT_PASSWORD) or --password-file"
+            )
+        args.password = read_secret_file(password_file, "--password-file")
+    zk_auth: str | None = getattr(args, "zk_auth", None)
+    redact_in_logs(
+        zk_auth, zk_auth.partition(":")[2] if zk_auth else None, getattr(args, "password", None)
+    )
+    uri = getattr(args, "metadata_uri", None)
+    if uri:
+        root = getattr(args, "ledgers_root", DEFAULT_LEDGERS_ROOT)
+        if args.zk or _given(argv, "--zk"):
+            raise ConnectionArgsError("--metadata-uri and --zk do not go together; give one")
+        if _given(argv, "--ledgers-root") or root not in (None, DEFAULT_LEDGERS_ROOT):
+            raise ConnectionArgsError("--metadata-uri names the ledgers root; drop --ledgers-root")
+        try:
+            target = parse_metadata_uri(uri)
+        except InvalidMetadataUri as exc:
+            raise ConnectionArgsError(str(exc)) from None
+        args.zk = target.connect
+        args.ledgers_root = target.ledgers_root
+    elif getattr(parser, _ZK_REQUIRED) and not args.zk:
+        raise ConnectionArgsError("one of --zk or --metadata-uri is required")
+    return args

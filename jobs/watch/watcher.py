@@ -1,0 +1,136 @@
+"""What the watch reads from ZooKeeper, and the watches that wake it.
+
+One kazoo session per instance: it holds the election member, watches ``available`` and
+``available/readonly`` (any change wakes the loop at once; a poll is the backstop), and reads
+the ``underreplication`` flags each cycle. Its state listener records suspensions and session
+losses, so the loop never acts on what it read before a disconnection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
+
+from bklib.meta import paths
+from bklib.meta.registration import list_bookies
+from bklib.meta.underreplication import UnderReplicationManager
+
+__all__ = ["ClusterSnapshot", "ClusterWatcher"]
+
+log = logging.getLogger("jobs.watch")
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """The cluster state one cycle decides on."""
+
+    writable: frozenset[str]
+    readonly: frozenset[str]
+    delay_znode: int | None
+    """``underreplication/lostBookieRecoveryDelay`` (seconds), None when absent."""
+    disabled: bool
+    """``underreplication/disable`` exists: autorecovery is paused."""
+    auditor: str | None = None
+    """The Java Auditor elected in ``underreplication/auditorelection``, if any."""
+    marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Under-replication marks: ledger -> missing replicas."""
+
+    @property
+    def available(self) -> frozenset[str]:
+        """Writable or read-only: a read-only bookie serves reads, so it is not lost."""
+        return self.writable | self.readonly
+
+
+def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
+    """The bookie id of the Java Auditor leading ``underreplication/auditorelection`` (its
+    vote data is a text-format ``AuditorVoteFormat`` with ``bookieId: "..."``), or None."""
+    path = paths.join(paths.ur_base(ledgers_root), "auditorelection")
+    try:
+        votes = [c for c in zk.get_children(path) if c.startswith("V_")]
+    except NoNodeError:
+        return None
+    for v in sorted(votes, key=lambda c: c.rsplit("_", 1)[-1]):
+        try:
+            data, _ = zk.get(paths.join(path, v))
+        except NoNodeError:
+            continue
+        text = data.decode(errors="replace")
+        if "bookieId:" in text:
+            return text.split("bookieId:", 1)[1].strip().strip('"').split('"', 1)[0]
+        return text.strip() or v
+    return None
+
+
+class ClusterWatcher:
+    """The session, its state, the registration watches and the snapshot reader."""
+
+    def __init__(self, zk: KazooClient, ledgers_root: str) -> None:
+        self.zk = zk
+        self.root = ledgers_root
+        self.urm = UnderReplicationManager(zk, ledgers_root)
+        self.wake = threading.Event()
+        self.state = KazooState.CONNECTED if zk.connected else KazooState.SUSPENDED
+        self.lost_sessions = 0
+        zk.add_listener(self.on_state)
+        self._watching: set[str] = set()
+
+    def on_state(self, state: str) -> None:
+        # Called on kazoo's thread: record and wake, never block.
+        if state == KazooState.LOST:
+            self.lost_sessions += 1
+        self.state = state
+        level = logging.INFO if state == KazooState.CONNECTED else logging.WARNING
+        log.log(level, "watch: ZooKeeper session %s", state)
+        self.wake.set()
+
+    @property
+    def connected(self) -> bool:
+        return self.state == KazooState.CONNECTED and self.zk.connected
+
+    def watch_registrations(self) -> None:
+        """Wake the loop on any change of ``available`` or ``available/readonly``. kazoo
+        re-arms these watches after a reconnection; ``readonly`` is watched once it exists."""
+        avail = paths.join(self.root, "available")
+        for path in (avail, paths.join(avail, "readonly")):
+            if path in self._watching or self.zk.exists(path) is None:
+                continue
+            self._watching.add(path)
+
+            def changed(_children: list[str], path: str = path) -> bool:
+                self.wake.set()
+                return path in self._watching
+
+            with contextlib.suppress(NoNodeError):
+                self.zk.ChildrenWatch(path, changed)
+
+    def stop_watching(self) -> None:
+        self._watching.clear()
+
+    def snapshot(self, with_marks: bool = True) -> ClusterSnapshot:
+        """Read the registrations, the flags and (optionally) the marks now."""
+        reg = list_bookies(self.zk, self.root)
+        marked = (
+            {m.ledger_id: m.missing_replicas for m in self.urm.list_underreplicated()}
+            if with_marks
+            else {}
+        )
+        return ClusterSnapshot(
+            writable=frozenset(reg.writable),
+            readonly=frozenset(reg.readonly),
+            delay_znode=self._delay(),
+            disabled=not self.urm.is_replication_enabled(),
+            auditor=java_auditor(self.zk, self.root),
+            marked=marked,
+        )
+
+    def _delay(self) -> int | None:
+        try:
+            return self.urm.get_lost_bookie_recovery_delay()
+        except ValueError:  # not a number: BookKeeper would fail too; treat as absent
+            log.warning("watch: lostBookieRecoveryDelay znode is not a number; ignored")
+            return None

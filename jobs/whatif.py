@@ -1,0 +1,566 @@
+"""``bkaudit whatif`` (may these bookies stop?) and ``bkaudit blastradius`` (what each bookie and
+rack takes down), from the current metadata and the latest audit.
+
+    bkaudit whatif --zk HOST:PORT[/chroot] (--bookie B[,C...] | --rack R) [--warehouse W]
+                   [--exit-code]
+    bkaudit blastradius --zk ... --warehouse W [--executor auto|local|spark]
+
+Both read every ledger's metadata in-process (:func:`bklib.audit.engine.scan_dirs`), the bookie
+registrations (a bookie named in an ensemble but not registered is already lost), Pulsar's rack
+document (``/bookies``), and with ``--warehouse`` the latest audit's findings: replicas found
+missing count as gone, unless a repair since resolved their ledger. The arithmetic is
+:mod:`bklib.audit.whatif`.
+
+whatif exit status: with ``--exit-code`` 0 SAFE, 1 UNSAFE; without it 0 either way (the verdict
+is always printed); 2 on error (an unknown bookie or rack, an unparsable rack document, no
+cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from bklib.audit.engine import ScanPlan, scan_dirs
+from bklib.audit.model import LedgerView, runs_from_rows
+from bklib.audit.whatif import (
+    DEFAULT_MIN_RACKS,
+    LedgerImpact,
+    WriterCheck,
+    blast_radius,
+    current_missing,
+    ledger_impact,
+    merge_scopes,
+    rack_of,
+)
+from bklib.meta.racks import (
+    DEFAULT_RACKS_ZNODE,
+    RacksFormatError,
+    read_racks,
+    read_racks_strict,
+)
+from bklib.meta.registration import BookieRegistry, list_bookies
+from bklib.meta.store import connect
+from bklib.states import (
+    DEFAULT_LEDGERS_ROOT,
+    UNKNOWN_RACK,
+    Executor,
+    Reason,
+    Scope,
+    Verdict,
+)
+from jobs.messages import one_line
+
+__all__ = [
+    "ClusterState",
+    "add_blastradius_arguments",
+    "add_whatif_arguments",
+    "load_state",
+    "run_blastradius",
+    "run_whatif",
+]
+
+log = logging.getLogger("jobs.whatif")
+
+BLAST_RADIUS = "blast_radius"
+
+
+class UsageError(RuntimeError):
+    """A one-line error for the user (exit 2)."""
+
+
+@dataclass
+class ClusterState:
+    """What the what-if arithmetic needs, read once."""
+
+    views: list[LedgerView]
+    writable: frozenset[str]
+    readonly: frozenset[str]
+    lost: frozenset[str]
+    racks: dict[str, str]
+    missing: dict[tuple[int, int, str], Sequence[tuple[int, int]] | None] = field(
+        default_factory=dict
+    )
+    audit_run_id: str | None = None
+
+    @property
+    def bookies(self) -> list[str]:
+        """Every bookie: registered ones, then lost ones."""
+        return sorted(self.writable | self.readonly) + sorted(self.lost)
+
+
+Findings = dict[tuple[int, int, str], tuple[tuple[int, int], ...] | None]
+
+
+def findings_missing(warehouse: str) -> tuple[Findings, str]:
+    """Replicas the latest audit found missing, on ledgers no repair has resolved since, and
+    the audit's run id. Unreachable replicas count as missing (whatif is conservative); a
+    truncated range list counts as the whole stripe. Keep only those the current metadata
+    still names (:func:`bklib.audit.whatif.current_missing`)."""
+    from jobs.reports.listing import RESOLVED, repair_status
+    from jobs.tables import delta
+    from jobs.tables.schema import ACTIONS
+
+    run = delta.latest_run(warehouse)
+    if run is None:
+        raise UsageError(f"no completed audit run in {warehouse}")
+    frags = delta.run_fragments(warehouse, run["run_id"])
+    wanted = sorted({f["ledger_id"] for f in frags})
+    actions = []
+    if wanted and delta.table_exists(warehouse, ACTIONS):
+        actions = delta.read_rows(warehouse, ACTIONS, filters=[("ledger_id", "in", wanted)])
+    resolved = {
+        lid for lid, (status, _) in repair_status(actions, run["started_at"]).items()
+        if status in RESOLVED
+    }  # fmt: skip
+    out: Findings = {}
+    for f in frags:
+        key = (f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"])
+        if f["ledger_id"] in resolved:
+            continue
+        ranges: tuple[tuple[int, int], ...] | None
+        if f["reason"] in Reason.WHOLE_BOOKIE or f.get("missing_ranges_truncated"):
+            ranges = None
+        else:
+            ranges = tuple(runs_from_rows(f.get("missing_ranges")))
+        prev = out.get(key, ())
+        out[key] = None if ranges is None or prev is None else (*prev, *ranges)
+    return out, run["run_id"]
+
+
+def read_cluster(
+    zk_hosts: str, root: str, auth: str | None, racks_znode: str, strict_racks: bool
+) -> tuple[BookieRegistry, dict[str, str]]:
+    """The bookie registrations and Pulsar's rack map."""
+    zk = connect(zk_hosts, auth=auth)
+    try:
+        registry = list_bookies(zk, root)
+        if strict_racks:
+            doc = read_racks_strict(zk, racks_znode)
+            racks = dict(doc.racks) if doc is not None else {}
+        else:
+            racks = read_racks(zk, racks_znode)
+    finally:
+        zk.stop()
+        zk.close()
+    return registry, racks
+
+
+def load_state(
+    zk_hosts: str,
+    *,
+    root: str = DEFAULT_LEDGERS_ROOT,
+    auth: str | None = None,
+    warehouse: str | None = None,
+    racks_znode: str = DEFAULT_RACKS_ZNODE,
+    strict_racks: bool = False,
+) -> ClusterState:
+    """Read the metadata, registrations, racks and (with ``warehouse``) the latest findings."""
+    t0 = time.monotonic()
+    plan = ScanPlan.read(zk_hosts, root, auth)
+    views = list(scan_dirs(zk_hosts, plan.dirs, root=root, kind=plan.kind, auth=auth))
+    registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
+    named = {b for v in views if v.ok for b in v.bookies()}
+    registered = set(registry.all())
+    state = ClusterState(
+        views,
+        frozenset(registry.writable),
+        frozenset(registry.readonly),
+        frozenset(named - registered),
+        racks,
+    )
+    if warehouse is not None:
+        found, state.audit_run_id = findings_missing(warehouse)
+        state.missing = current_missing(found, views)
+    log.info(
+        "whatif: %d ledgers, %d writable, %d read-only, %d lost bookies, %d missing replicas "
+        "from audit %s; %.1fs",
+        len(views),
+        len(state.writable),
+        len(state.readonly),
+        len(state.lost),
+        len(state.missing),
+        state.audit_run_id,
+        time.monotonic() - t0,
+    )
+    return state
+
+
+# ---- whatif ----------------------------------------------------------------------------------
+
+
+def add_whatif_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``bkaudit whatif`` flags."""
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--bookie", default=None, help="bookie id(s) to fail, comma-separated")
+    target.add_argument("--rack", default=None, help="fail every bookie of this rack")
+    parser.add_argument(
+        "--warehouse", default=None, help="count the latest audit's missing replicas as gone"
+    )
+    parser.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when the verdict is UNSAFE"
+    )
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
+    )
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    parser.add_argument("--racks-znode", default=DEFAULT_RACKS_ZNODE, help="Pulsar's rack document")
+    parser.add_argument(
+        "--min-racks",
+        type=int,
+        default=DEFAULT_MIN_RACKS,
+        help="racks a writer's write quorum needs (BookKeeper's minNumRacksPerWriteQuorum)",
+    )
+    parser.add_argument(
+        "--max-ledgers", type=int, default=50, help="ledgers listed per section (counts are full)"
+    )
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
+
+
+@dataclass
+class WhatIfResult:
+    """A whatif answer: the impacts of the ledgers harmed, and the verdict."""
+
+    failed: frozenset[str]
+    impacts: list[LedgerImpact]
+    verdict: str
+    notes: list[str]
+
+
+def what_if(
+    state: ClusterState, failed: Iterable[str], min_racks: int = DEFAULT_MIN_RACKS
+) -> WhatIfResult:
+    """The impact of ``failed`` failing next, on every ledger."""
+    failed = frozenset(failed)
+    gone = state.lost - failed
+    writer = WriterCheck(state.writable - failed, state.racks, min_racks)
+    impacts = []
+    for v in state.views:
+        imp = ledger_impact(
+            v, failed, gone=gone, missing=state.missing, writer=writer, max_ranges=20
+        )
+        if imp is not None and imp.harmed:
+            impacts.append(imp)
+    verdict = Verdict.UNSAFE if impacts else Verdict.SAFE
+    return WhatIfResult(failed, impacts, verdict, [])
+
+
+def _fmt_ranges(imp: LedgerImpact) -> str:
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in imp.lost_ranges)
+    return text + (" ..." if imp.lost_ranges_truncated else "")
+
+
+def format_whatif(res: WhatIfResult, state: ClusterState, max_ledgers: int = 50) -> str:
+    """The report text."""
+    lines = [*res.notes]
+    lines.append(
+        f"whatif: {len(res.failed)} bookie{'s' * (len(res.failed) != 1)} failing: "
+        + ", ".join(sorted(res.failed))
+    )
+    if state.lost:
+        lines.append("already lost: " + ", ".join(sorted(state.lost)))
+    if state.audit_run_id:
+        lines.append(
+            f"missing replicas from audit {state.audit_run_id}: {len(state.missing)} fragments"
+        )
+    below = [i for i in res.impacts if i.below_aq]
+    lost = [i for i in res.impacts if i.lost]
+    blocked = [i for i in res.impacts if i.writer_blocked is not None]
+    unknown = sum(1 for i in below if i.entries_unknown)
+    lines.append(
+        f"ledgers that would fall below AQ: {len(below)} "
+        f"({sum(i.below_aq_entries for i in below)} entries"
+        + (f"; {unknown} open ledgers whose last segment's entries are unknown" if unknown else "")
+        + ")"
+    )
+    for i in below[:max_ledgers]:
+        lines.append(
+            f"  ledger {i.ledger_id}  {i.state}  {i.below_aq_entries} entries below AQ"
+            + (" (+ open segment)" if i.entries_unknown else "")
+            + (f"  topic {i.topic}" if i.topic else "")
+        )
+    lines.append(
+        f"ledgers that would have no replica (data lost): {len(lost)} "
+        f"({sum(i.lost_entries for i in lost)} entries)"
+    )
+    for i in lost[:max_ledgers]:
+        lines.append(
+            f"  ledger {i.ledger_id}  {i.lost_entries} entries lost"
+            + (f" [{_fmt_ranges(i)}]" if i.lost_ranges else "")
+            + (f"  topic {i.topic}" if i.topic else "")
+        )
+    lines.append(f"open ledgers whose writer could not replace the bookies: {len(blocked)}")
+    for i in blocked[:max_ledgers]:
+        lines.append(
+            f"  ledger {i.ledger_id}  {i.writer_blocked}"
+            + (f"  topic {i.topic}" if i.topic else "")
+        )
+    topics: dict[str, list[LedgerImpact]] = defaultdict(list)
+    for i in res.impacts:
+        topics[i.topic or "(no topic)"].append(i)
+    lines.append(f"topics affected: {len([t for t in topics if t != '(no topic)'])}")
+    for t in sorted(topics, key=lambda t: (-len(topics[t]), t))[:max_ledgers]:
+        imps = topics[t]
+        lines.append(
+            f"  {t}: {sum(i.below_aq for i in imps)} ledgers below AQ, "
+            f"{sum(i.lost for i in imps)} lost ({sum(i.lost_entries for i in imps)} entries), "
+            f"{sum(i.writer_blocked is not None for i in imps)} writers blocked"
+        )
+    lines.append(f"verdict: {res.verdict}")
+    return "\n".join(lines)
+
+
+def resolve_targets(state: ClusterState, bookie: str | None, rack: str | None) -> tuple[
+    frozenset[str], list[str]
+]:  # fmt: skip
+    """The bookies to fail and notes for the output; raises UsageError for unknown names."""
+    known = set(state.bookies)
+    notes: list[str] = []
+    if bookie is not None:
+        wanted = [b.strip() for b in bookie.split(",") if b.strip()]
+        unknown = [b for b in wanted if b not in known]
+        if not wanted or unknown:
+            raise UsageError(f"unknown bookie {', '.join(unknown) or repr(bookie)}")
+        return frozenset(wanted), notes
+    assert rack is not None
+    by_rack: dict[str, set[str]] = defaultdict(set)
+    for b in known:
+        by_rack[rack_of(b, state.racks)].add(b)
+    # Pulsar normalizes racks with a leading "/" (BookieRackAffinityMapping).
+    name = rack if rack in by_rack or rack == UNKNOWN_RACK else "/" + rack.lstrip("/")
+    if name not in by_rack:
+        raise UsageError(f"unknown rack {rack} (racks: {', '.join(sorted(by_rack)) or 'none'})")
+    norack = sorted(by_rack.get(UNKNOWN_RACK, ()))
+    if norack:
+        notes.append(
+            f'bookies with no rack count as one rack "{UNKNOWN_RACK}": ' + ", ".join(norack)
+        )
+    notes.append(f"rack {name}: " + ", ".join(sorted(by_rack[name])))
+    return frozenset(by_rack[name]), notes
+
+
+def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Entry point for parsed arguments (``bkaudit whatif``)."""
+    try:
+        state = load_state(
+            args.zk,
+            root=args.ledgers_root,
+            auth=args.zk_auth,
+            warehouse=args.warehouse,
+            racks_znode=args.racks_znode,
+            strict_racks=args.rack is not None,
+        )
+        failed, notes = resolve_targets(state, args.bookie, args.rack)
+        res = what_if(state, failed, args.min_racks)
+        res.notes = notes
+        print(format_whatif(res, state, args.max_ledgers), file=out or sys.stdout)
+    except (UsageError, RacksFormatError) as exc:
+        print(f"whatif: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # no cluster, unreadable tables: one line each
+        log.debug("whatif failed", exc_info=True)
+        print(f"whatif: {one_line(exc)}", file=sys.stderr)
+        return 2
+    if args.exit_code and res.verdict == Verdict.UNSAFE:
+        return 1
+    return 0
+
+
+# ---- blast radius ----------------------------------------------------------------------------
+
+
+def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``bkaudit blastradius`` flags."""
+    from jobs.executor import add_executor_arguments
+
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
+    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
+    )
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    parser.add_argument("--racks-znode", default=DEFAULT_RACKS_ZNODE, help="Pulsar's rack document")
+    parser.add_argument("--min-racks", type=int, default=DEFAULT_MIN_RACKS)
+    parser.add_argument(
+        "--no-findings",
+        action="store_true",
+        help="ignore the latest audit's missing replicas (by default they count as gone)",
+    )
+    parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
+    parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
+    add_executor_arguments(parser)
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
+
+
+def _processes() -> int:
+    # One worker per core (at most 4); parallel_blast_radius forks only for big clusters.
+    return min(4, os.cpu_count() or 1)
+
+
+PARALLEL_MIN_LEDGERS = 100_000
+"""Below this many ledgers one process is faster than forking workers."""
+
+_SHARED: tuple[Sequence[LedgerView], list[str], dict[str, Any]] | None = None
+"""The forked workers' input: inherited, never pickled."""
+
+
+def _slice_radius(bounds: tuple[int, int]) -> list[Any]:
+    assert _SHARED is not None
+    views, bookies, kw = _SHARED
+    return blast_radius(views[bounds[0] : bounds[1]], bookies, **kw)
+
+
+def parallel_blast_radius(
+    views: Sequence[LedgerView], bookies: list[str], *, processes: int, **kw: Any
+) -> list[Any]:
+    """:func:`~bklib.audit.whatif.blast_radius` over ``processes`` forked workers, each on a
+    slice of ``views`` (inherited copy-on-write), the partial results merged. ``bookies``
+    must name every bookie the views name, so every part has every scope."""
+    global _SHARED
+    if processes <= 1 or len(views) < PARALLEL_MIN_LEDGERS or not hasattr(os, "fork"):
+        return blast_radius(views, bookies, **kw)
+    n = len(views)
+    bounds = [(i * n // processes, (i + 1) * n // processes) for i in range(processes)]
+    _SHARED = (views, bookies, kw)
+    try:
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            parts = pool.map(_slice_radius, bounds)
+    finally:
+        _SHARED = None
+    return merge_scopes(parts)
+
+
+def blast_rows(
+    state: ClusterState, min_racks: int = DEFAULT_MIN_RACKS, processes: int = 1
+) -> list[Any]:
+    """Every bookie's and rack's :class:`~bklib.audit.whatif.ScopeImpact`, in-process (in
+    ``processes`` forked workers for large clusters)."""
+    return parallel_blast_radius(
+        state.views,
+        state.bookies,
+        processes=processes,
+        racks=state.racks,
+        gone=state.lost,
+        missing=state.missing,
+        writable=state.writable,
+        min_racks=min_racks,
+    )
+
+
+def scope_row(s: Any, run_id: str, computed_at: datetime, audit_run_id: str | None,
+              executor: str) -> dict[str, Any]:  # fmt: skip
+    """A ``blast_radius`` row of a ScopeImpact."""
+    return {
+        "run_id": run_id,
+        "computed_at": computed_at,
+        "audit_run_id": audit_run_id,
+        "scope": s.scope,
+        "name": s.name,
+        "bookies": s.bookies,
+        "ledgers": s.ledgers,
+        "ledgers_below_aq": s.ledgers_below_aq,
+        "ledgers_lost": s.ledgers_lost,
+        "entries_below_aq": s.entries_below_aq,
+        "entries_lost": s.entries_lost,
+        "ledgers_entries_unknown": s.ledgers_entries_unknown,
+        "writers_blocked": s.writers_blocked,
+        "topics": sorted(s.topics),
+        "topics_lost": sorted(s.topics_lost),
+        "executor": executor,
+    }
+
+
+def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
+    """Entry point (``bkaudit blastradius``): 0 written, 2 on error. ``--executor`` picks
+    in-process or Spark as the audit does (:mod:`jobs.executor`); a caller that hands in a
+    SparkSession gets Spark under ``auto``."""
+    from jobs.executor import LocalTooBigError, choose_executor, limits_from_args
+    from jobs.tables import delta
+    from jobs.tables.runs import new_run_id
+
+    started = datetime.now(timezone.utc)
+    run_id = args.run_id or new_run_id(started)
+    requested = args.executor
+    if spark is not None and requested == Executor.AUTO:
+        requested = Executor.SPARK
+    try:
+        plan = ScanPlan.read(args.zk, args.ledgers_root, args.zk_auth)
+        choice = choose_executor(
+            requested,
+            ledgers=plan.expected,
+            work_bytes=0,
+            limits=limits_from_args(args),
+            what="blastradius",
+        )
+        log.info("blastradius: executor %s (%s)", choice.executor, choice.reason)
+        delta.check_writable(args.warehouse, (BLAST_RADIUS,))
+        has_findings = not args.no_findings and delta.table_exists(args.warehouse, "audit_runs")
+        if choice.executor == Executor.LOCAL:
+            state = load_state(
+                args.zk,
+                root=args.ledgers_root,
+                auth=args.zk_auth,
+                warehouse=args.warehouse if has_findings else None,
+                racks_znode=args.racks_znode,
+            )
+            scopes = blast_rows(state, args.min_racks, _processes())
+            audit_run_id = state.audit_run_id
+        else:
+            scopes, audit_run_id = _spark_scopes(args, spark, plan, has_findings)
+        rows = [scope_row(s, run_id, started, audit_run_id, choice.executor) for s in scopes]
+        delta.append_rows(args.warehouse, BLAST_RADIUS, rows)
+    except (LocalTooBigError, UsageError) as exc:
+        print(f"blastradius: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        log.debug("blastradius failed", exc_info=True)
+        print(f"blastradius: {one_line(exc)}", file=sys.stderr)
+        return 2
+    worst = [r for r in rows if r["entries_lost"] or r["ledgers_below_aq"]]
+    print(
+        f"blastradius {run_id}: {sum(r['scope'] == Scope.BOOKIE for r in rows)} bookies, "
+        f"{sum(r['scope'] == Scope.RACK for r in rows)} racks, {len(worst)} with ledgers below "
+        f"AQ -> {args.warehouse}/{BLAST_RADIUS} [{choice.executor}]"
+    )
+    return 0
+
+
+def _spark_scopes(
+    args: argparse.Namespace, spark: Any, plan: ScanPlan, has_findings: bool
+) -> tuple[list[Any], str | None]:
+    """The Spark path's scopes: the driver reads the racks and findings (small), the tasks
+    scan the metadata and compute (:mod:`jobs.spark.blast_radius`)."""
+    from jobs.spark.blast_radius import spark_blast_radius
+    from jobs.spark.session import build_spark
+
+    _, racks = read_cluster(args.zk, args.ledgers_root, args.zk_auth, args.racks_znode, False)
+    missing: Findings = {}
+    audit_run_id = None
+    if has_findings:
+        missing, audit_run_id = findings_missing(args.warehouse)
+    spark = spark or build_spark("bkaudit-blastradius", master=args.master)
+    scopes = spark_blast_radius(
+        spark,
+        args.zk,
+        root=args.ledgers_root,
+        auth=args.zk_auth,
+        racks=racks,
+        missing=missing,
+        min_racks=args.min_racks,
+        plan=plan,
+    )
+    return scopes, audit_run_id

@@ -1,0 +1,325 @@
+"""``bkaudit watch`` as a real subprocess on a real sandbox: a bookie killed -9 is repaired
+with nothing typed, a bookie back within the delay costs nothing, a killed leader's standby
+finishes, the disable flag pauses, SIGTERM mid-copy exits cleanly, and the metrics agree with
+the Delta tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bklib.meta.model import LedgerMetadata
+from bklib.meta.underreplication import UnderReplicationManager
+from bklib.testing.zkserver import free_port
+from jobs.tables import delta
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
+from tests.audit_helpers import AuditCluster, audit_cluster
+from tests.cli_helpers import REPO, bkaudit
+from tests.repair_helpers import assert_fully_replicated
+
+pytestmark = pytest.mark.integration
+
+SESSION = "3s"
+"""The watch's ZooKeeper session (the sandbox's bookies use 4 s)."""
+
+
+class Watch:
+    """``python -m jobs.cli watch`` in a subprocess, its log in a file."""
+
+    def __init__(self, zk: str, warehouse: str, log: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.log = log
+        argv = [
+            sys.executable, "-m", "jobs.cli", "watch", "--zk", zk, "--warehouse", warehouse,
+            "--every", "off", "--zk-session-timeout", SESSION, "--grace-period", "0s",
+            "--retry-interval", "1s", "--poll-interval", "0.5s", "--read-timeout", "3s",
+            "--connect-timeout", "2s", "--metrics-port", str(self.port),
+            "--metrics-host", "127.0.0.1", "--instance-id", log.stem, *extra,
+        ]  # fmt: skip
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def role(self) -> str | None:
+        try:
+            return str(json.loads(self.get("/readyz")[1]).get("role"))
+        except (OSError, ValueError):
+            return None
+
+    def wait_role(self, role: str, timeout: float = 60.0) -> None:
+        wait_for(lambda: self.role() == role, timeout, f"{self.log.stem} {role}", self)
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for line in self.get("/metrics")[1].splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, *watches: Watch) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        for w in watches:
+            assert w.proc.poll() is None or w.proc.returncode == 0, w.tail()
+        time.sleep(0.25)
+    logs = "\n\n".join(w.tail() for w in watches)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+
+@contextmanager
+def watching(zk: str, warehouse: str, tmp: Path, name: str, *extra: str) -> Iterator[Watch]:
+    w = Watch(zk, warehouse, tmp / f"{name}.log", *extra)
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+def ledgers(c: AuditCluster, victim: str, n: int = 6, entries: int = 20) -> list[LedgerMetadata]:
+    """``n`` closed 3/2/2 ledgers naming ``victim``, and one open one (a gone writer)."""
+    others = [b for b in c.bookie_ids if b != victim]
+    out = [
+        c.ledger([victim, others[i % len(others)], others[(i + 1) % len(others)]], entries,
+                 wq=2, aq=2)
+        for i in range(n)
+    ]  # fmt: skip
+    out.append(c.ledger([others[0], victim, others[1]], entries, wq=2, aq=2, closed=False))
+    return out
+
+
+def marks(c: AuditCluster) -> list[Any]:
+    return list(UnderReplicationManager(c.store.zk).list_underreplicated())
+
+
+def locked(c: AuditCluster) -> bool:
+    """Some ledger's under-replication lock is held: a repair is copying."""
+    path = UnderReplicationManager(c.store.zk).base + "/locks"
+    return bool(c.store.zk.exists(path) and c.store.zk.get_children(path))
+
+
+def naming(c: AuditCluster, ids: list[int], bookie: str) -> list[int]:
+    return [lid for lid in ids if bookie in c.store.read_ledger(lid).value.bookies()]
+
+
+def repaired(c: AuditCluster, ids: list[int], bookie: str) -> bool:
+    return not naming(c, ids, bookie) and not marks(c)
+
+
+def assert_clean(c: AuditCluster, ids: list[int], victim: str) -> None:
+    """Every entry on every replica of its write set, read back; no segment doubled."""
+    for lid in ids:
+        md = assert_fully_replicated(c.store, c.client, lid, excluded=frozenset({victim}))
+        firsts = [s.first_entry_id for s in md.segments]
+        assert firsts == sorted(set(firsts)), (lid, firsts)
+        for s in md.segments:
+            assert len(set(s.ensemble)) == len(s.ensemble), (lid, s)
+
+
+def settled(m: dict[str, float]) -> bool:
+    return (
+        m.get("bkaudit_time_to_repair_seconds_count") == 1
+        and m.get('bkaudit_bookies{state="lost"}') == 0
+        and m.get("bkaudit_underreplication_marks") == 0
+    )
+
+
+def rows(warehouse: str, table: str) -> list[dict[str, Any]]:
+    return list(delta.read_rows(warehouse, table)) if delta.table_exists(warehouse, table) else []
+
+
+def test_killed_bookie_is_repaired_with_nothing_typed_and_metrics_match_tables(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim)]
+        with watching(c.zk, wh, tmp_path, "w1", "--lost-bookie-recovery-delay", "0s") as w:
+            w.wait_role("leader")
+            t0 = time.monotonic()
+            c.sandbox.kill_bookie(victim)
+            wait_for(lambda: repaired(c, ids, victim), 90, "repair", w)
+            took = time.monotonic() - t0
+            # The clean re-audit (the watch's latest lost audit) resolves the loss.
+            wait_for(lambda: settled(w.metrics()), 30, "time to repair", w)
+            m = w.metrics()
+            assert w.get("/healthz")[0] == 200 and w.get("/readyz")[0] == 200
+        assert w.proc.returncode == 0, w.tail()
+        assert_clean(c, ids, victim)
+        st = bkaudit("status", "--zk", c.zk, "--warehouse", wh, "--format", "json")
+        # The dead bookie is down (its cookie stays until decommission): exit 1.
+        assert st.returncode == 1, st.stderr
+        status = json.loads(st.stdout)
+        assert (status["down"], status["lost"], status["marked_ledgers"]) == ([victim], [], 0)
+        assert status["last_audits"]["lost"]["status"] == "COMPLETED"
+        text = bkaudit("status", "--zk", c.zk, "--warehouse", wh).stdout
+        assert "under-replicated ledgers (marks): 0" in text and "java auditor: none" in text
+    runs = sorted(
+        (r for r in rows(wh, AUDIT_RUNS) if r["check"] == "lost"), key=lambda r: r["started_at"]
+    )
+    assert runs and dict(runs[-1]["counts"])["fragments"] == 0, runs[-1]
+    fragments = [f for f in rows(wh, FRAGMENTS) if f["run_id"] == runs[-1]["run_id"]]
+    assert fragments == []
+    actions = rows(wh, ACTIONS)
+    copies = [a for a in actions if a["action"] == "COPY" and a["status"] == "DONE"]
+    assert {a["ledger_id"] for a in copies} == set(ids)
+    assert all(a["old_bookie"] == victim for a in copies)
+    assert len(copies) == len({(a["ledger_id"], a["segment_first_entry_id"]) for a in copies})
+    # The metrics are the tables' numbers.
+    assert m["bkaudit_copied_bytes_total"] == sum(a["bytes_copied"] for a in copies) > 0
+    assert m["bkaudit_copied_entries_total"] == sum(a["entries_copied"] for a in copies)
+    for sev in ("NO_REPLICA", "BELOW_AQ", "BELOW_WQ"):
+        assert m[f'bkaudit_underreplicated_fragments{{check="lost",severity="{sev}"}}'] == 0
+    assert m["bkaudit_watch_leader"] == 1
+    assert m['bkaudit_bookies{state="lost"}'] == 0 and m['bkaudit_bookies{state="writable"}'] == 3
+    assert m["bkaudit_underreplication_marks"] == 0
+    assert 0 < m["bkaudit_time_to_repair_seconds_sum"] <= took + 1
+    assert m['bkaudit_last_audit_timestamp_seconds{check="lost"}'] == pytest.approx(
+        runs[-1]["finished_at"].timestamp(), abs=2
+    )
+    dones = [a for a in actions if a["status"] == "DONE"]
+    assert m['bkaudit_repair_actions_total{action="COPY",status="DONE"}'] == len(copies)
+    assert (
+        sum(v for k, v in m.items() if k.startswith("bkaudit_repair_actions_total")) == len(actions)
+        and dones
+    )
+
+
+def test_bookie_back_within_the_delay_costs_nothing(tmp_path: Path, zk_chroot: str) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=3)]
+        before = {lid: c.store.read_ledger(lid).value for lid in ids}
+        UnderReplicationManager(c.store.zk).set_lost_bookie_recovery_delay(30)  # the znode
+        with watching(c.zk, wh, tmp_path, "w1") as w:
+            w.wait_role("leader")
+            c.sandbox.stop_bookie(victim)  # unregisters at once
+            wait_for(lambda: w.metrics().get('bkaudit_bookies{state="lost"}') == 1, 20, "loss",
+                     w)  # fmt: skip
+            assert w.metrics()["bkaudit_lost_bookie_recovery_delay_seconds"] == 30
+            b = c.sandbox.bookie(victim)
+            b.start()
+            c.sandbox.wait_registered([victim])
+            wait_for(lambda: w.metrics().get('bkaudit_bookies{state="lost"}') == 0, 20, "back", w)
+            time.sleep(2)
+        assert "due for repair" not in w.log.read_text()
+        assert marks(c) == []
+        assert {lid: c.store.read_ledger(lid).value for lid in ids} == before
+    assert rows(wh, ACTIONS) == []
+
+
+def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, zk_chroot: str) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
+        # The leader copies slowly (about 1 KB/s), one ledger at a time: it is mid-copy when
+        # killed. The standby copies at full speed.
+        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
+        with watching(c.zk, wh, tmp_path, "a", *slow) as a:
+            a.wait_role("leader")
+            with watching(c.zk, wh, tmp_path, "b", "--lost-bookie-recovery-delay", "0s") as b:
+                b.wait_role("standby")
+                c.sandbox.kill_bookie(victim)
+                wait_for(lambda: locked(c), 60, "a repair lock", a, b)
+                a.kill9()
+                assert naming(c, ids, victim), "the leader finished before it was killed"
+                b.wait_role("leader", 30)
+                wait_for(lambda: repaired(c, ids, victim), 90, "the standby's repair", b)
+        assert b.proc.returncode == 0, b.tail()
+        assert_clean(c, ids, victim)
+    # No fragment copied twice to the metadata: one METADATA_UPDATE DONE per segment moved.
+    updates = [a for a in rows(wh, ACTIONS) if a["action"] == "METADATA_UPDATE"]
+    done = [(u["ledger_id"], u["segment_first_entry_id"]) for u in updates if u["status"] == "DONE"]
+    assert len(done) == len(set(done))
+
+
+def test_disable_flag_pauses_repair_and_clearing_it_resumes(tmp_path: Path, zk_chroot: str) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=3)]
+        urm = UnderReplicationManager(c.store.zk)
+        urm.disable_replication()
+        with watching(c.zk, wh, tmp_path, "w1", "--lost-bookie-recovery-delay", "0s") as w:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(victim)
+            # Marked (the Auditor's part), not repaired.
+            wait_for(lambda: len(marks(c)) == len(ids), 30, "marks", w)
+            wait_for(lambda: w.metrics().get("bkaudit_repair_paused") == 1, 10, "paused", w)
+            time.sleep(3)
+            assert sorted(naming(c, ids, victim)) == sorted(ids)
+            assert not [a for a in rows(wh, ACTIONS) if a["action"] == "COPY"]
+            urm.enable_replication()
+            wait_for(lambda: repaired(c, ids, victim), 60, "repair after enable", w)
+        assert_clean(c, ids, victim)
+
+
+def test_sigterm_mid_copy_exits_cleanly_and_a_later_run_converges(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=6, entries=60)]
+        urm = UnderReplicationManager(c.store.zk)
+        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "2KB", "--ledgers-in-flight", "1")
+        w = Watch(c.zk, wh, tmp_path / "w1.log", *slow)
+        try:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(victim)
+            zk = c.store.zk
+            wait_for(lambda: locked(c), 60, "a repair lock", w)
+            t0 = time.monotonic()
+            assert w.stop() == 0, w.tail()
+            assert time.monotonic() - t0 < 30
+        finally:
+            w.stop()
+        # Clean: its locks are released and its election member gone, at once.
+        assert zk.get_children(urm.base + "/locks") == []
+        assert zk.get_children("/bkaudit/ledgers/watch-leader") == []
+        assert naming(c, ids, victim), "finished before the SIGTERM"
+        with watching(c.zk, wh, tmp_path, "w2", "--lost-bookie-recovery-delay", "0s") as w2:
+            wait_for(lambda: repaired(c, ids, victim), 90, "the next run's repair", w2)
+        assert_clean(c, ids, victim)

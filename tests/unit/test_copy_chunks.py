@@ -1,0 +1,81 @@
+"""How a fragment copy groups the entries to copy into batch-read chunks: consecutive
+entries one surviving bookie holds every one of, bounded by the chunk size."""
+
+from __future__ import annotations
+
+from bklib.client.replicator import _chunks, _entries_to_copy
+from bklib.quorum import has_entry, write_set
+
+
+def plan(
+    e: int, wq: int, last: int, moved: dict[int, str], dead: set[int], max_entries: int
+) -> list[tuple[list[int], tuple[str, ...]]]:
+    ensemble = [f"b{i}" for i in range(e)]
+
+    def holders(eid: int) -> tuple[str, ...]:
+        return tuple(ensemble[i] for i in write_set(eid, e, wq) if i not in moved and i not in dead)
+
+    work = _entries_to_copy(moved, 0, last, e, wq)
+    return [([x for x, _ in c.entries], c.holders) for c in _chunks(work, holders, max_entries)]
+
+
+def test_e_equals_wq_chunks_are_the_whole_stripe_cut_at_the_size() -> None:
+    got = plan(3, 3, 9, {0: "new"}, {0}, 4)
+    assert got == [
+        ([0, 1, 2, 3], ("b1", "b2")),
+        ([4, 5, 6, 7], ("b1", "b2")),
+        ([8, 9], ("b2", "b1")),  # 8 % 3 == 2: write set (2, 0, 1)
+    ]
+
+
+def test_e_above_wq_wq2_chunks_are_single_entries_with_their_one_holder() -> None:
+    got = plan(3, 2, 8, {0: "new"}, {0}, 16)
+    # Position 0 stores residues 2 and 0: entries 0, 2, 3, 5, 6, 8.
+    assert got == [
+        ([0], ("b1",)),
+        ([2], ("b2",)),
+        ([3], ("b1",)),
+        ([5], ("b2",)),
+        ([6], ("b1",)),
+        ([8], ("b2",)),
+    ]
+
+
+def test_e_above_wq_wq3_runs_split_between_the_neighbours() -> None:
+    # E=5 WQ=3, position 2 lost: it stores residues 0, 1, 2 (runs of 3); b1 holds the first
+    # two of each run (residues 0, 1: write sets {0,1,2} and {1,2,3}), b3 the last (residue 2:
+    # {2,3,4}, with b4).
+    got = plan(5, 3, 12, {2: "new"}, {2}, 16)
+    assert got == [
+        ([0, 1], ("b1",)),
+        ([2], ("b3", "b4")),
+        ([5, 6], ("b1",)),
+        ([7], ("b3", "b4")),
+        ([10, 11], ("b1",)),
+        ([12], ("b3", "b4")),
+    ]
+    for entries, holders in got:
+        for x in entries:
+            for h in holders:
+                assert has_entry(x, int(h[1:]), 5, 3)
+
+
+def test_entries_without_a_holder_stand_alone() -> None:
+    # E=3 WQ=2 with positions 0 and 1 moved: residue 0 ({0, 1}) has no surviving holder.
+    got = plan(3, 2, 5, {0: "x", 1: "y"}, {0}, 16)
+    assert got == [([0], ()), ([1, 2], ("b2",)), ([3], ()), ([4, 5], ("b2",))]
+
+
+def test_bookie_protocol_flag_reaches_the_repair_settings() -> None:
+    import argparse
+
+    from jobs.repair_run import RepairConfig
+    from jobs.rereplicate import MODE_RECOVER, add_repair_arguments
+
+    def settings(*flags: str) -> str:
+        parser = add_repair_arguments(argparse.ArgumentParser(), MODE_RECOVER)
+        args = parser.parse_args(["b:3181", "--zk", "z:2181", "--warehouse", "/w", *flags])
+        return RepairConfig.from_args(args, MODE_RECOVER).settings.bookie_protocol
+
+    assert settings() == "v2"
+    assert settings("--bookie-protocol", "v3") == "v3"
