@@ -23,3 +23,13 @@ def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
 def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
     """stderr lines that are not log records (records start with a timestamp)."""
     return [x for x in proc.stderr.splitlines() if x and not x[:4].isdigit()]
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """An operator error: exit 2, no traceback, and exactly one stderr line besides log
+    records; returns that line."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = error_lines(proc)
+    assert len(lines) == 1, proc.stderr
+    return lines[0]

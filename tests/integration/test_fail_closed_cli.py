@@ -3,7 +3,6 @@ audit may not read is one line on stderr and exit 2, never "0 ledgers, COMPLETED
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,18 +10,9 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore, connect
-from tests.cli_helpers import bkaudit, error_lines
+from tests.cli_helpers import bkaudit, error_lines, one_error_line
 
 pytestmark = pytest.mark.integration
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    """The single stderr line that is not a log record; no traceback."""
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = error_lines(proc)
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,19 +10,11 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore, connect
 from jobs.tables.delta import read_rows
-from tests.cli_helpers import bkaudit, error_lines
+from tests.cli_helpers import bkaudit, one_error_line
 
 pytestmark = pytest.mark.integration
 
 SECRET = "s3cr3t-Pa55"
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = error_lines(proc)
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 @pytest.fixture
