@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bklib.audit.placement import (
     IsolationGroups,
@@ -41,10 +41,13 @@ from bklib.errors import BKError
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.racks import RackDocument
 from bklib.meta.store import Versioned
+from bklib.repair.actions import Action, describe, replace_in_segment
 from bklib.repair.plan import FragmentWork, stripe_entries
 from bklib.repair.requests import LedgerRequest
-from bklib.repair.worker import Action, LedgerRepairer, _describe, _replace_in_segment
 from bklib.states import ActionKind, ActionStatus
+
+if TYPE_CHECKING:
+    from bklib.repair.worker import LedgerRepairer
 
 __all__ = ["fix_placement"]
 
@@ -269,7 +272,7 @@ def _move(
     try:
         result = r._copy(md, frag, {m.index: m.new}, dead, pwd, dt)
     except BKError as exc:
-        copy.status, copy.error = ActionStatus.FAILED, _describe(exc)
+        copy.status, copy.error = ActionStatus.FAILED, describe(exc)
         return [copy.finish()], None
     n, nbytes = result.per_target.get(m.new, [0, 0])
     copy.entries_copied, copy.bytes_copied = n, nbytes
@@ -288,10 +291,10 @@ def _move(
     )
     try:
         written = r.store.update_ledger(
-            lid, _replace_in_segment(first, {m.old: m.new}), current=current
+            lid, replace_in_segment(first, {m.old: m.new}), current=current
         )
     except BKError as exc:
-        update.status, update.error = ActionStatus.FAILED, _describe(exc)
+        update.status, update.error = ActionStatus.FAILED, describe(exc)
         return [copy.finish(), update.finish()], None
     log.info(
         "ledger %d segment %d: placement move %s -> %s at index %d (%s -> %s)",

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -41,12 +41,13 @@ from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
 from bklib.client.recovery import recover_ledger
 from bklib.client.replicator import CopyResult, RateLimiter, copy_fragment
 from bklib.digest import digest_manager, master_key
-from bklib.errors import BKError, NoSuchLedgerError, ReplicationError
+from bklib.errors import BKError, NoSuchLedgerError
 from bklib.meta.model import DigestType, LedgerMetadata
 from bklib.meta.racks import RackDocument
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.store import LedgerStore, Versioned
 from bklib.meta.underreplication import UnderReplicationManager
+from bklib.repair.actions import Action, describe, replace_in_segment
 from bklib.repair.plan import (
     FragmentWork,
     GraceDecision,
@@ -86,36 +87,6 @@ class RepairSettings:
     registry_ttl: float = 5.0
     placement_rule: PlacementRule | None = None
     """The placement rule ``--fix-placement`` satisfies (requests with placement segments)."""
-
-
-@dataclass
-class Action:
-    """One row of ``replication_actions`` (the job adds run_id, mode and audit_run_id)."""
-
-    ledger_id: int
-    action: str
-    status: str
-    segment_first_entry_id: int | None = None
-    segment_last_entry_id: int | None = None
-    old_bookie: str | None = None
-    new_bookie: str | None = None
-    entries_copied: int = 0
-    bytes_copied: int = 0
-    no_replica_entries: list[int] | None = None
-    error: str | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-    finished_at: datetime | None = None
-
-    def finish(self) -> Action:
-        self.finished_at = datetime.now(timezone.utc)
-        return self
-
-    def as_row(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 class LedgerRepairer:
@@ -195,7 +166,7 @@ class LedgerRepairer:
             log.exception("ledger %d: repair failed", req.ledger_id)
             actions = [
                 Action(
-                    req.ledger_id, ActionKind.SKIP, ActionStatus.FAILED, error=_describe(exc)
+                    req.ledger_id, ActionKind.SKIP, ActionStatus.FAILED, error=describe(exc)
                 ).finish()
             ]
         for a in actions:
@@ -367,7 +338,7 @@ class LedgerRepairer:
                 closed = self._recover(md)
                 act.segment_last_entry_id = closed.last_entry_id
             except BKError as exc:
-                act.status, act.error = ActionStatus.FAILED, _describe(exc)
+                act.status, act.error = ActionStatus.FAILED, describe(exc)
                 actions.append(act.finish())
                 break
             actions.append(act.finish())
@@ -481,7 +452,7 @@ class LedgerRepairer:
                         first,
                         last,
                         old_bookie=old,
-                        error=_describe(exc),
+                        error=describe(exc),
                     )
                     for old in replace.values()
                 ],
@@ -505,7 +476,7 @@ class LedgerRepairer:
                         frag.moves[pos],
                         new,
                         started_at=started,
-                        error=_describe(exc),
+                        error=describe(exc),
                     ).finish()
                     for pos, new in targets.items()
                 ],
@@ -543,10 +514,10 @@ class LedgerRepairer:
         act.old_bookie, act.new_bookie = ",".join(mapping), ",".join(mapping.values())
         try:
             current = self.store.update_ledger(
-                lid, _replace_in_segment(first, mapping), current=current
+                lid, replace_in_segment(first, mapping), current=current
             )
         except BKError as exc:
-            act.status, act.error = ActionStatus.FAILED, _describe(exc)
+            act.status, act.error = ActionStatus.FAILED, describe(exc)
             actions.append(act.finish())
             return actions, False, None
         actions.append(act.finish())
@@ -630,7 +601,7 @@ class LedgerRepairer:
             try:
                 targets = self._choose(md, replace_moves(frag, replace), req.all_bad)
             except BKError as exc:
-                targets, error = {}, _describe(exc)
+                targets, error = {}, describe(exc)
             else:
                 error = None
             targets.update(in_place)
@@ -655,29 +626,3 @@ class LedgerRepairer:
 def replace_moves(frag: FragmentWork, moves: Mapping[int, str]) -> FragmentWork:
     """``frag`` with only ``moves`` to do."""
     return dataclasses.replace(frag, moves=dict(moves))
-
-
-def _replace_in_segment(
-    first_entry_id: int, mapping: Mapping[str, str]
-) -> Any:  # Callable[[LedgerMetadata], LedgerMetadata | None]
-    """CAS transform: swap old -> new in the segment keyed ``first_entry_id``; None (no write)
-    when another actor already replaced every old bookie."""
-
-    def transform(md: LedgerMetadata) -> LedgerMetadata | None:
-        seg = next((s for s in md.segments if s.first_entry_id == first_entry_id), None)
-        if seg is None:
-            raise ReplicationError(
-                f"segment {first_entry_id} vanished while repairing", ledger_id=md.ledger_id
-            )
-        todo = {old: new for old, new in mapping.items() if old in seg.ensemble}
-        if not todo:
-            return None
-        clash = set(todo.values()) & set(seg.ensemble)
-        if clash:
-            raise ReplicationError(
-                f"replacement {sorted(clash)} joined segment {first_entry_id} meanwhile",
-                ledger_id=md.ledger_id,
-            )
-        return md.with_bookies_replaced(first_entry_id, todo)
-
-    return transform

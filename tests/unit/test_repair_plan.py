@@ -14,6 +14,7 @@ from bklib.client.replicator import RateLimiter, _entries_to_copy
 from bklib.errors import NotEnoughBookiesError
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.racks import parse_racks
+from bklib.repair.actions import replace_in_segment as _replace_in_segment
 from bklib.repair.plan import (
     GraceDecision,
     TargetChooser,
@@ -21,7 +22,6 @@ from bklib.repair.plan import (
     plan_ledger,
     stripe_entries,
 )
-from bklib.repair.worker import _replace_in_segment
 from jobs.units import parse_duration, parse_rate
 
 
