@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView, runs_from_rows
 from bklib.audit.whatif import (
@@ -91,6 +92,13 @@ class ClusterState:
         default_factory=dict
     )
     audit_run_id: str | None = None
+    unaccounted: int = 0
+    """Announced ledgers the metadata scan did not account for (docs/reliability.md)."""
+
+    @property
+    def unreadable(self) -> list[LedgerView]:
+        """Ledgers whose metadata could not be read: they may name any bookie."""
+        return [v for v in self.views if not v.ok]
 
     @property
     def bookies(self) -> list[str]:
@@ -168,6 +176,7 @@ def load_state(
     t0 = time.monotonic()
     plan = ScanPlan.read(zk_hosts, root, auth)
     views = list(scan_dirs(zk_hosts, plan.dirs, root=root, kind=plan.kind, auth=auth))
+    account = plan.account(zk_hosts, scanned_per_directory(v.znode_path for v in views), root, auth)
     registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
     named = {b for v in views if v.ok for b in v.bookies()}
     registered = set(registry.all())
@@ -177,6 +186,7 @@ def load_state(
         frozenset(registry.readonly),
         frozenset(named - registered),
         racks,
+        unaccounted=account.unaccounted,
     )
     if warehouse is not None:
         found, state.audit_run_id = findings_missing(warehouse)
@@ -253,8 +263,20 @@ def what_if(
         )
         if imp is not None and imp.harmed:
             impacts.append(imp)
-    verdict = Verdict.UNSAFE if impacts else Verdict.SAFE
-    return WhatIfResult(failed, impacts, verdict, [])
+    notes = []
+    # Fail closed: a ledger we could not read may be one the failure harms.
+    unread = state.unreadable
+    if unread:
+        shown = ", ".join(str(v.ledger_id) for v in unread[:10])
+        notes.append(
+            f"UNSAFE: {len(unread)} ledgers could not be read ({shown}); not provably safe"
+        )
+    if state.unaccounted:
+        notes.append(
+            f"UNSAFE: the metadata scan missed {state.unaccounted} ledgers; not provably safe"
+        )
+    verdict = Verdict.UNSAFE if impacts or notes else Verdict.SAFE
+    return WhatIfResult(failed, impacts, verdict, notes)
 
 
 def _fmt_ranges(imp: LedgerImpact) -> str:
@@ -364,7 +386,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
         )
         failed, notes = resolve_targets(state, args.bookie, args.rack)
         res = what_if(state, failed, args.min_racks)
-        res.notes = notes
+        res.notes = [*notes, *res.notes]
         print(format_whatif(res, state, args.max_ledgers), file=out or sys.stdout)
     except (UsageError, RacksFormatError) as exc:
         print(f"whatif: {exc}", file=sys.stderr)

@@ -177,10 +177,11 @@ def _chunks(
 
 
 # Bookies that serve BATCH_READ, per pool: a future per bookie, so concurrent copies share one
-# probe. A weak map: the answers live as long as the pool (and its loop).
-_BATCH_CAPABLE: weakref.WeakKeyDictionary[BookieClientPool, dict[str, asyncio.Future[bool]]] = (
-    weakref.WeakKeyDictionary()
-)
+# probe (None: the probe was cut off, ask again). A weak map: the answers live as long as the
+# pool (and its loop).
+_BATCH_CAPABLE: weakref.WeakKeyDictionary[
+    BookieClientPool, dict[str, asyncio.Future[bool | None]]
+] = weakref.WeakKeyDictionary()
 
 
 async def _serves_batch_read(
@@ -194,28 +195,33 @@ async def _serves_batch_read(
     connection at all: no, and the copy reads that bookie entry by entry.
     """
     known = _BATCH_CAPABLE.setdefault(pool, {})
-    fut = known.get(bookie)
-    if fut is not None and fut.done():
-        return fut.result()  # asked before: the usual case, once per chunk
-    if fut is None:
-        fut = known[bookie] = asyncio.get_running_loop().create_future()
-        probe = pool.dedicated_connection_v2(bookie)
-        try:
-            await probe.batch_read(ledger_id, entry_id, 1, 0, timeout=PROBE_TIMEOUT)
-            fut.set_result(True)
-        except (BKTimeoutError, BookieHandleNotAvailableError) as exc:
-            # No answer, or the connection closed on it (ConnectionLostError), or none at all.
-            log.info("bookie %s: no v2 batch reads (%s); reading entry by entry", bookie, exc)
-            fut.set_result(False)
-        except BKError:
-            fut.set_result(True)  # an error code is an answer: it knows the opcode
-        except BaseException:
-            del known[bookie]  # cancelled: the next copy asks again
-            fut.cancel()
-            raise
-        finally:
-            await probe.close()
-    return await asyncio.shield(fut)
+    while True:
+        fut = known.get(bookie)
+        if fut is not None and fut.done():
+            return bool(fut.result())  # asked before: the usual case, once per chunk
+        if fut is None:
+            fut = known[bookie] = asyncio.get_running_loop().create_future()
+            probe = pool.dedicated_connection_v2(bookie)
+            try:
+                await probe.batch_read(ledger_id, entry_id, 1, 0, timeout=PROBE_TIMEOUT)
+                fut.set_result(True)
+            except (BKTimeoutError, BookieHandleNotAvailableError) as exc:
+                # No answer, the connection closed on it (ConnectionLostError), or none at all.
+                log.info("bookie %s: no v2 batch reads (%s); reading entry by entry", bookie, exc)
+                fut.set_result(False)
+            except BKError:
+                fut.set_result(True)  # an error code is an answer: it knows the opcode
+            except BaseException:
+                # This copy was cancelled (or failed) mid-probe: nothing was learnt. Copies of
+                # other ledgers waiting on it ask again rather than fail with it.
+                del known[bookie]
+                fut.set_result(None)
+                raise
+            finally:
+                await probe.close()
+        answer = await asyncio.shield(fut)
+        if answer is not None:
+            return bool(answer)
 
 
 async def _all(aws: list[Awaitable[None]]) -> None:

@@ -282,11 +282,11 @@ class WatchService:
         self.watcher.watch_registrations()
         snap = self.watcher.snapshot()
         audit = self._audit(Check.LOST)
-        lost = (
-            set()
-            if audit is None
-            else {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
-        )
+        if audit is None:
+            # Fail closed: without this audit the bookies lost before the take-over are
+            # unknown, not absent. The cycle fails and the take-over is retried whole.
+            raise RuntimeError("take-over audit failed; retrying the take-over")
+        lost = {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
         marked = {b for bookies in snap.marked.values() for b in bookies}
         self.tracker.seed(snap.available, lost, marked, time.monotonic())
         self.leading = True  # only now: a failed take-over is retried whole

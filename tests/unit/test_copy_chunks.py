@@ -79,3 +79,41 @@ def test_bookie_protocol_flag_reaches_the_repair_settings() -> None:
 
     assert settings() == "v2"
     assert settings("--bookie-protocol", "v3") == "v3"
+
+
+def test_a_cut_off_batch_probe_is_asked_again_by_the_copies_waiting_on_it() -> None:
+    import asyncio
+
+    from bklib.client.replicator import _serves_batch_read
+
+    class Probe:
+        def __init__(self, hang: bool) -> None:
+            self.hang = hang
+
+        async def batch_read(self, *args: object, **kw: object) -> list[bytes]:
+            if self.hang:
+                await asyncio.sleep(3600)
+            return [b"entry"]
+
+        async def close(self) -> None:
+            pass
+
+    class Pool:
+        probes = 0
+
+        def dedicated_connection_v2(self, bookie: str) -> Probe:
+            Pool.probes += 1
+            return Probe(hang=Pool.probes == 1)  # the first probe hangs until cancelled
+
+    async def main() -> bool:
+        pool = Pool()
+        first = asyncio.ensure_future(_serves_batch_read(pool, "b:1", 1, 0))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(_serves_batch_read(pool, "b:1", 2, 0))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        first.cancel()  # the copy of ledger 1 fails and cancels its lanes
+        answer = await waiting  # ledger 2's copy is not cancelled with it: it asks again
+        assert first.cancelled() and Pool.probes == 2
+        return answer
+
+    assert asyncio.run(main()) is True
