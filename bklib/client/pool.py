@@ -51,6 +51,18 @@ WireProtocol = Literal["v2", "v3"]
 # methods, so each operation's parameters and documentation are written once, there.
 
 
+def _with_bookie_id(op: Callable[..., Any]) -> inspect.Signature:
+    """A connection method's signature as a pool method's: ``self``, then the bookie id."""
+    sig = inspect.signature(op)
+    this, *rest = sig.parameters.values()
+    params = [
+        this.replace(kind=inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter("bookie_id", inspect.Parameter.POSITIONAL_ONLY, annotation="str"),
+        *rest,
+    ]
+    return sig.replace(parameters=params)
+
+
 def _on_bookie(
     op: Callable[Concatenate[BookieConnection, P], Awaitable[R]],
     v2_op: Callable[Concatenate[BookieConnectionV2, P], Awaitable[R]] | None = None,
@@ -76,20 +88,13 @@ def _on_bookie(
                 return await v2_method(self.connection_v2(bookie_id), *args, **kwargs)
             return await op(self.connection(bookie_id), *args, **kwargs)
 
-    sig = inspect.signature(op)
-    this, *rest = sig.parameters.values()
-    params = [
-        this.replace(kind=inspect.Parameter.POSITIONAL_ONLY),
-        inspect.Parameter("bookie_id", inspect.Parameter.POSITIONAL_ONLY, annotation="str"),
-        *rest,
-    ]
     return _describe(
         method,
         op,
         "BookieClientPool",
         f":meth:`BookieConnection.{op.__name__}` on the bookie ``bookie_id``"
         + (f" (v2 bookies: :meth:`BookieConnectionV2.{op.__name__}`)." if v2_op else "."),
-        sig.replace(parameters=params),
+        _with_bookie_id(op),
     )
 
 
@@ -104,19 +109,12 @@ def _on_v2_bookie(
     ) -> R:
         return await op(self.connection_v2(bookie_id), *args, **kwargs)
 
-    sig = inspect.signature(op)
-    this, *rest = sig.parameters.values()
-    params = [
-        this.replace(kind=inspect.Parameter.POSITIONAL_ONLY),
-        inspect.Parameter("bookie_id", inspect.Parameter.POSITIONAL_ONLY, annotation="str"),
-        *rest,
-    ]
     return _describe(
         method,
         op,
         "BookieClientPool",
         f":meth:`BookieConnectionV2.{op.__name__}` on the bookie ``bookie_id`` (always v2).",
-        sig.replace(parameters=params),
+        _with_bookie_id(op),
     )
 
 
