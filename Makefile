@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean soak
+.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -22,9 +22,17 @@ java-deps:
 bookkeeper-deps: java-deps
 	scripts/install_bookkeeper.sh
 
-## Airflow in its own virtualenv (.venv-airflow) for the DAG tests.
+## Airflow 3 in its own virtualenv (.venv-airflow) for the DAG tests.
 airflow:
 	scripts/install_airflow.sh
+
+## The DAG tests and `airflow dags test` on Airflow 2.10 too (.venv-airflow2; not in `make test`).
+.PHONY: airflow2 airflow2-test
+airflow2:
+	AIRFLOW_LINE=2 scripts/install_airflow.sh
+airflow2-test: venv airflow2
+	AIRFLOW_VENV=.venv-airflow2 BKAUDIT_AIRFLOW_MAJOR=2 $(PY) -m pytest -q tests/airflow
+	AIRFLOW_VENV=.venv-airflow2 tests/airflow/dags_test_sandbox.sh
 
 ## Debian's headless Chromium for the HTML report test.
 chromium:
@@ -43,21 +51,30 @@ format: venv
 test: venv java-deps bookkeeper-deps airflow chromium lint
 	$(PY) -m pytest -q --durations=15 tests
 
-## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), and 1,000
-## randomized ledger schedules. `make test` runs a short soak and kill campaign. The seed is
-## printed; replay one with `make soak SOAK_SEED=<seed>`.
+## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
+## randomized ledger schedules, and `airflow dags test` of the DAG on a sandbox (Airflow 3).
+## `make test` runs a short soak and kill campaign. The seed is printed; replay one with
+## `make soak SOAK_SEED=<seed>`.
 SOAK_MINUTES ?= 30
 SOAK_KILLS ?= 25
 ifndef SOAK_SEED
 SOAK_SEED := $(shell date +%s)
 endif
-soak: venv java-deps bookkeeper-deps
+soak: venv java-deps bookkeeper-deps airflow
 	$(PY) -m pytest -q -s tests/soak/test_chaos_soak.py \
 		--soak-minutes $(SOAK_MINUTES) --soak-seed $(SOAK_SEED)
 	$(PY) -m pytest -q -s tests/soak/test_kill_campaign.py \
 		--soak-kills $(SOAK_KILLS) --soak-seed $(SOAK_SEED)
 	$(PY) -m pytest -q -s tests/integration/test_ledger_random_schedules.py \
 		--schedules 1000 --timeout 3600
+	tests/airflow/dags_test_sandbox.sh
+
+## BookKeeper version matrix: interop cells 1, 3, 5, 6 and 9 against the newest 4.16, 4.17 and
+## 4.18 (tests/interop/versions.py), one table per version (docs/interop.md). `make test` runs
+## 4.17 plus cells 1 and 3 of one other line in rotation; pick lines with `make interop-matrix BK_LINES=4.18`.
+BK_LINES ?= 4.16,4.17,4.18
+interop-matrix: venv java-deps
+	$(PY) -m tests.interop.matrix --versions $(BK_LINES)
 
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.
 proto: venv
@@ -71,4 +88,4 @@ bench-metadata: venv java-deps
 	$(PY) bench/metadata_scan.py
 
 clean:
-	rm -rf $(VENV) .venv-airflow .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-airflow .venv-airflow2 .pytest_cache .ruff_cache build *.egg-info

@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 # The Airflow worker may have the checkout (BKAUDIT_HOME) rather than the installed package;
-# bklib.states and jobs.tables.schema need nothing beyond the standard library and pyarrow.
+# bklib.states and jobs.tables need nothing beyond the standard library, pyarrow and deltalake.
 _HOME = os.environ.get("BKAUDIT_HOME") or str(Path(__file__).resolve().parents[1])
 if _HOME not in sys.path:
     sys.path.append(_HOME)
@@ -31,8 +32,35 @@ TASK_REPAIR = "rereplicate"
 TASK_CLEAN = "no_findings"
 
 
+def run_stamp(dag_run: Any) -> str:
+    """The DAG run's time as ``YYYYMMDDTHHMMSS`` (UTC), the part of the audit run ids that ties
+    them to one DAG run. It is ``ts_nodash`` whenever the run has a logical date, as every
+    Airflow 2 run and every scheduled Airflow 3 run does; an Airflow 3 run triggered without
+    one (``airflow dags trigger``, the REST API) has no ``ts_nodash`` in its context, so its
+    ``run_after`` (when it was due) stands in."""
+    when = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
+    if not isinstance(when, datetime):
+        raise RuntimeError(f"DAG run {getattr(dag_run, 'run_id', dag_run)!r} has no date")
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y%m%dT%H%M%S")
+
+
+def secret_file_args(zk_auth_file: str | None, password_file: str | None = None) -> list[str]:
+    """``--zk-auth-file``/``--password-file`` for a job's command line. Only paths go on the
+    command line: spark-submit's arguments are in the task log and in the rendered-template
+    view, so the secrets themselves come from these files or from ``$BKAUDIT_ZK_AUTH`` /
+    ``$BKAUDIT_PASSWORD`` in the worker's environment, which spark-submit inherits."""
+    args: list[str] = []
+    if zk_auth_file:
+        args += ["--zk-auth-file", zk_auth_file]
+    if password_file:
+        args += ["--password-file", password_file]
+    return args
+
+
 def run_id_prefix(dag_run_ts: str, step: str) -> str:
-    """Audit run ids the DAG gives a step: ``airflow-<ts_nodash>-<step>-t<try>``. The try
+    """Audit run ids the DAG gives a step: ``airflow-<run stamp>-<step>-t<try>``. The try
     number keeps a retried audit from appending rows under the failed attempt's id."""
     return f"airflow-{dag_run_ts}-{step}-t"
 
@@ -47,15 +75,21 @@ def _counts(value: Any) -> dict[str, int]:
 
 
 def read_audit_runs(warehouse: str, storage_options: Mapping[str, str] | None = None) -> list[dict]:
-    """All rows of ``audit_runs`` (one per run, so small) as dicts, via delta-rs."""
-    from deltalake import DeltaTable
+    """All rows of ``audit_runs`` (one per run, so small) as dicts, read with delta-rs through
+    :func:`jobs.tables.delta.read_rows`, like every other bkaudit reader: whatever the tables'
+    partitioning, and refusing a warehouse whose schema version is newer than this code.
 
-    path = f"{warehouse.rstrip('/')}/{AUDIT_RUNS}"
-    table = DeltaTable(path, storage_options=dict(storage_options or {}))
+    ``storage_options`` (object-store settings such as ``AWS_REGION``) go into this task
+    process's environment, where delta-rs reads them; settings already there win."""
+    from jobs.tables.delta import read_rows
+
+    for key, value in (storage_options or {}).items():
+        os.environ.setdefault(key.upper(), str(value))
     cols = ["run_id", "started_at", "finished_at", "check", "status", "counts", "error"]
-    rows = table.to_pyarrow_table(columns=cols).to_pylist()
+    rows = read_rows(warehouse, AUDIT_RUNS, columns=cols)
     for r in rows:
-        r["counts"] = _counts(r["counts"])
+        r["counts"] = _counts(r.get("counts"))
+        r.setdefault("error", None)
     return rows
 
 

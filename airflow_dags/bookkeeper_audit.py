@@ -9,7 +9,8 @@ audit ─▶ check_findings ─┬─▶ rereplicate ─▶ verify_audit ─▶ 
 ```
 
 * **audit**: `spark-submit jobs/audit.py --zk … --warehouse … --check …` with the run id
-  `airflow-<ts_nodash>-audit-t<try>`.
+  `airflow-<ts_nodash>-audit-t<try>` (a run without a logical date, which Airflow 3 allows
+  for manual triggers, uses the time it was due instead of `ts_nodash`).
 * **check_findings**: reads that run's row of `audit_runs` with delta-rs (no Spark on the
   worker) and branches: `rereplicate` when it found under-replicated fragments, `no_findings`
   when clean. A failed or missing run fails the task: never "clean" for an audit that did not
@@ -29,7 +30,10 @@ Params (Trigger DAG w/ config): `zk`, `warehouse` (defaults from `$BKAUDIT_ZK` a
 `$BKAUDIT_WAREHOUSE` on the scheduler), `check`, `grace_period`, `rate`, `dry_run`.
 Deployment: `$BKAUDIT_HOME` is the bkaudit checkout on the workers (default: the parent of this
 folder), `$BKAUDIT_SPARK_CONN_ID` the Spark connection (default `spark_bkaudit`);
-`SPARK_CONF_DIR=$BKAUDIT_HOME/conf` gives spark-submit the Delta settings. See
+`SPARK_CONF_DIR=$BKAUDIT_HOME/conf` gives spark-submit the Delta settings. Secrets never go on
+the command line: `$BKAUDIT_ZK_AUTH_FILE` / `$BKAUDIT_PASSWORD_FILE` (paths on the workers)
+become `--zk-auth-file` / `--password-file`, or `$BKAUDIT_ZK_AUTH` / `$BKAUDIT_PASSWORD` in the
+workers' environment reach the jobs directly. Airflow 3 (task SDK) and 2.10. See
 docs/operations.md.
 """
 
@@ -44,13 +48,21 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow import DAG
-from airflow.decorators import task
-from airflow.exceptions import AirflowFailException
-from airflow.models.param import Param
-from airflow.operators.empty import EmptyOperator
+
+# Airflow 3 (the main target): DAG authoring comes from the task SDK, EmptyOperator from the
+# standard provider. Airflow 2.10, also supported, has neither; it has the old locations.
+try:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, Param, TriggerRule, task
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 2.10
+    from airflow import DAG  # type: ignore[no-redef]
+    from airflow.decorators import task  # type: ignore[no-redef]
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+    from airflow.models.param import Param  # type: ignore[no-redef]
+    from airflow.operators.empty import EmptyOperator  # type: ignore[no-redef]
+    from airflow.utils.trigger_rule import TriggerRule  # type: ignore[no-redef]
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.utils.trigger_rule import TriggerRule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers next to this file
 from bkaudit_support import (
@@ -61,6 +73,8 @@ from bkaudit_support import (
     find_run,
     read_audit_runs,
     run_id_prefix,
+    run_stamp,
+    secret_file_args,
     verification_outcome,
 )
 
@@ -71,10 +85,23 @@ SPARK_CONN_ID = os.environ.get("BKAUDIT_SPARK_CONN_ID", "spark_bkaudit")
 SCHEDULE = os.environ.get("BKAUDIT_DAG_SCHEDULE", "@hourly")
 # delta-rs options for object stores (JSON), e.g. {"AWS_REGION": "eu-west-1"}.
 STORAGE_OPTIONS: dict[str, str] = json.loads(os.environ.get("BKAUDIT_DELTA_STORAGE_OPTIONS", "{}"))
+# Secrets as files on the workers, never as values: a job's arguments are in the task log and
+# the rendered-template view. $BKAUDIT_ZK_AUTH / $BKAUDIT_PASSWORD in the worker's environment
+# work too (spark-submit inherits it, in client deploy mode).
+ZK_AUTH_FILE = os.environ.get("BKAUDIT_ZK_AUTH_FILE") or None
+PASSWORD_FILE = os.environ.get("BKAUDIT_PASSWORD_FILE") or None
 
-AUDIT_RUN_ID = "airflow-{{ ts_nodash }}-audit-t{{ ti.try_number }}"
-VERIFY_RUN_ID = "airflow-{{ ts_nodash }}-verify-t{{ ti.try_number }}"
-ZK_WAREHOUSE = ["--zk", "{{ params.zk }}", "--warehouse", "{{ params.warehouse }}"]
+# run_stamp(dag_run) is ts_nodash, or the run's run_after when an Airflow 3 run has no logical
+# date (and so no ts_nodash); see bkaudit_support.run_stamp.
+AUDIT_RUN_ID = "airflow-{{ bkaudit_run_stamp(dag_run) }}-audit-t{{ ti.try_number }}"
+VERIFY_RUN_ID = "airflow-{{ bkaudit_run_stamp(dag_run) }}-verify-t{{ ti.try_number }}"
+ZK_WAREHOUSE = [
+    "--zk",
+    "{{ params.zk }}",
+    "--warehouse",
+    "{{ params.warehouse }}",
+    *secret_file_args(ZK_AUTH_FILE),
+]
 
 
 class BkauditSparkSubmitOperator(SparkSubmitOperator):
@@ -146,6 +173,7 @@ with DAG(
         "dry_run": Param(False, type="boolean", description="plan the repair, change nothing"),
     },
     render_template_as_native_obj=False,
+    user_defined_macros={"bkaudit_run_stamp": run_stamp},
 ) as dag:
     audit = _spark_task(
         "audit",
@@ -154,9 +182,9 @@ with DAG(
     )
 
     @task.branch(task_id="check_findings", retries=1)
-    def check_findings(params: Any = None, ts_nodash: str | None = None, ti: Any = None) -> str:
+    def check_findings(params: Any = None, dag_run: Any = None, ti: Any = None) -> str:
         """Branch on the audit run this DAG run just wrote (read with delta-rs)."""
-        prefix = run_id_prefix(str(ts_nodash), "audit")
+        prefix = run_id_prefix(run_stamp(dag_run), "audit")
         run = find_run(read_audit_runs(params["warehouse"], STORAGE_OPTIONS), prefix)
         branch = choose_branch(run, prefix)
         assert run is not None
@@ -176,6 +204,7 @@ with DAG(
             "--rate",
             "{{ params.rate }}",
             "{{ '--dry-run' if params.dry_run else '' }}",
+            *secret_file_args(None, PASSWORD_FILE),
         ],
     )
     no_findings = EmptyOperator(task_id=TASK_CLEAN)
@@ -187,9 +216,9 @@ with DAG(
     )
 
     @task(task_id="verify_result", retries=0)
-    def verify_result(params: Any = None, ts_nodash: str | None = None) -> str:
+    def verify_result(params: Any = None, dag_run: Any = None) -> str:
         """Fail the DAG run when the verifying audit still finds under-replicated ledgers."""
-        prefix = run_id_prefix(str(ts_nodash), "verify")
+        prefix = run_id_prefix(run_stamp(dag_run), "verify")
         run = find_run(read_audit_runs(params["warehouse"], STORAGE_OPTIONS), prefix)
         passed, summary = verification_outcome(run, prefix, dry_run=bool(params["dry_run"]))
         log.info(summary)

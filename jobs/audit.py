@@ -192,14 +192,22 @@ def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
 
 
 def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | None) -> int:
+    from jobs.progress import SparkProgress
     from jobs.spark import load
     from jobs.spark.audit_job import AuditJob
     from jobs.spark.session import build_spark
+    from jobs.tables.delta import TableError
 
     spark = spark or build_spark("bkaudit-audit", master=master)
     job = AuditJob(spark, config, plan)
     try:
-        run = job.run_all()
+        # Spark's console bar is off (jobs.spark.session): ours, or a line every few seconds.
+        with SparkProgress(spark, "audit", logger=log):
+            run = job.run_all()
+    except TableError as exc:  # a warehouse this bkaudit may not write: nothing to record in it
+        log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         log.debug("audit run %s failed", job.run.run_id, exc_info=True)
         _failed(job.run, exc)

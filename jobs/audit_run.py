@@ -12,7 +12,9 @@ from bklib.audit.checker import CheckSettings
 from bklib.audit.placement import PlacementRule
 from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
+from bklib.tls import TlsSettings
 from jobs.placement import placement_note, rule_from_args
 
 __all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
@@ -29,7 +31,7 @@ class AuditConfig:
     warehouse: str
     check: str = Check.REPLICAS
     ledgers_root: str = DEFAULT_LEDGERS_ROOT
-    zk_auth: str | None = None
+    zk_auth: ZkAuth = None
     scan_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
     fetch: CheckSettings = field(default_factory=CheckSettings)
@@ -42,6 +44,9 @@ class AuditConfig:
     racks_file: str | None = None
     placement_rule: PlacementRule = field(default_factory=PlacementRule)
     rack_document: RackDocument | None = None
+    tls: TlsSettings | None = None
+    """Bookie TLS (``--tls-*`` flags); picklable, so executors' clients use it too
+    (:func:`bklib.audit.engine.bookie_client_config`)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AuditConfig:
@@ -67,6 +72,7 @@ class AuditConfig:
             racks_znode=getattr(args, "racks_znode", "/bookies"),
             racks_file=getattr(args, "racks_file", None),
             placement_rule=rule_from_args(args),
+            tls=getattr(args, "bookie_tls", None),
         )
 
 

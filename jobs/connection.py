@@ -6,7 +6,9 @@ parsed by :mod:`bklib.meta.uri`), ``--zk-auth-file`` and, where the command has
 (:func:`jobs.cli.config.parse_with_config`) and leaves the rest of the job the plain
 ``args.zk``, ``args.ledgers_root``, ``args.zk_auth`` and ``args.password`` it always read.
 Secrets may also come from ``$BKAUDIT_ZK_AUTH`` and ``$BKAUDIT_PASSWORD``; they are never
-logged nor shown in ``--help``.
+logged nor shown in ``--help``. ZooKeeper TLS and SASL (``--zk-tls*``, ``--zk-sasl-jaas-file``,
+``--zk-enable-security``) come from :mod:`jobs.zk_security_args`; with any of them
+``args.zk_auth`` becomes a :class:`bklib.meta.zkaccess.ZkAccess`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from pathlib import Path
 
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from jobs.tls_args import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
+from jobs.zk_security_args import (
+    ZkSecurityArgsError,
+    add_zk_security_arguments,
+    resolve_zk_security,
+)
 
 __all__ = [
     "SECRET_DESTS",
@@ -63,6 +71,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         metavar="PATH",
         help="file holding the ZooKeeper digest auth user:password (or $BKAUDIT_ZK_AUTH)",
     )
+    add_zk_security_arguments(parser)  # --zk-tls*, --zk-sasl-jaas-file, --zk-enable-security
+    add_tls_arguments(parser)  # bookie TLS: --tls-provider-factory-class, --tls-trust-store, ...
     if _action(parser, "password") is not None:
         parser.add_argument(
             "--password-file",
@@ -144,6 +154,14 @@ def resolve_connection(
     redact_in_logs(
         zk_auth, zk_auth.partition(":")[2] if zk_auth else None, getattr(args, "password", None)
     )
+    try:  # TLS / SASL flags: args.zk_auth becomes a ZkAccess when any is given
+        redact_in_logs(*resolve_zk_security(args))
+    except ZkSecurityArgsError as exc:
+        raise ConnectionArgsError(str(exc)) from None
+    try:  # bookie TLS flags: args.bookie_tls, a TlsSettings or None
+        setattr(args, TLS_DEST, tls_from_args(args))
+    except TlsConfigError as exc:
+        raise ConnectionArgsError(exc.reason) from None
     uri = getattr(args, "metadata_uri", None)
     if uri:
         root = getattr(args, "ledgers_root", DEFAULT_LEDGERS_ROOT)

@@ -15,6 +15,7 @@ from bklib.audit.model import Finding, LedgerView
 from bklib.audit.placement import PlacementPolicyName, PlacementRule, placement_findings
 from bklib.audit.placement import rack_resolver as _resolver
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE, RackDocument, load_racks_file, read_racks_strict
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import UNKNOWN_RACK, CountKey, Reason
 
 __all__ = [
@@ -118,7 +119,7 @@ def rule_from_args(args: argparse.Namespace) -> PlacementRule:
 
 
 def load_rack_document(
-    hosts: str, znode: str, racks_file: str | None, auth: str | None = None
+    hosts: str, znode: str, racks_file: str | None, auth: ZkAuth = None
 ) -> RackDocument | None:
     """The racks file when given, else the racks znode parsed strictly; None when neither
     exists. Raises :class:`~bklib.meta.racks.RacksFormatError` naming the znode or file when

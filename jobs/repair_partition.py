@@ -38,7 +38,8 @@ def repair_partition(
         with SyncBookieClient(
             config.zk,
             ledgers_root=config.ledgers_root,
-            config=ClientConfig(read_timeout=config.read_timeout),
+            config=ClientConfig(read_timeout=config.read_timeout, tls=config.tls),
+            zk_auth=config.zk_auth,
         ) as client:
             # --fix-placement reads racks strictly (a broken document is an error naming it);
             # other repairs only prefer racks, so a broken document leaves them rack-unaware.

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bklib.meta.model import DigestType
+from bklib.meta.zkaccess import ZkAuth
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
+from bklib.tls import TlsSettings
 
 __all__ = [
     "RepairConfig",
@@ -39,7 +41,7 @@ class RepairConfig:
     mode: str = RepairMode.REREPLICATE
     audit_run_id: str | None = None
     ledgers_root: str = DEFAULT_LEDGERS_ROOT
-    zk_auth: str | None = None
+    zk_auth: ZkAuth = None
     zk_session_timeout: float = 10.0
     settings: RepairSettings = field(default_factory=RepairSettings)
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
@@ -55,6 +57,8 @@ class RepairConfig:
     fix_placement: bool = False
     """``rereplicate --fix-placement``: only PLACEMENT_VIOLATION findings, moved by
     :mod:`bklib.repair.placement_fix` under ``settings.placement_rule``."""
+    tls: TlsSettings | None = None
+    """Bookie TLS (``--tls-*`` flags) of every bookie connection the workers open."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
@@ -95,6 +99,7 @@ class RepairConfig:
             racks_znode=args.racks_znode,
             racks_file=getattr(args, "racks_file", None),
             fix_placement=fix_placement,
+            tls=getattr(args, "bookie_tls", None),
         )
 
 

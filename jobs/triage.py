@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE, read_racks
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     ActionStatus,
@@ -65,7 +66,7 @@ def collect_triage(
     *,
     zk: str | None = None,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     run_id: str | None = None,
 ) -> tuple[list[dict[str, Any]], str]:

@@ -36,6 +36,7 @@ from bklib.audit.model import LedgerView, runs_from_rows
 from bklib.audit.whatif import (
     DEFAULT_MIN_RACKS,
     LedgerImpact,
+    ScanCoverage,
     WriterCheck,
     blast_radius,
     current_missing,
@@ -51,6 +52,7 @@ from bklib.meta.racks import (
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.store import connect
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     UNKNOWN_RACK,
@@ -101,6 +103,11 @@ class ClusterState:
         return [v for v in self.views if not v.ok]
 
     @property
+    def coverage(self) -> ScanCoverage:
+        """What the scan could not read or account for."""
+        return ScanCoverage.of([v.ledger_id for v in self.unreadable], self.unaccounted)
+
+    @property
     def bookies(self) -> list[str]:
         """Every bookie: registered ones, then lost ones."""
         return sorted(self.writable | self.readonly) + sorted(self.lost)
@@ -146,7 +153,7 @@ def findings_missing(warehouse: str) -> tuple[Findings, str]:
 
 
 def read_cluster(
-    zk_hosts: str, root: str, auth: str | None, racks_znode: str, strict_racks: bool
+    zk_hosts: str, root: str, auth: ZkAuth, racks_znode: str, strict_racks: bool
 ) -> tuple[BookieRegistry, dict[str, str]]:
     """The bookie registrations and Pulsar's rack map."""
     zk = connect(zk_hosts, auth=auth)
@@ -167,7 +174,7 @@ def load_state(
     zk_hosts: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     warehouse: str | None = None,
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     strict_racks: bool = False,
@@ -263,18 +270,8 @@ def what_if(
         )
         if imp is not None and imp.harmed:
             impacts.append(imp)
-    notes = []
     # Fail closed: a ledger we could not read may be one the failure harms.
-    unread = state.unreadable
-    if unread:
-        shown = ", ".join(str(v.ledger_id) for v in unread[:10])
-        notes.append(
-            f"UNSAFE: {len(unread)} ledgers could not be read ({shown}); not provably safe"
-        )
-    if state.unaccounted:
-        notes.append(
-            f"UNSAFE: the metadata scan missed {state.unaccounted} ledgers; not provably safe"
-        )
+    notes = [f"UNSAFE: {gap}; not provably safe" for gap in state.coverage.notes()]
     verdict = Verdict.UNSAFE if impacts or notes else Verdict.SAFE
     return WhatIfResult(failed, impacts, verdict, notes)
 
@@ -507,9 +504,10 @@ def scope_row(s: Any, run_id: str, computed_at: datetime, audit_run_id: str | No
 
 
 def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
-    """Entry point (``bkaudit blastradius``): 0 written, 2 on error. ``--executor`` picks
-    in-process or Spark as the audit does (:mod:`jobs.executor`); a caller that hands in a
-    SparkSession gets Spark under ``auto``."""
+    """Entry point (``bkaudit blastradius``): 0 written, 1 written but incomplete (ledgers
+    unreadable or missed by the scan: the counts are a lower bound), 2 on error.
+    ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.executor`); a
+    caller that hands in a SparkSession gets Spark under ``auto``."""
     from jobs.executor import LocalTooBigError, choose_executor, limits_from_args
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -540,9 +538,9 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
                 racks_znode=args.racks_znode,
             )
             scopes = blast_rows(state, args.min_racks, _processes())
-            audit_run_id = state.audit_run_id
+            audit_run_id, coverage = state.audit_run_id, state.coverage
         else:
-            scopes, audit_run_id = _spark_scopes(args, spark, plan, has_findings)
+            scopes, audit_run_id, coverage = _spark_scopes(args, spark, plan, has_findings)
         rows = [scope_row(s, run_id, started, audit_run_id, choice.executor) for s in scopes]
         delta.append_rows(args.warehouse, BLAST_RADIUS, rows)
     except (LocalTooBigError, UsageError) as exc:
@@ -558,12 +556,18 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
         f"{sum(r['scope'] == Scope.RACK for r in rows)} racks, {len(worst)} with ledgers below "
         f"AQ -> {args.warehouse}/{BLAST_RADIUS} [{choice.executor}]"
     )
+    if not coverage.complete:
+        # Fail closed: an unread ledger may name any bookie, so no row here is an upper bound.
+        for gap in coverage.notes():
+            log.warning("blastradius %s: %s", run_id, gap)
+            print(f"blastradius: INCOMPLETE: {gap}; the figures are a lower bound", file=sys.stderr)
+        return 1
     return 0
 
 
 def _spark_scopes(
     args: argparse.Namespace, spark: Any, plan: ScanPlan, has_findings: bool
-) -> tuple[list[Any], str | None]:
+) -> tuple[list[Any], str | None, ScanCoverage]:
     """The Spark path's scopes: the driver reads the racks and findings (small), the tasks
     scan the metadata and compute (:mod:`jobs.spark.blast_radius`)."""
     from jobs.spark.blast_radius import spark_blast_radius
@@ -575,7 +579,7 @@ def _spark_scopes(
     if has_findings:
         missing, audit_run_id = findings_missing(args.warehouse)
     spark = spark or build_spark("bkaudit-blastradius", master=args.master)
-    scopes = spark_blast_radius(
+    scopes, coverage = spark_blast_radius(
         spark,
         args.zk,
         root=args.ledgers_root,
@@ -585,4 +589,4 @@ def _spark_scopes(
         min_racks=args.min_racks,
         plan=plan,
     )
-    return scopes, audit_run_id
+    return scopes, audit_run_id, coverage

@@ -21,6 +21,7 @@ from bklib.audit.model import LedgerView
 from bklib.client.connection import ConnectionLostError
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.errors import BKError, BKTimeoutError, NoSuchEntryError, NoSuchLedgerError
+from bklib.tls import BookieTlsError
 
 __all__ = ["BookieCapabilities", "learn_capabilities", "probe_targets"]
 
@@ -121,6 +122,8 @@ def _outcome(fut: concurrent.futures.Future[Any], timeout: float) -> tuple[bool 
         # A bookie that refuses the request closes the connection (a 4.16 bookie on
         # BATCH_READ); one we never reached looks the same here, so the caller compares the
         # two questions' outcomes.
-        return (False if isinstance(exc, ConnectionLostError) else None), str(exc)
+        # A TLS failure (BookieTlsError) is not a refusal of this request either.
+        refused = isinstance(exc, ConnectionLostError) and not isinstance(exc, BookieTlsError)
+        return (False if refused else None), str(exc)
     except OSError as exc:
         return None, str(exc)

@@ -25,16 +25,20 @@ from bklib.audit.capabilities import DEFAULT_PROBE_TIMEOUT, learn_capabilities, 
 from bklib.audit.checker import CheckSettings, ReplicaChecker
 from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
+from bklib.client.connection import ClientConfig
 from bklib.errors import BKError
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
 from bklib.meta.store import LeafDir, LedgerStore, connect
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
+from bklib.tls import TlsSettings
 
 __all__ = [
     "BookieRow",
     "ScanPlan",
+    "bookie_client_config",
     "bookie_rows",
     "capability_counts",
     "check_ledgers",
@@ -62,9 +66,7 @@ class ScanPlan:
         return sum(d.count for d in self.dirs)
 
     @classmethod
-    def read(
-        cls, hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: str | None = None
-    ) -> ScanPlan:
+    def read(cls, hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None) -> ScanPlan:
         zk = connect(hosts, auth=auth)
         try:
             store = LedgerStore(zk, root)
@@ -79,7 +81,7 @@ class ScanPlan:
         hosts: str,
         scanned: Mapping[str, int],
         root: str = DEFAULT_LEDGERS_ROOT,
-        auth: str | None = None,
+        auth: ZkAuth = None,
     ) -> ScanAccount:
         """After a scan: re-read the directories' child versions and account for every
         announced ledger (:func:`~bklib.audit.accounting.account_scan`). ``scanned`` is the
@@ -95,7 +97,7 @@ class ScanPlan:
         return account
 
 
-def require_cluster(hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: str | None = None) -> None:
+def require_cluster(hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None) -> None:
     """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster is at
     ``hosts`` / ``root`` (see :meth:`LedgerStore.require_cluster`)."""
     zk = connect(hosts, auth=auth)
@@ -133,7 +135,7 @@ def scan_dirs(
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> Iterator[LedgerView]:
     """Every ledger under ``dirs``, read over one ZooKeeper session. A corrupt or unreadable
@@ -165,7 +167,7 @@ def read_ledgers(
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> dict[int, LedgerView | None]:
     """Read the given ledgers now: each id maps to its view, or None when it was deleted."""
@@ -263,6 +265,19 @@ def capability_counts(rows: Iterable[BookieRow]) -> dict[str, int]:
         CountKey.BOOKIES_NO_LIST_ENTRIES: sum(1 for r in rows if r.list_entries is False),
         CountKey.BOOKIES_BATCH_READ: sum(1 for r in rows if r.batch_read),
     }
+
+
+def bookie_client_config(settings: CheckSettings, tls: TlsSettings | None = None) -> ClientConfig:
+    """The bookie client configuration of an audit's questions, the same in every executor
+    (driver and tasks): the check's timeouts, a short reconnect back-off (a dead bookie is
+    retried soon, not hammered), and the run's bookie TLS (None: plaintext)."""
+    return ClientConfig(
+        read_timeout=settings.read_timeout,
+        connect_timeout=settings.connect_timeout,
+        reconnect_backoff_initial=0.05,
+        reconnect_backoff_max=1.0,
+        tls=tls,
+    )
 
 
 def lost_bookies(rows: Iterable[BookieRow]) -> frozenset[str]:

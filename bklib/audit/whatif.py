@@ -35,9 +35,11 @@ from bklib.quorum import stripe_count, write_set
 from bklib.states import UNKNOWN_RACK, Scope
 
 __all__ = [
+    "COVERAGE_SAMPLE",
     "DEFAULT_MIN_RACKS",
     "LedgerImpact",
     "Missing",
+    "ScanCoverage",
     "ScopeImpact",
     "WriterCheck",
     "blast_radius",
@@ -60,6 +62,47 @@ MAX_RANGES = 100
 
 DEFAULT_MIN_RACKS = 2
 """BookKeeper's ``minNumRacksPerWriteQuorum`` default (``RackawareEnsemblePlacementPolicy``)."""
+
+
+COVERAGE_SAMPLE = 10
+"""Unreadable ledger ids named in a coverage note."""
+
+
+@dataclass(frozen=True)
+class ScanCoverage:
+    """What the metadata scan behind a what-if or blast-radius answer missed.
+
+    A ledger whose metadata could not be read, or one the scan did not account for
+    (docs/reliability.md, scan accounting), may name any bookie: an answer computed without it
+    proves nothing safe and its counts are only a lower bound.
+    """
+
+    unreadable: int
+    sample: tuple[int, ...]
+    """The first :data:`COVERAGE_SAMPLE` unreadable ledger ids."""
+    unaccounted: int
+
+    @classmethod
+    def of(cls, unreadable_ids: Sequence[int], unaccounted: int) -> ScanCoverage:
+        """Coverage from every unreadable ledger id and the unaccounted count."""
+        ids = sorted(unreadable_ids)
+        return cls(len(ids), tuple(ids[:COVERAGE_SAMPLE]), unaccounted)
+
+    @property
+    def complete(self) -> bool:
+        """True when every ledger was read and accounted for."""
+        return not self.unreadable and not self.unaccounted
+
+    def notes(self) -> list[str]:
+        """One line per gap, naming the ledgers it can."""
+        out = []
+        if self.unreadable:
+            shown = ", ".join(str(i) for i in self.sample)
+            more = " ..." if self.unreadable > len(self.sample) else ""
+            out.append(f"{self.unreadable} ledgers could not be read ({shown}{more})")
+        if self.unaccounted:
+            out.append(f"the metadata scan missed {self.unaccounted} ledgers")
+        return out
 
 
 def current_missing(

@@ -12,6 +12,10 @@ CLI::
         [--ledgers-root /ledgers]
         [--fault-injection] [--admin-port 0] [--zk-timeout 10]
         [--min-free-bytes N] [--disk-usage-threshold 0.95] [--journal-file-size N]
+        [--tls-provider-factory-class TLSContextFactory --tls-certificate-path PEM
+         --tls-key-store PEM [--tls-trust-store PEM --tls-client-authentication]]
+        [--zk-tls --zk-tls-ca PEM [--zk-tls-cert PEM --zk-tls-key PEM]]
+        [--zk-sasl-jaas-file JAAS] [--zk-enable-security auto|true|false]
 
 Exit status 2 means the bookie refused to start (cookie mismatch, data dir in use, bad
 argument); the reason is the last line on stderr.
@@ -37,8 +41,10 @@ from bklib.bookie.registration import Registration, check_bookie_id
 from bklib.bookie.server import BookieServer
 from bklib.bookie.storage import Storage
 from bklib.errors import BKError
+from bklib.meta.zkaccess import ZkAuth, add_zk_access_arguments, zk_access_from_args
 from bklib.proto.framing import MAX_FRAME_SIZE
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from bklib.tls import TlsSettings, add_tls_arguments, tls_settings_from_args
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,8 @@ class BookieConfig:
     fault_injection: bool = False
     admin_port: int = 0
     zk_timeout: float = 10.0
+    # TLS / SASL / ACLs of the ZooKeeper session (bklib.meta.zkaccess); None: plaintext.
+    zk_auth: ZkAuth = None
     max_frame: int = MAX_FRAME_SIZE
     journal_file_size: int = jr.DEFAULT_FILE_SIZE
     # Read-only when free space falls below this many bytes or the used fraction exceeds the
@@ -70,6 +78,8 @@ class BookieConfig:
     min_free_bytes: int = 64 * 1024 * 1024
     disk_usage_threshold: float = 0.95
     disk_check_interval: float = 1.0
+    # Bookie TLS (BookKeeper's tlsProviderFactoryClass set): START_TLS served, plaintext refused.
+    tls: TlsSettings | None = None
 
 
 class Bookie:
@@ -123,13 +133,18 @@ class Bookie:
                     root=cfg.ledgers_root,
                     session_timeout=cfg.zk_timeout,
                     on_session_restored=self._session_restored,
+                    zk_auth=cfg.zk_auth,
                 )
                 reg = self.registration
                 await self._run_blocking(reg.start)
                 await self._run_blocking(reg.check_cookie, self.data_dir)
             self.storage.open()
             self.server = BookieServer(
-                self.storage, name=self.bookie_id, max_frame=cfg.max_frame, faults=self.faults
+                self.storage,
+                name=self.bookie_id,
+                max_frame=cfg.max_frame,
+                faults=self.faults,
+                tls=cfg.tls,
             )
             self.server.forced_readonly = cfg.readonly
             self._check_disk()
@@ -377,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal-file-size", type=int, default=jr.DEFAULT_FILE_SIZE)
     p.add_argument("--max-frame-size", type=int, default=MAX_FRAME_SIZE)
     p.add_argument("--log-level", default="INFO")
+    add_tls_arguments(p, role="server")
+    add_zk_access_arguments(p)  # --zk-tls*, --zk-sasl-jaas-file, --zk-enable-security
     return p
 
 
@@ -393,11 +410,13 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         fault_injection=args.fault_injection,
         admin_port=args.admin_port,
         zk_timeout=args.zk_timeout,
+        zk_auth=zk_access_from_args(args),
         max_frame=args.max_frame_size,
         journal_file_size=args.journal_file_size,
         min_free_bytes=args.min_free_bytes,
         disk_usage_threshold=args.disk_usage_threshold,
         disk_check_interval=args.disk_check_interval,
+        tls=tls_settings_from_args(args, role="server"),
     )
 
 

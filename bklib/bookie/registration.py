@@ -19,6 +19,10 @@ Registration: an ephemeral ``<root>/available/<bookieId>`` (writable) or
 deleted) holding a BookieServiceInfo with one ``bookie-rpc`` endpoint. A node left by a
 previous incarnation (kill -9: its session is still alive) is waited for until it expires.
 After a session expiry kazoo reconnects with a new session and the bookie re-registers.
+
+On a secured ZooKeeper (``zk_auth``: a :class:`~bklib.meta.zkaccess.ZkAccess` with TLS and
+SASL) the cookie and registration znodes get CREATOR_ALL ACLs under ``zkEnableSecurity``,
+as a Java bookie's ``ZKRegistrationManager`` creates them.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from bklib.meta.formats import (
     parse_cookie,
     service_info_for,
 )
+from bklib.meta.zkaccess import ZkAuth, new_client, start_client
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,7 @@ class Registration:
         root: str = DEFAULT_LEDGERS_ROOT,
         session_timeout: float = 10.0,
         on_session_restored: Callable[[], None] | None = None,
+        zk_auth: ZkAuth = None,
     ) -> None:
         self.bookie_id = check_bookie_id(bookie_id)
         self.host = host
@@ -119,7 +125,9 @@ class Registration:
         self.root = "/" + root.strip("/")
         self.session_timeout = session_timeout
         self.on_session_restored = on_session_restored
-        self.zk = KazooClient(hosts=zk_hosts, timeout=session_timeout)
+        self.zk_hosts = zk_hosts
+        self.zk_auth = zk_auth
+        self.zk: KazooClient = new_client(zk_hosts, zk_auth, timeout=session_timeout)
         self._lost = False
         self._stopping = False
         self.readonly: bool | None = None  # what is registered now; None: nothing
@@ -139,9 +147,10 @@ class Registration:
         return _join(self.root, "cookies", self.bookie_id)
 
     def start(self, timeout: float = 30.0) -> None:
-        """Connect to ZooKeeper."""
+        """Connect to ZooKeeper; a rejected certificate or SASL secret raises
+        :class:`~bklib.meta.zkaccess.ZkSecurityError` at once."""
         self.zk.add_listener(self._state_listener)
-        self.zk.start(timeout=timeout)
+        start_client(self.zk, self.zk_hosts, self.zk_auth, timeout)
 
     def stop(self) -> None:
         """Close the session: the ephemeral registration disappears at once."""

@@ -11,6 +11,13 @@ request's txnId and operation, v2 replies the ids the client matches on.
 A frame that cannot be a request (bad protobuf, missing required fields, truncated v2 fields,
 an unsupported v2 opcode, a length prefix over the limit) closes only its connection, with the
 reason logged; nothing a peer sends can stop the server.
+
+TLS (``tls``: :class:`~bklib.tls.TlsSettings`) follows ``processStartTLSRequestV3``: a v3
+START_TLS request is answered EOK in plaintext, then the connection's transport is upgraded
+with a server-side handshake (client certificate required with ``client_authentication``). A
+bookie without TLS answers START_TLS with EBADREQ. Stricter than a Java bookie, which serves
+plaintext clients too: a TLS bookie of ours refuses every request before START_TLS with EUA
+(what Java answers an unauthenticated client), so a client that forgot TLS fails visibly.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -32,10 +40,11 @@ from bklib.bookie.faults import FaultInjector, FaultRule, FaultyConnection
 from bklib.bookie.journal import JournalError
 from bklib.bookie.storage import LedgerState, Storage, StorageError
 from bklib.bookie.v2 import AUTH_DISABLED_PLUGIN, V2Handlers
-from bklib.errors import NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
+from bklib.errors import BKError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import MAX_FRAME_SIZE, FrameTooLarge, split_frames
 from bklib.proto.status import status_code
+from bklib.tls import TlsContextSource, TlsSettings, describe_ssl_error
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +92,8 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
+        self.secure = False  # START_TLS done: the transport is the TLS one
+        self.upgrading = False  # START_TLS answered, handshake under way
 
     # asyncio callbacks ----------------------------------------------------------------------
 
@@ -111,10 +122,14 @@ class Connection(asyncio.Protocol):
             self.abort(str(exc))
             return
         handle = self.server.handle_frame
-        for frame in frames:
+        for i, frame in enumerate(frames):
             if self.closed:
                 return
             handle(self, frame)
+            if self.upgrading and (i + 1 < len(frames) or buf):
+                # A client sends nothing between START_TLS and its TLS ClientHello.
+                self.abort("data after START_TLS before its answer")
+                return
 
     def eof_received(self) -> bool | None:
         if self._buf:
@@ -172,11 +187,71 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self.upgrading and not self.closed:
+            # Requests may arrive through the new TLS layer before start_tls() has returned
+            # its transport: their replies wait for it (see _handshake).
+            return
         if self.closed or self.transport is None or not self._out:
             self._out.clear()
             return
         out, self._out = self._out, []
         self.transport.write(b"".join(out))
+
+    @property
+    def encrypted(self) -> bool:
+        """True once START_TLS is answered: every later byte comes through TLS (plaintext
+        after START_TLS aborts the connection), even before start_tls() returns."""
+        return self.secure or self.upgrading
+
+    def start_tls(self, answer: bytes, source: TlsContextSource) -> None:
+        """Send ``answer`` (START_TLS's EOK) in plaintext, then upgrade the transport to TLS
+        as the server side of the handshake."""
+        if self.transport is None or self.closed:
+            return
+        self._flush()
+        self.upgrading = True
+        self.transport.write(_LEN.pack(len(answer)) + answer)
+        task = self.server.loop.create_task(self._handshake(source))
+        self.server._tasks.add(task)
+        task.add_done_callback(self.server._tasks.discard)
+
+    async def _handshake(self, source: TlsContextSource) -> None:
+        assert self.transport is not None
+        loop = self.server.loop
+        transport = self.transport
+        try:
+            ctx = source.get()
+            new = await loop.start_tls(
+                transport,
+                self,
+                ctx,
+                server_side=True,
+                ssl_handshake_timeout=source.settings.handshake_timeout,
+            )
+        except (ssl.SSLError, OSError, asyncio.TimeoutError, BKError) as exc:
+            why = describe_ssl_error(exc, role="server") if not isinstance(exc, BKError) else exc
+            self.server.conn_log(
+                "bookie %s: TLS handshake with %s failed: %s", self.server.name, self.peer, why
+            )
+            self.closed = True
+            self.server.connections.discard(self)
+            transport.abort()
+            return
+        if new is None or self.closed:
+            transport.abort()
+            return
+        self.transport = new
+        self.secure = True
+        self.upgrading = False
+        self._flush()
+        cert = new.get_extra_info("peercert")
+        log.debug(
+            "bookie %s: TLS with %s (%s)%s",
+            self.server.name,
+            self.peer,
+            (new.get_extra_info("cipher") or ("?",))[0],
+            f", client {dict(x[0] for x in cert.get('subject', ()))}" if cert else "",
+        )
 
     def abort(self, reason: str) -> None:
         """Close this connection because of what the peer sent."""
@@ -199,8 +274,12 @@ class BookieServer(V2Handlers):
         name: str,
         max_frame: int = MAX_FRAME_SIZE,
         faults: FaultInjector | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.storage = storage
+        self.tls = TlsContextSource(tls, "server") if tls is not None else None
+        if self.tls is not None:
+            self.tls.get()  # a bad certificate or key refuses the start, not each handshake
         self.journal = storage.journal
         self.name = name
         self.max_frame = max_frame
@@ -223,6 +302,7 @@ class BookieServer(V2Handlers):
             pb.GET_LIST_OF_ENTRIES_OF_LEDGER: self._v3_list_entries,
             pb.GET_BOOKIE_INFO: self._v3_bookie_info,
             pb.AUTH: self._v3_auth,
+            pb.START_TLS: self._v3_start_tls,
         }
 
     @property
@@ -263,12 +343,27 @@ class BookieServer(V2Handlers):
             if not req.IsInitialized():
                 conn.abort(f"v3 request missing required fields: {req.FindInitializationErrors()}")
                 return
+            if self.tls is not None and not conn.encrypted and not _tls_free(req.header.operation):
+                self._refuse_plaintext(conn, pb.OperationType.Name(req.header.operation))
+                conn.send(self._v3_error(req, EUA))
+                return
             self.handle_v3(conn, req)
         else:
             try:
+                if self.tls is not None and not conn.encrypted and self.refuse_v2(conn, frame):
+                    self._refuse_plaintext(conn, "v2 request")
+                    return
                 self.handle_v2(conn, frame)
             except struct.error as exc:
                 conn.abort(f"truncated v2 request: {exc}")
+
+    def _refuse_plaintext(self, conn: Connection, what: str) -> None:
+        self.conn_log(
+            "bookie %s: %s from %s refused with EUA: TLS is required (START_TLS first)",
+            self.name,
+            what,
+            conn.peer,
+        )
 
     # -- v3 --------------------------------------------------------------------------------
 
@@ -652,6 +747,20 @@ class BookieServer(V2Handlers):
             sub.freeDiskSpace = st.f_bavail * st.f_frsize
         conn.send(resp.SerializeToString())
 
+    def _v3_start_tls(self, conn: Any, req: pb.Request) -> None:
+        if self.tls is None or not isinstance(conn, Connection) or conn.secure or conn.upgrading:
+            if self.tls is None:
+                log.info(
+                    "bookie %s: START_TLS from %s but TLS is not configured",
+                    self.name,
+                    getattr(conn, "peer", "?"),
+                )
+            conn.send(self._v3_error(req, EBADREQ))
+            return
+        resp = self._response(req, EOK)
+        resp.startTLSResponse.SetInParent()
+        conn.start_tls(resp.SerializeToString(), self.tls)
+
     def _v3_auth(self, conn: Any, req: pb.Request) -> None:
         # Authentication is disabled: answer as the Java bookie's AuthDisabledPlugin does.
         resp = pb.Response(status=EOK)
@@ -659,6 +768,12 @@ class BookieServer(V2Handlers):
         resp.authResponse.authPluginName = AUTH_DISABLED_PLUGIN
         resp.authResponse.payload = b""
         conn.send(resp.SerializeToString())
+
+
+def _tls_free(op: int) -> bool:
+    """Requests a TLS bookie serves before START_TLS: START_TLS itself and the auth
+    negotiation (answered as auth-disabled)."""
+    return op in (pb.START_TLS, pb.AUTH)
 
 
 def _v3_target(req: pb.Request) -> tuple[int | None, int | None, bool]:

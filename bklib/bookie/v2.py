@@ -241,6 +241,26 @@ class V2Handlers:
                 seq, lambda exc: conn.send_raw(data if exc is None else reply(EIO, []))
             )
 
+    def refuse_v2(self, conn: Any, frame: bytes) -> bool:
+        """Answer a v2 ADD, READ or BATCH_READ with EUA (a TLS bookie before START_TLS);
+        False, untouched, for AUTH and for what :meth:`handle_v2` rejects anyway."""
+        if len(frame) < 4 or frame[0] == 0:
+            return False
+        version, op = frame[0], frame[1]
+        rc = V3_TO_V2[EUA]
+        if op == BATCH_READ_ENTRY:
+            ledger_id, start, request_id, _, _ = BATCH_READ_REQUEST.unpack_from(frame, 4)
+            conn.send_raw(encode_batch_read_response(version, rc, ledger_id, start, request_id))
+        elif op == ADD_ENTRY:
+            ledger_id, entry_id = IDS.unpack_from(frame, 4 + MASTER_KEY_LENGTH)
+            conn.send_raw(encode_add_response(version, rc, ledger_id, entry_id))
+        elif op == READ_ENTRY:
+            ledger_id, entry_id = IDS.unpack_from(frame, 4)
+            conn.send_raw(encode_read_response(version, rc, ledger_id, entry_id))
+        else:
+            return False
+        return True
+
     def _v2_auth(self, conn: Any, version: int) -> None:
         msg = pb.AuthMessage(authPluginName=AUTH_DISABLED_PLUGIN, payload=b"").SerializeToString()
         conn.send_raw(LEN.pack(4 + len(msg)) + HEADER.pack(packet_header(version, AUTH)) + msg)

@@ -32,6 +32,7 @@ import inspect
 import itertools
 import logging
 import socket
+import ssl
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -45,11 +46,20 @@ from bklib.errors import (
     ClientClosedError,
     IncorrectParameterError,
     ReadError,
+    UnauthorizedAccessError,
     WriteError,
 )
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import MAX_FRAME_SIZE, FramingError, check_length, encode_frame
-from bklib.proto.status import error_for_status, is_write_op
+from bklib.proto.status import error_for_status, is_write_op, status_name
+from bklib.tls import (
+    BookieTlsError,
+    TlsContextSource,
+    TlsHandshakeError,
+    TlsNotConfiguredError,
+    TlsSettings,
+    describe_ssl_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +89,12 @@ class BadResponseError(ConnectionLostError):
     the connection was closed. Outcome unknown, like every ConnectionLostError."""
 
 
+class TlsConnectionLostError(ConnectionLostError, BookieTlsError):
+    """The TLS session failed after the handshake, e.g. the bookie sent an alert refusing our
+    client certificate (TLS 1.3 checks it after the client's side of the handshake is done).
+    Outcome unknown, like every ConnectionLostError; code is BookKeeper's SecurityException."""
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Timeouts and limits of a bookie client; picklable, so it can be shipped to executors.
@@ -93,6 +109,7 @@ class ClientConfig:
     max_frame_size: int = MAX_FRAME_SIZE  # nettyMaxFrameSizeBytes, both directions
     reconnect_backoff_initial: float = 0.1  # first delay after a failed connect
     reconnect_backoff_max: float = 10.0  # cap of the doubling delay
+    tls: TlsSettings | None = None  # tlsProviderFactoryClass set: START_TLS on every connection
 
     def timeout_for(self, operation: str, timeout: float | None = None) -> float:
         """``timeout`` if given, else the configured default of the bookie operation named
@@ -221,9 +238,15 @@ class PipelinedConnection:
         bookie_id: str,
         address: tuple[str, int] | AddressResolver,
         config: ClientConfig | None = None,
+        *,
+        tls: TlsContextSource | None = None,
     ) -> None:
         self.bookie_id = bookie_id
         self.config = config or ClientConfig()
+        # A pool shares one context source among its connections; else one per connection.
+        if tls is None and self.config.tls is not None:
+            tls = TlsContextSource(self.config.tls, "client")
+        self._tls = tls
         if isinstance(address, tuple):
             fixed = address
 
@@ -319,9 +342,12 @@ class PipelinedConnection:
         refresh, self._refresh_next = self._refresh_next, False
         host, port = await self._resolve(refresh)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), self.config.connect_timeout
-            )
+            if self._tls is None:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), self.config.connect_timeout
+                )
+            else:
+                sock = await asyncio.wait_for(_dial(host, port), self.config.connect_timeout)
         except asyncio.TimeoutError:
             raise BookieHandleNotAvailableError(
                 f"connect to {host}:{port} timed out after {self.config.connect_timeout}s",
@@ -336,6 +362,12 @@ class PipelinedConnection:
                 entry_id=entry_id,
                 bookie=self.bookie_id,
             ) from exc
+        if self._tls is not None:
+            try:
+                reader, writer = await self._start_tls(sock, host, port)
+            except BaseException:
+                sock.close()
+                raise
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # Java's clientSockKeepalive defaults to true; asyncio already sets TCP_NODELAY.
@@ -347,6 +379,99 @@ class PipelinedConnection:
         )
         log.debug("connected to bookie %s at %s:%d", self.bookie_id, host, port)
         return ch
+
+    @property
+    def tls(self) -> bool:
+        """True when connections to this bookie are upgraded with START_TLS."""
+        return self._tls is not None
+
+    async def _start_tls(
+        self, sock: socket.socket, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Upgrade a fresh connection as ``PerChannelBookieClient.initiateTLS`` does: a v3
+        START_TLS request (also on v2 connections, before any v2 request), the bookie's EOK in
+        plaintext, then the TLS handshake on the same socket; the streams over TLS. Raises a
+        BookieTlsError subclass naming the bookie; nothing else was sent on the connection."""
+        assert self._tls is not None
+        ctx = self._tls.get()
+        timeout = self._tls.settings.handshake_timeout
+        where = f"{host}:{port}"
+        req = pb.Request()
+        req.header.version = pb.VERSION_THREE
+        req.header.operation = pb.START_TLS
+        req.header.txnId = next(self._txn_ids)
+        req.startTLSRequest.SetInParent()
+        try:
+            frame = await asyncio.wait_for(
+                _exchange(sock, encode_frame(req.SerializeToString()), self.config.max_frame_size),
+                timeout,
+            )
+        except asyncio.TimeoutError:
+            raise BookieTlsError(
+                f"no answer to START_TLS from {where} within {timeout}s", bookie=self.bookie_id
+            ) from None
+        except EOFError:
+            raise BookieTlsError(
+                f"{where} closed the connection on START_TLS (not a BookKeeper bookie, or one "
+                "that does not speak START_TLS)",
+                bookie=self.bookie_id,
+            ) from None
+        except (OSError, FramingError) as exc:
+            raise BookieTlsError(
+                f"START_TLS to {where} failed: {getattr(exc, 'reason', None) or exc}",
+                bookie=self.bookie_id,
+            ) from exc
+        try:
+            resp = _parse_response(frame)
+        except _Garbage as exc:
+            raise BookieTlsError(
+                f"{where} answered START_TLS with something else ({exc})", bookie=self.bookie_id
+            ) from None
+        if resp.header.operation != pb.START_TLS:
+            op = pb.OperationType.Name(resp.header.operation)
+            raise BookieTlsError(
+                f"{where} answered START_TLS with a {op} response", bookie=self.bookie_id
+            )
+        if resp.status == pb.EBADREQ:
+            raise TlsNotConfiguredError(
+                f"TLS requested but {where} has no TLS configured (START_TLS answered EBADREQ)",
+                bookie=self.bookie_id,
+            )
+        if resp.status != pb.EOK:
+            raise BookieTlsError(
+                f"{where} refused START_TLS: {status_name(resp.status)}", bookie=self.bookie_id
+            )
+        try:
+            # The handshake runs on the connected socket: what asyncio offers on Python 3.10
+            # (StreamWriter.start_tls is 3.11+).
+            reader, writer = await asyncio.open_connection(
+                sock=sock, ssl=ctx, server_hostname=host, ssl_handshake_timeout=timeout
+            )
+        except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
+            raise TlsHandshakeError(
+                f"TLS handshake with {where} failed: {describe_ssl_error(exc)}",
+                bookie=self.bookie_id,
+            ) from None
+        log.debug("bookie %s: TLS with %s (%s)", self.bookie_id, where, _cipher(writer))
+        return reader, writer
+
+    def _status_error(
+        self, status: int, op: int, *, ledger_id: int | None, entry_id: int | None
+    ) -> BKError:
+        """The exception for a non-EOK status; on a plaintext connection EUA also says the
+        bookie may require TLS (a TLS bookie of bklib refuses plaintext requests with EUA)."""
+        if status == pb.EUA and self._tls is None:
+            return UnauthorizedAccessError(
+                f"{pb.OperationType.Name(op)} refused as unauthorized (EUA): the bookie requires "
+                "TLS or authentication this plaintext client did not do, or the ledger password"
+                " is wrong",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        return error_for_status(
+            status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
+        )
 
     # ---- receiving -----------------------------------------------------------------------------
 
@@ -360,11 +485,13 @@ class PipelinedConnection:
         max_frame = self.config.max_frame_size
         unpack_len = _LEN.unpack_from
         on_frame = self._on_frame
+        heard = False  # any byte from the bookie yet
         try:
             while True:
                 data = await ch.reader.read(_READ_CHUNK)
                 if not data:
                     raise asyncio.IncompleteReadError(bytes(buf), None)
+                heard = True
                 buf += data
                 pos, end = 0, len(buf)
                 while end - pos >= 4:
@@ -377,6 +504,16 @@ class PipelinedConnection:
                     on_frame(ch, frame)
                 del buf[:pos]
         except asyncio.IncompleteReadError as exc:
+            if self._tls is not None and not heard:
+                # A bookie refusing our client certificate under TLS 1.3 does so after our side
+                # of the handshake is done; bklib's bookie then closes without an alert.
+                self._fail_channel(
+                    ch,
+                    "the bookie closed the TLS connection before answering anything: it "
+                    "probably refused our client certificate (tlsClientAuthentication)",
+                    tls=True,
+                )
+                return
             reason = "connection closed by bookie" + (
                 f" mid-frame ({len(exc.partial)} bytes read)" if exc.partial else ""
             )
@@ -388,7 +525,20 @@ class PipelinedConnection:
             reason = "connection closed by client"
             self._fail_channel(ch, reason, bad=False)
             raise
+        except ssl.SSLError as exc:
+            self._fail_channel(ch, f"TLS session failed: {describe_ssl_error(exc)}", tls=True)
+            return
         except OSError as exc:
+            if self._tls is not None and not heard:
+                # The same refusal, seen as a reset when the bookie's close races our request.
+                self._fail_channel(
+                    ch,
+                    f"the bookie dropped the TLS connection ({exc.strerror or exc}) before "
+                    "answering anything: it probably refused our client certificate "
+                    "(tlsClientAuthentication)",
+                    tls=True,
+                )
+                return
             reason = f"connection error: {exc.strerror or exc}"
         except Exception as exc:  # a bug must not leave requests waiting for their timeouts
             log.exception("bookie %s: reader failed", self.bookie_id)
@@ -402,7 +552,9 @@ class PipelinedConnection:
         FramingError for a frame that must close the connection."""
         raise NotImplementedError
 
-    def _fail_channel(self, ch: _Channel, reason: str, *, bad: bool) -> None:
+    def _fail_channel(
+        self, ch: _Channel, reason: str, *, bad: bool = False, tls: bool = False
+    ) -> None:
         """Close ``ch`` and fail everything outstanding on it (synchronously: no request can
         register on a channel between the check of ``closed`` and this)."""
         if ch.closed:
@@ -410,9 +562,12 @@ class PipelinedConnection:
         ch.closed = True
         _stop_timer(ch)
         self._refresh_next = True  # the bookie may have moved; ask the registry again
-        with contextlib.suppress(Exception):
-            ch.writer.close()
-        cls = BadResponseError if bad else ConnectionLostError
+        if tls:
+            log.warning("bookie %s: %s", self.bookie_id, reason)
+        _close_writer(ch)
+        cls: type[ConnectionLostError] = (
+            TlsConnectionLostError if tls else BadResponseError if bad else ConnectionLostError
+        )
         pending, ch.pending = ch.pending, {}
         for p in pending.values():
             if not p.future.done():
@@ -445,8 +600,7 @@ class PipelinedConnection:
         if not ch.closed:
             ch.closed = True
             _stop_timer(ch)
-            with contextlib.suppress(Exception):
-                ch.writer.close()
+            _close_writer(ch)
             pending, ch.pending = ch.pending, {}
             for p in pending.values():
                 if not p.future.done():
@@ -618,9 +772,7 @@ class BookieConnection(PipelinedConnection):
         # Java uses the sub-response status only when the top level is EOK and the sub-message is
         # present; otherwise the top-level status.
         if resp.status != pb.EOK:
-            raise error_for_status(
-                resp.status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
-            )
+            raise self._status_error(resp.status, op, ledger_id=ledger_id, entry_id=entry_id)
         if not resp.HasField(name):
             cls = WriteError if is_write_op(op) else ReadError
             raise cls(
@@ -631,9 +783,7 @@ class BookieConnection(PipelinedConnection):
             )
         sub = getattr(resp, name)
         if sub.status != pb.EOK:
-            raise error_for_status(
-                sub.status, op, ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
-            )
+            raise self._status_error(sub.status, op, ledger_id=ledger_id, entry_id=entry_id)
         return sub
 
     # ---- operations ----------------------------------------------------------------------------
@@ -848,6 +998,16 @@ def _stop_timer(ch: _Channel) -> None:
     ch.deadlines.clear()
 
 
+def _close_writer(ch: _Channel) -> None:
+    """Close the channel's socket. A TLS one is aborted: a graceful TLS close waits for the
+    peer's close_notify (up to 30 s), and the bookie protocol has nothing left to say."""
+    with contextlib.suppress(Exception):
+        if ch.writer.get_extra_info("ssl_object") is not None:
+            ch.writer.transport.abort()
+        else:
+            ch.writer.close()
+
+
 def _flush(ch: _Channel) -> None:
     """Write the frames corked on ``ch`` in one go. A write error surfaces in the reader task,
     which fails every outstanding request, as before corking."""
@@ -884,6 +1044,53 @@ class _Garbage(Exception):
 
 _LEN = struct.Struct(">i")
 _READ_CHUNK = 1 << 18  # bytes asked of the stream per read; many replies arrive together
+
+
+def _cipher(writer: asyncio.StreamWriter) -> str:
+    cipher = writer.get_extra_info("cipher")
+    return f"{cipher[1]} {cipher[0]}" if cipher else "?"
+
+
+async def _dial(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket (what open_connection does, keeping the socket so
+    START_TLS can run on it before the streams exist)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error
+
+
+async def _exchange(sock: socket.socket, request: bytes, max_frame: int) -> bytes:
+    """Send ``request`` and read exactly one reply frame (without its length), nothing more:
+    the bytes after it belong to the TLS handshake. EOFError if the peer closes first."""
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, request)
+
+    async def exactly(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = await loop.sock_recv(sock, n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    (length,) = _LEN.unpack(await exactly(4))
+    check_length(length, max_frame)
+    return await exactly(length)
 
 
 def _parse_response(frame: bytes) -> pb.Response:

@@ -19,6 +19,10 @@ with back-off, one deadline timer per channel, one send per loop turn):
 Only READ, ADD and BATCH_READ are offered; the other operations exist in v3 only (Java's v2
 client sends them as v3 requests too, except READ_LAC and WRITE_LAC, whose v2 forms our bookie
 does not serve).
+
+With TLS (``ClientConfig.tls``) a connection is upgraded before its first v2 request by the
+same v3 START_TLS exchange as a v3 connection, as Java's v2 client does (its response decoder
+reads that one v3 reply, then v2 only).
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from bklib.errors import (
 )
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto import v2
-from bklib.proto.status import V2_TO_V3, error_for_status
+from bklib.proto.status import V2_TO_V3
+from bklib.tls import TlsContextSource
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +88,10 @@ class BookieConnectionV2(PipelinedConnection):
         bookie_id: str,
         address: tuple[str, int] | AddressResolver,
         config: ClientConfig | None = None,
+        *,
+        tls: TlsContextSource | None = None,
     ) -> None:
-        super().__init__(bookie_id, address, config)
+        super().__init__(bookie_id, address, config, tls=tls)
         # Highest token handed out: a batch reply naming a higher requestId was never asked for.
         self._last_token = 0
 
@@ -188,9 +195,7 @@ class BookieConnectionV2(PipelinedConnection):
                 entry_id=entry_id,
                 bookie=self.bookie_id,
             )
-        return error_for_status(
-            status, _PB_OP[op], ledger_id=ledger_id, entry_id=entry_id, bookie=self.bookie_id
-        )
+        return self._status_error(status, _PB_OP[op], ledger_id=ledger_id, entry_id=entry_id)
 
     def _bad_parameter(self, exc: ValueError, ledger_id: int, entry_id: int) -> BKError:
         return IncorrectParameterError(

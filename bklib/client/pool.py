@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import inspect
 import logging
@@ -35,7 +36,9 @@ from bklib.client.connection import TIMEOUTS, BookieConnection, ClientConfig
 from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from bklib.tls import TlsContextSource, TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +160,17 @@ class BookieClientPool:
     """One lazily created connection per bookie id, on the running event loop.
 
     Give either a ``resolver`` or the arguments to build one (``zk``: a started KazooClient, a
-    connect string, or None for ``host:port`` ids only). A resolver built here is closed by
-    :meth:`close`; one passed in is not.
+    connect string, or None for ``host:port`` ids only; ``zk_auth`` is how a connect string's
+    client authenticates: digest ``user:password`` or a ZkAccess). A resolver built here is
+    closed by :meth:`close`; one passed in is not.
 
     ``protocol`` is the wire protocol of :meth:`read` and :meth:`add` (``"v2"``: what Pulsar's
     brokers speak), ``protocols`` overrides it per bookie id. The other operations are v3 only
     and :meth:`batch_read` is v2 only, whatever is chosen; a bookie may then have one connection
     of each protocol.
+
+    ``tls`` (or ``config.tls``; ``tls`` wins) upgrades every connection, v3 and v2, with
+    START_TLS; one SSL context is shared by all of them (rebuilt when a PEM file changes).
     """
 
     def __init__(
@@ -175,10 +182,17 @@ class BookieClientPool:
         addresses: Mapping[str, tuple[str, int]] | None = None,
         legacy_fallback: bool = True,
         resolver: BookieAddressResolver | None = None,
+        zk_auth: ZkAuth = None,
         protocol: WireProtocol = "v3",
         protocols: Mapping[str, WireProtocol] | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.config = config or ClientConfig()
+        if tls is not None:
+            self.config = dataclasses.replace(self.config, tls=tls)
+        self._tls = (
+            TlsContextSource(self.config.tls, "client") if self.config.tls is not None else None
+        )
         self.protocol: WireProtocol = protocol
         self.protocols: dict[str, WireProtocol] = dict(protocols or {})
         for choice in (protocol, *self.protocols.values()):
@@ -191,6 +205,7 @@ class BookieClientPool:
                 addresses=addresses,
                 legacy_fallback=legacy_fallback,
                 zk_timeout=self.config.connect_timeout,
+                zk_auth=zk_auth,
             )
             self._owns_resolver = True
         else:
@@ -210,7 +225,9 @@ class BookieClientPool:
             raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
         conn = self._connections.get(bookie_id)
         if conn is None:
-            conn = BookieConnection(bookie_id, self._resolver_for(bookie_id), self.config)
+            conn = BookieConnection(
+                bookie_id, self._resolver_for(bookie_id), self.config, tls=self._tls
+            )
             self._connections[bookie_id] = conn
         return conn
 
@@ -220,7 +237,9 @@ class BookieClientPool:
             raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
         conn = self._v2_connections.get(bookie_id)
         if conn is None:
-            conn = BookieConnectionV2(bookie_id, self._resolver_for(bookie_id), self.config)
+            conn = BookieConnectionV2(
+                bookie_id, self._resolver_for(bookie_id), self.config, tls=self._tls
+            )
             self._v2_connections[bookie_id] = conn
         return conn
 
@@ -230,7 +249,9 @@ class BookieClientPool:
         predate it) without failing what is pipelined on the pool's own."""
         if self._closed:
             raise ClientClosedError("bookie client pool closed", bookie=bookie_id)
-        return BookieConnectionV2(bookie_id, self._resolver_for(bookie_id), self.config)
+        return BookieConnectionV2(
+            bookie_id, self._resolver_for(bookie_id), self.config, tls=self._tls
+        )
 
     def _resolver_for(self, bookie_id: str) -> Callable[[bool], Awaitable[tuple[str, int]]]:
         resolver = self.resolver
@@ -335,6 +356,7 @@ class SyncBookieClient:
     connections. Not picklable (it owns sockets and a thread): create one per executor process
     from a connect string. A client used in a forked child starts its own loop and connections
     there (one built on a KazooClient object cannot, as kazoo's threads do not survive fork).
+    ``tls`` (or ``config.tls``) secures every bookie connection, as in :class:`BookieClientPool`.
     """
 
     def __init__(
@@ -347,12 +369,17 @@ class SyncBookieClient:
         legacy_fallback: bool = True,
         protocol: WireProtocol = "v3",
         protocols: Mapping[str, WireProtocol] | None = None,
+        zk_auth: ZkAuth = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self._zk = zk
+        self._zk_auth = zk_auth
         self._protocol: WireProtocol = protocol
         self._protocols = dict(protocols or {})
         self._ledgers_root = ledgers_root
         self.config = config or ClientConfig()
+        if tls is not None:
+            self.config = dataclasses.replace(self.config, tls=tls)
         self._addresses = dict(addresses or {})
         self._legacy_fallback = legacy_fallback
         self._lock = threading.Lock()
@@ -375,6 +402,7 @@ class SyncBookieClient:
             config=self.config,
             addresses=self._addresses,
             legacy_fallback=self._legacy_fallback,
+            zk_auth=self._zk_auth,
             protocol=self._protocol,
             protocols=self._protocols,
         )

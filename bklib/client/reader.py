@@ -265,7 +265,7 @@ async def coverage_read(
                 value, exc = t.result()
                 if exc is not None:
                     kind = tracker.record(idx, error=exc)
-                    log.info(
+                    log.debug(
                         "ledger %d: %s from bookie %s (index %d): %s (%s)",
                         md.ledger_id,
                         what,
@@ -292,7 +292,7 @@ async def coverage_read(
         err = tracker.failure(md.ledger_id)
         log.warning("ledger %d: %s failed: %s", md.ledger_id, what, err)
         raise err
-    log.info(
+    log.debug(
         "ledger %d: %s covered ensemble %s: max LAC %d",
         md.ledger_id,
         what,
@@ -448,7 +448,7 @@ class LedgerReader:
             reader.lac = md.value.last_entry_id
         else:
             await reader.read_lac()
-        log.info(
+        log.debug(
             "ledger %d: opened without recovery, state %s, LAC %d",
             ledger_id,
             md.value.state.name,

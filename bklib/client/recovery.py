@@ -204,7 +204,7 @@ class LedgerRecovery:
         ctx, lid = self.ctx, self.ledger_id
         v = await ctx.read_metadata(lid)
         if v.value.is_closed and not self.force:
-            log.info("ledger %d: already CLOSED at %d, no recovery", lid, v.value.last_entry_id)
+            log.debug("ledger %d: already CLOSED at %d, no recovery", lid, v.value.last_entry_id)
             self.versioned = v
             return v
         # Check the password before touching the metadata: a wrong one must not leave the
@@ -221,9 +221,9 @@ class LedgerRecovery:
         self.versioned = v
         md = v.value
         if md.is_closed:
-            log.info("ledger %d: CLOSED meanwhile at %d, no recovery", lid, md.last_entry_id)
+            log.debug("ledger %d: CLOSED meanwhile at %d, no recovery", lid, md.last_entry_id)
             return v
-        log.info(
+        log.debug(
             "ledger %d: IN_RECOVERY (version %d); last segment %d:%s",
             lid,
             v.version,
@@ -232,7 +232,7 @@ class LedgerRecovery:
         )
         tracker = await self._fence_and_read_lac(md)
         self.start_lac = recovery_start_lac(tracker.max_lac, md.last_segment.first_entry_id)
-        log.info(
+        log.debug(
             "ledger %d: recovery starts after entry %d (max LAC %d, last segment starts at %d)",
             lid,
             self.start_lac,
@@ -306,7 +306,7 @@ class LedgerRecovery:
 
         verdict = await ask_replicas(targets, send, decide, self.ctx.speculative_read_timeout)
         if verdict is ENTRY_ABSENT:
-            log.info(
+            log.debug(
                 "ledger %d entry %d: absent (WQ-AQ+1=%d replicas of %s said no such entry)",
                 lid,
                 entry_id,
@@ -412,7 +412,7 @@ class LedgerRecovery:
         key = pipeline.lac + 1
         # Kept in memory until the close CAS commits it; the same key replaces in place.
         self.new_segments[key] = new
-        log.info(
+        log.debug(
             "ledger %d: recovery replaced %s in memory: ensemble at entry %d is now %s",
             self.ledger_id,
             failed,
@@ -436,7 +436,7 @@ class LedgerRecovery:
                 f"ledger is {md.state.name} after the recovery close", ledger_id=lid
             )
         if md.last_entry_id == last_entry_id and md.length == length:
-            log.info(
+            log.debug(
                 "ledger %d: recovered and CLOSED at entry %d, length %d (%d written back)",
                 lid,
                 md.last_entry_id,
@@ -444,7 +444,7 @@ class LedgerRecovery:
                 self.entries_written_back,
             )
         else:
-            log.info(
+            log.debug(
                 "ledger %d: closed by someone else meanwhile at entry %d (length %d); adopted "
                 "(this recovery found %d, length %d)",
                 lid,

@@ -412,7 +412,7 @@ async def copy_fragment(
                 i += 1
                 continue
             except BKError as exc:
-                log.info(
+                log.debug(
                     "ledger %d: batch read from bookie %s failed (%s); not batching from it",
                     ledger_id,
                     src,

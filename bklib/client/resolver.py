@@ -23,6 +23,8 @@ from kazoo.exceptions import NoNodeError
 from bklib.errors import BookieHandleNotAvailableError, ClientClosedError, ZKError
 from bklib.meta import paths
 from bklib.meta.formats import decode_service_info
+from bklib.meta.store import connect
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,9 @@ class BookieAddressResolver:
     ``zk`` is a started KazooClient (not owned, not closed here), a connect string
     (``host:port[,host:port][/chroot]``; a client is started on first use and closed by
     :meth:`close`) or None (no registry: ids must be ``host:port`` or be in ``addresses``).
-    ``addresses`` pins ids to fixed addresses and wins over everything else.
+    ``addresses`` pins ids to fixed addresses and wins over everything else. ``zk_auth``
+    (digest ``user:password`` or a :class:`~bklib.meta.zkaccess.ZkAccess`: TLS, SASL) is
+    how a client started here reaches ZooKeeper: the same access as the job's metadata reads.
     """
 
     def __init__(
@@ -51,11 +55,13 @@ class BookieAddressResolver:
         addresses: Mapping[str, tuple[str, int]] | None = None,
         legacy_fallback: bool = True,
         zk_timeout: float = 10.0,
+        zk_auth: ZkAuth = None,
     ) -> None:
         self.ledgers_root = ledgers_root.rstrip("/") or "/"
         self.legacy_fallback = legacy_fallback
         self.zk_timeout = zk_timeout
         self._static = dict(addresses or {})
+        self.zk_auth = zk_auth
         self._connect_string = zk if isinstance(zk, str) else None
         self._zk: KazooClient | None = zk if isinstance(zk, KazooClient) else None
         self._owns_zk = False
@@ -79,15 +85,12 @@ class BookieAddressResolver:
                 raise ZKError("address resolver closed", bookie=bookie_id)
             if self._zk is None:
                 assert self._connect_string is not None
-                client = KazooClient(hosts=self._connect_string, timeout=self.zk_timeout)
                 try:
-                    client.start(timeout=self.zk_timeout)
-                except Exception as exc:
-                    client.close()
-                    raise ZKError(
-                        f"cannot connect to ZooKeeper at {self._connect_string}: {exc}",
-                        bookie=bookie_id,
-                    ) from exc
+                    client = connect(
+                        self._connect_string, timeout=self.zk_timeout, auth=self.zk_auth
+                    )
+                except ZKError as exc:
+                    raise type(exc)(exc.reason, bookie=bookie_id) from exc
                 self._zk, self._owns_zk = client, True
             return self._zk
 

@@ -385,7 +385,7 @@ class AddPipeline:
         if self._stopped or self.ensemble[idx] != bookie:
             return
         pending = self.queue.get(add.entry_id) is add
-        log.info(
+        log.debug(
             "ledger %d entry %d: %s add to bookie %s (index %d) failed: %s",
             self.ledger_id,
             add.entry_id,
@@ -437,7 +437,7 @@ class AddPipeline:
                 self._failures.clear()
                 if not failed:
                     continue
-                log.info(
+                log.debug(
                     "ledger %d: %s changing ensemble %s at LAC %d, failed %s",
                     self.ledger_id,
                     self.name,
@@ -473,7 +473,7 @@ class AddPipeline:
                     if new[i] == b:
                         self._failures[i] = b
                 resend = self.queue.unset_replaced(replaced)
-                log.info(
+                log.debug(
                     "ledger %d: %s new ensemble %s (indices %s replaced), re-sending %d writes",
                     self.ledger_id,
                     self.name,
@@ -494,7 +494,7 @@ class AddPipeline:
             if add.future is not None and not add.future.done():
                 add.future.set_exception(_per_entry(exc, self.ledger_id, add.entry_id))
         if drained:
-            log.info(
+            log.debug(
                 "ledger %d: %s failed %d pending adds (%d..%d) with %s",
                 self.ledger_id,
                 self.name,
@@ -607,7 +607,7 @@ class LedgerWriter:
                     raise
                 log.warning("ledger %d exists already; generating another id", lid)
                 continue
-            log.info(
+            log.debug(
                 "ledger %d created: E=%d WQ=%d AQ=%d %s ensemble %s",
                 lid,
                 ensemble_size,
@@ -701,7 +701,7 @@ class LedgerWriter:
             raise
         self._versioned = versioned
         md = versioned.value
-        log.info(
+        log.debug(
             "ledger %d: writer ensemble change committed at LAC %d: segments %s",
             self.ledger_id,
             lac,
@@ -769,7 +769,7 @@ class LedgerWriter:
         finally:
             await self.pipeline.wait_stopped()
         self._versioned = versioned
-        log.info(
+        log.debug(
             "ledger %d: writer closed it at entry %d, length %d",
             self.ledger_id,
             versioned.value.last_entry_id,

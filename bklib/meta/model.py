@@ -55,6 +55,9 @@ class LedgerMetadata:
     they are -1 and 0, as BookKeeper keeps them in memory and writes them.
     ``ctime`` is the creation time in ms; ``store_ctime`` says whether it is written back
     (it is when the znode carried it, otherwise it came from the znode's Stat).
+    ``format_version`` (1, 2 or 3) is the znode's format, kept across rewrites as BookKeeper
+    keeps ``metadataFormatVersion``; v1 stores no ack quorum (it reads as the write quorum),
+    password, digest type, ctime, custom metadata or cToken.
     """
 
     ledger_id: int

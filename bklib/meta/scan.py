@@ -11,6 +11,7 @@ from bklib.meta import paths
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
+from bklib.meta.zkaccess import ZkAuth
 from bklib.meta.zkbulk import ZNONODE, BulkReader, GetResult
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
@@ -41,7 +42,7 @@ def scan_ledgers(
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
 ) -> Iterator[ScanResult]:
     """Read and parse each ledger's metadata over its own ZooKeeper session (``hosts`` may
     carry a chroot), with at most ``max_in_flight`` reads outstanding; results in input order.

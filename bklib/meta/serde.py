@@ -1,9 +1,10 @@
 """Ledger metadata znode bytes <-> LedgerMetadata, as BookKeeper 4.17's LedgerMetadataSerDe.
 
 Every znode starts with ``BookieMetadataFormatVersion\\t<v>\\n``. Version 3 is a varint32-delimited
-binary ``LedgerMetadataFormat``, version 2 its text format, version 1 a legacy line format we
-only read. The version read is kept in ``LedgerMetadata.format_version`` and written back, as
-BookKeeper does, so a v2 ledger stays v2 across updates.
+binary ``LedgerMetadataFormat``, version 2 its text format, version 1 a legacy line format
+(quorum, ensemble size, length, one tab-separated line per segment, then ``<last>\tCLOSED``).
+The version read is kept in ``LedgerMetadata.format_version`` and written back, as BookKeeper
+does, so a v1 or v2 ledger stays v1 or v2 across updates (repair CAS, close).
 """
 
 from __future__ import annotations
@@ -302,17 +303,15 @@ def _java_split_tab(line: str) -> list[str]:
 
 
 def encode_metadata(md: LedgerMetadata) -> bytes:
-    """The znode bytes BookKeeper would write for ``md`` in ``md.format_version`` (2 or 3).
+    """The znode bytes BookKeeper would write for ``md`` in ``md.format_version`` (1, 2 or 3).
 
     Raises CorruptMetadataError for metadata BookKeeper would refuse to write, and
-    CompatibilityError for format version 1, which this library only reads.
+    CompatibilityError for v1 metadata holding what format v1 cannot store (see _encode_v1).
     """
     md.validate()
     version = md.format_version
     if version == 1:
-        raise CompatibilityError(
-            "writing ledger metadata format version 1 is not supported", ledger_id=md.ledger_id
-        )
+        return _encode_v1(md)
     msg = _to_proto(md, with_ctoken=version == 3)
     try:
         if version == 3:
@@ -362,6 +361,43 @@ def _to_proto(md: LedgerMetadata, *, with_ctoken: bool) -> LedgerMetadataFormat:
     except (ValueError, TypeError) as exc:
         raise bad(f"value out of range for the metadata format: {exc}") from None
     return msg
+
+
+def _encode_v1(md: LedgerMetadata) -> bytes:
+    """``LedgerMetadataSerDe.serializeVersion1``, byte for byte.
+
+    Lines end in ``\n``; the state line (``<lastEntryId>\tCLOSED``, or ``-102\tCLOSED`` in
+    recovery) has no terminator and an open ledger has none. Format v1 has no ack quorum,
+    password, digest type, ctime, custom metadata or cToken. BookKeeper drops them silently;
+    metadata decoded from a v1 znode never has them (ack quorum = write quorum, the rest
+    absent), so a v1 ledger rewritten here is what BookKeeper would write. Metadata that does
+    carry one is refused with CompatibilityError instead of losing it (a password or digest
+    type the readers would no longer see).
+    """
+    lost = []
+    if md.ack_quorum != md.write_quorum:
+        lost.append(f"ack quorum {md.ack_quorum} != write quorum {md.write_quorum}")
+    if md.password is not None or md.digest_type is not None:
+        lost.append("password and digest type")
+    if md.store_ctime:
+        lost.append("ctime")
+    if md.custom_metadata:
+        lost.append("custom metadata")
+    if md.ctoken != 0:
+        lost.append("cToken")
+    if lost:
+        raise CompatibilityError(
+            f"ledger metadata format v1 cannot store: {', '.join(lost)}", ledger_id=md.ledger_id
+        )
+    lines = [str(md.write_quorum), str(md.ensemble_size), str(md.length)]
+    lines += ["\t".join([str(s.first_entry_id), *s.ensemble]) for s in md.segments]
+    text = "".join(line + "\n" for line in lines)
+    if md.state == LedgerState.IN_RECOVERY:
+        text += f"{_V1_IN_RECOVERY_ENTRY_ID}\t{_V1_CLOSED_TAG}"
+    elif md.state == LedgerState.CLOSED:
+        text += f"{md.last_entry_id}\t{_V1_CLOSED_TAG}"
+    # Bookie ids are ASCII (validate() checked them); Java writes UTF-8.
+    return metadata_header(1) + text.encode("utf-8")
 
 
 def _varint(value: int) -> bytes:

@@ -39,6 +39,7 @@ from bklib.meta.formats import LedgerLayout, encode_layout, parse_layout
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata, encode_metadata
+from bklib.meta.zkaccess import ZkAuth, new_client, start_client
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -80,27 +81,19 @@ def connect(
     hosts: str,
     *,
     timeout: float = 30.0,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     read_only: bool = False,
 ) -> KazooClient:
     """Start a kazoo client. ``hosts`` may carry a chroot (``h1:2181,h2:2181/chroot``);
-    ``auth`` is ``user:password`` for ZooKeeper digest auth."""
-    client = KazooClient(
-        hosts=hosts,
-        timeout=timeout,
-        auth_data=[("digest", auth)] if auth else None,
-        read_only=read_only,
-    )
-    try:
-        with warnings.catch_warnings():
-            # A missing chroot is reported by require_cluster, naming the path, not as a warning.
-            warnings.filterwarnings("ignore", message="No chroot path exists")
-            client.start(timeout=timeout)
-    except Exception as exc:
-        # kazoo refuses to close a client that was never stopped.
-        client.stop()
-        client.close()
-        raise ZKError(f"cannot connect to ZooKeeper at {hosts}: {exc}") from exc
+    ``auth`` is ``user:password`` for ZooKeeper digest auth or a :class:`ZkAccess` (TLS,
+    SASL, and CREATOR_ALL ACLs on every znode the client creates under ``zkEnableSecurity``).
+    Raises :class:`~bklib.meta.zkaccess.ZkSecurityError` for an untrusted certificate or
+    rejected credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
+    client = new_client(hosts, auth, timeout=timeout, read_only=read_only)
+    with warnings.catch_warnings():
+        # A missing chroot is reported by require_cluster, naming the path, not as a warning.
+        warnings.filterwarnings("ignore", message="No chroot path exists")
+        start_client(client, hosts, auth, timeout)
     return client
 
 

@@ -81,7 +81,7 @@ class UnderReplicationManager:
         while True:
             try:
                 self.zk.create(path, encode_ur_ledger(list(missing), _now_ms()), makepath=True)
-                log.info("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
+                log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
                 return True
             except NodeExistsError:
                 pass
@@ -99,7 +99,7 @@ class UnderReplicationManager:
                 return False
             try:
                 self.zk.set(path, encode_ur_ledger(replicas + added, _now_ms()), stat.version)
-                log.info("ledger %d: under-replication mark now also lists %s", ledger_id, added)
+                log.debug("ledger %d: under-replication mark now also lists %s", ledger_id, added)
                 return True
             except (BadVersionError, NoNodeError):
                 continue

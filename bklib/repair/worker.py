@@ -170,7 +170,7 @@ class LedgerRepairer:
                 ).finish()
             ]
         for a in actions:
-            log.info(
+            log.debug(
                 "ledger %d segment %s: %s %s%s%s",
                 a.ledger_id,
                 a.segment_first_entry_id,
@@ -296,7 +296,7 @@ class LedgerRepairer:
                 ).finish()
             ]
         removed = self.urm.mark_replicated(lock)
-        log.info("ledger %d: fully replicated now; mark %s", lid, "cleared" if removed else "kept")
+        log.debug("ledger %d: fully replicated now; mark %s", lid, "cleared" if removed else "kept")
         status = ActionStatus.DONE if removed else ActionStatus.SKIPPED
         return [Action(lid, ActionKind.CLEAR_MARK, status).finish()]
 
@@ -399,7 +399,7 @@ class LedgerRepairer:
 
     def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
         pwd, dt = self._credentials(md)
-        log.info("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
+        log.debug("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
 
         async def run(pool: BookieClientPool) -> LedgerMetadata:
             ctx = ClientContext(self.store, pool)

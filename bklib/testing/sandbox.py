@@ -4,6 +4,10 @@ Used by the test fixtures, the benchmarks, ``bkaudit sandbox up|down|status`` an
 Everything listens on loopback; each process keeps its data and log under one directory.
 A cluster started by the CLI outlives the command: its pids and ports are kept in
 ``<dir>/sandbox.json`` so ``down`` and ``status`` find it again.
+
+With ``tls=True`` the sandbox makes a test CA and certificates under ``<dir>/tls``
+(:func:`generate_pki`, needs the ``cryptography`` package of the dev extra) and its bookies
+serve START_TLS only; clients use :attr:`Sandbox.client_tls`.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from kazoo.client import KazooClient
 
@@ -30,6 +35,7 @@ from bklib.meta.store import LedgerStore, connect
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.testing.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
+from bklib.tls import PROVIDER_FACTORY_CLASS, TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,213 @@ class SandboxState(TypedDict):
 
 class SandboxError(RuntimeError):
     """A sandbox process did not start or stop as asked."""
+
+
+# ---- test certificates ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CertFiles:
+    """A PEM certificate and its unencrypted PEM key."""
+
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class SandboxPki:
+    """A test CA with one bookie and one client certificate signed by it."""
+
+    ca: CertFiles
+    bookie: CertFiles
+    client: CertFiles
+
+    def bookie_settings(self, *, client_authentication: bool = False) -> TlsSettings:
+        """A bookie's settings: its certificate; with mTLS, the CA to check clients with."""
+        return TlsSettings(
+            trust_store=str(self.ca.cert),
+            certificate_path=str(self.bookie.cert),
+            key_store=str(self.bookie.key),
+            client_authentication=client_authentication,
+        )
+
+    def client_settings(self, *, client_authentication: bool = False) -> TlsSettings:
+        """A client's settings: the CA; with mTLS, the client certificate too."""
+        return TlsSettings(
+            trust_store=str(self.ca.cert),
+            certificate_path=str(self.client.cert) if client_authentication else None,
+            key_store=str(self.client.key) if client_authentication else None,
+            client_authentication=client_authentication,
+        )
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography import x509
+    except ImportError as exc:  # the dev extra: tests and `sandbox --tls` only
+        raise SandboxError(
+            "test certificates need the cryptography package (pip install 'bkaudit[dev]')"
+        ) from exc
+    return x509
+
+
+def make_ca(directory: Path, name: str = "bkaudit test CA", *, days: int = 30) -> CertFiles:
+    """A self-signed CA certificate and key (EC P-256) in ``directory``."""
+    x509 = _crypto()
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)])
+    now = datetime.now(timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return _write(Path(directory), _slug(name), cert, key)
+
+
+def issue_cert(
+    directory: Path,
+    name: str,
+    ca: CertFiles,
+    *,
+    hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+    not_before: datetime | None = None,
+    not_after: datetime | None = None,
+    ou: str | None = None,
+) -> CertFiles:
+    """A certificate for ``name`` signed by ``ca``, valid for ``hosts`` (IPs and DNS names)
+    for both server and client authentication; an expired one with ``not_after`` in the past.
+    ``ou`` is the subject's organizational unit, e.g. ``0:role`` for BookKeeper's
+    ``BookieAuthZFactory`` (``authorizedRoles``)."""
+    import ipaddress
+
+    x509 = _crypto()
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_cert = x509.load_pem_x509_certificate(Path(ca.cert).read_bytes())
+    ca_key = serialization.load_pem_private_key(Path(ca.key).read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(timezone.utc)
+    names: list[Any] = []
+    for h in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    subject = [x509.NameAttribute(x509.NameOID.COMMON_NAME, name)]
+    if ou is not None:
+        subject.append(x509.NameAttribute(x509.NameOID.ORGANIZATIONAL_UNIT_NAME, ou))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before or now - timedelta(hours=1))
+        .not_valid_after(not_after or now + timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [x509.ExtendedKeyUsageOID.SERVER_AUTH, x509.ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return _write(Path(directory), _slug(name), cert, key)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def _write(directory: Path, stem: str, cert: Any, key: Any) -> CertFiles:
+    from cryptography.hazmat.primitives import serialization
+
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_path.chmod(0o600)
+    return CertFiles(cert_path, key_path)
+
+
+def generate_pki(directory: Path) -> SandboxPki:
+    """A CA, a bookie certificate for 127.0.0.1/localhost and a client certificate."""
+    ca = make_ca(directory)
+    return SandboxPki(
+        ca,
+        issue_cert(directory, "bookie", ca),
+        issue_cert(directory, "bkaudit client", ca),
+    )
+
+
+def bookie_tls_flags(settings: TlsSettings) -> list[str]:
+    """``python -m bklib.bookie`` flags serving TLS with ``settings``."""
+    flags = ["--tls-provider-factory-class", PROVIDER_FACTORY_CLASS]
+    for flag, value in (
+        ("--tls-certificate-path", settings.certificate_path),
+        ("--tls-key-store", settings.key_store),
+        ("--tls-trust-store", settings.trust_store),
+    ):
+        if value:
+            flags += [flag, value]
+    if settings.client_authentication:
+        flags.append("--tls-client-authentication")
+    return flags
+
+
+def client_tls_flags(settings: TlsSettings) -> list[str]:
+    """``bkaudit`` job flags for a client with ``settings``."""
+    flags = ["--tls-provider-factory-class", PROVIDER_FACTORY_CLASS]
+    for flag, value in (
+        ("--tls-trust-store", settings.trust_store),
+        ("--tls-certificate-path", settings.certificate_path),
+        ("--tls-key-store", settings.key_store),
+    ):
+        if value:
+            flags += [flag, value]
+    if settings.client_authentication:
+        flags.append("--tls-client-authentication")
+    if settings.hostname_verification:
+        flags.append("--tls-hostname-verification-enabled")
+    return flags
 
 
 class BookieProcess:
@@ -187,8 +400,16 @@ class Sandbox:
     fault_injection: bool = False
     external_zk: str | None = None
     detach: bool = False
+    tls: bool = False
+    """Bookies serve TLS only, with certificates made under ``<base_dir>/tls``."""
     bookies: list[BookieProcess] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = None
+    pki: SandboxPki | None = None
+
+    @property
+    def client_tls(self) -> TlsSettings | None:
+        """What a client of this sandbox needs (None without ``tls``)."""
+        return self.pki.client_settings() if self.pki is not None else None
 
     @property
     def zk_connect(self) -> str:
@@ -207,6 +428,8 @@ class Sandbox:
         and wait until each has registered."""
         self.base_dir = Path(self.base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self.tls and self.pki is None:
+            self.pki = generate_pki(self.base_dir / "tls")
         if self.external_zk is None:
             self.zk_server = ZooKeeperServer(self.base_dir / "zookeeper")
             if self.detach:
@@ -229,6 +452,8 @@ class Sandbox:
     def add_bookie(self, index: int | None = None, *, wait: bool = True) -> BookieProcess:
         index = len(self.bookies) if index is None else index
         extra = ["--ledgers-root", self.ledgers_root]
+        if self.pki is not None:
+            extra += bookie_tls_flags(self.pki.bookie_settings())
         b = BookieProcess(
             self.zk_connect,
             self.base_dir / f"bookie-{index}",

@@ -2,6 +2,12 @@
 
 Used by the test fixtures and the sandbox. The jars are resolved by
 ``scripts/install_java_deps.sh`` into ``$BKAUDIT_CACHE/zookeeper/lib``.
+
+A secured server (:class:`ServerTls`, ``sasl_users``) adds a TLS ``secureClientPort`` on the
+Netty connection factory with PEM key and trust stores, and SASL DIGEST-MD5 from a JAAS
+``Server`` section, enforced for every session (``enforce.auth.schemes=sasl``). The plaintext
+``clientPort`` stays for the readiness check (four-letter words need no auth); with SASL
+enforced it serves nothing else to a client without credentials.
 """
 
 from __future__ import annotations
@@ -15,8 +21,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bklib.meta.zkaccess import ZkAuth
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +82,50 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float) -> int:
     return proc.returncode
 
 
-class ZooKeeperServer:
-    """One standalone ZooKeeper server on loopback, with its data under ``data_dir``."""
+@dataclass(frozen=True)
+class ServerTls:
+    """The server side of ZooKeeper TLS: ``key_store`` is one PEM file holding the server's
+    private key (PKCS#8) and certificate chain, ``trust_store`` the PEM CA certificates client
+    certificates must chain to; ``client_auth`` is ZooKeeper's ``ssl.clientAuth`` (none,
+    want, need)."""
 
-    def __init__(self, data_dir: str | Path, port: int = 0, host: str = "127.0.0.1") -> None:
+    key_store: Path
+    trust_store: Path
+    client_auth: str = "need"
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server on loopback, with its data under ``data_dir``;
+    optionally with a TLS secure port (``tls``) and SASL DIGEST-MD5 required for every
+    session (``sasl_users``: user -> password)."""
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        tls: ServerTls | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
+        self.tls = tls
+        self.secure_port = free_port(host) if tls is not None else None
+        self.sasl_users = dict(sasl_users or {})
         self.proc: subprocess.Popen[bytes] | None = None
         # Detached servers (``bkaudit sandbox up``) must outlive the command that started them.
         self.start_new_session = False
@@ -86,12 +134,55 @@ class ZooKeeperServer:
     def connect_string(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def secure_connect_string(self) -> str:
+        """``host:secureClientPort`` (TLS only)."""
+        if self.secure_port is None:
+            raise ValueError("this ZooKeeper has no TLS port")
+        return f"{self.host}:{self.secure_port}"
+
+    def _security_config(self) -> tuple[list[str], list[str]]:
+        """(zoo.cfg lines, JVM flags) for TLS and SASL. zoo.cfg keys ZooKeeper does not know
+        become ``zookeeper.<key>`` system properties, which is where the ssl.* and
+        authProvider.* settings are read from."""
+        cfg: list[str] = []
+        jvm: list[str] = []
+        if self.tls is not None:
+            cfg += [
+                f"secureClientPort={self.secure_port}",
+                f"secureClientPortAddress={self.host}",
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.tls.key_store}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.tls.trust_store}",
+                "ssl.trustStore.type=PEM",
+                f"ssl.clientAuth={self.tls.client_auth}",
+            ]
+        if self.sasl_users:
+            jaas = self.data_dir / "jaas-server.conf"
+            users = "\n".join(
+                f"  user_{u}={_jaas_quote(p)}" for u, p in sorted(self.sasl_users.items())
+            )
+            jaas.write_text(
+                "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                f"{users};\n}};\n"
+            )
+            jaas.chmod(0o600)
+            jvm.append(f"-Djava.security.auth.login.config={jaas}")
+            cfg += [
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+                "enforce.auth.enabled=true",
+                "enforce.auth.schemes=sasl",
+            ]
+        return cfg, jvm
+
     def start(self, timeout: float = 60.0) -> ZooKeeperServer:
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperUnavailable("java not found on PATH (run scripts/install_java_deps.sh)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
+        secure_cfg, secure_jvm = self._security_config()
         cfg.write_text(
             "\n".join(
                 [
@@ -108,6 +199,7 @@ class ZooKeeperServer:
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,stat,srvr,mntr",
                     "autopurge.purgeInterval=0",
+                    *secure_cfg,
                 ]
             )
             + "\n"
@@ -118,6 +210,7 @@ class ZooKeeperServer:
             "-Xmx512m",
             "-XX:+UseSerialGC",
             "-Dzookeeper.jmx.log4j.disable=true",
+            *secure_jvm,
             "-cp",
             zookeeper_classpath(),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
@@ -140,7 +233,9 @@ class ZooKeeperServer:
                 )
             with contextlib.suppress(OSError):
                 # ruok answers imok before the server can serve; srvr shows Mode: once it can.
-                if b"Mode:" in four_letter_word(self.host, self.port, b"srvr"):
+                if b"Mode:" in four_letter_word(self.host, self.port, b"srvr") and (
+                    self.secure_port is None or _listening(self.host, self.secure_port)
+                ):
                     log.info("ZooKeeper up at %s (data %s)", self.connect_string, self.data_dir)
                     return self
             time.sleep(0.1)
@@ -160,17 +255,22 @@ class ZooKeeperServer:
         self.proc = None
 
     @contextlib.contextmanager
-    def private_chroot(self, prefix: str = "t") -> Iterator[str]:
+    def private_chroot(self, prefix: str = "t", auth: ZkAuth = None) -> Iterator[str]:
         """A connect string ``host:port/<prefix>-<random>`` whose subtree is created now and
-        deleted afterwards, so tests and sandboxes can share one server."""
-        from kazoo.client import KazooClient
+        deleted afterwards, so tests and sandboxes can share one server. With ``auth`` (a
+        :class:`~bklib.meta.zkaccess.ZkAccess` using TLS: the secure port) the chroot is
+        created and wiped through that access."""
+        from bklib.meta.store import connect
+        from bklib.meta.zkaccess import ZkAccess
 
         chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
-        admin = KazooClient(hosts=self.connect_string, timeout=10)
-        admin.start(timeout=15)
+        hosts = (
+            self.secure_connect_string if ZkAccess.of(auth).tls is not None else self.connect_string
+        )
+        admin = connect(hosts, timeout=15, auth=auth)
         admin.ensure_path(chroot)
         try:
-            yield f"{self.connect_string}{chroot}"
+            yield f"{hosts}{chroot}"
         finally:
             admin.delete(chroot, recursive=True)
             admin.stop()

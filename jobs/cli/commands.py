@@ -43,7 +43,13 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
             if (base / "sandbox.json").exists():
                 print(f"a sandbox is already recorded in {base}; run `bkaudit sandbox down` first")
                 return 2
-            sb = Sandbox(base, num_bookies=args.bookies, detach=True, fault_injection=args.faults)
+            sb = Sandbox(
+                base,
+                num_bookies=args.bookies,
+                detach=True,
+                fault_injection=args.faults,
+                tls=args.tls,
+            )
             try:
                 sb.start()
             except Exception:
@@ -54,6 +60,10 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
             for b in sb.bookies:
                 print(f"bookie     {b.bookie_id}  data {b.data_dir}  log {b.log_path}")
             print(f"use: --zk {sb.zk_connect}")
+            if sb.client_tls is not None:
+                from bklib.testing.sandbox import client_tls_flags
+
+                print("bookie TLS: add " + " ".join(client_tls_flags(sb.client_tls)))
         elif args.action == "down":
             stopped = stop_detached(base)
             print("stopped: " + (", ".join(stopped) or "nothing was running"))
@@ -232,6 +242,22 @@ SPARK_COMMANDS["status"] = (
 )
 
 
+def _maintain_job() -> JobParts:
+    from jobs.maintain import add_maintain_arguments, run_maintain
+
+    return add_maintain_arguments, run_maintain
+
+
+# Delta table upkeep (docs/tables.md); delta-rs, no Spark.
+SPARK_COMMANDS["maintain"] = (
+    "delete old runs, compact, vacuum, migrate the Delta tables",
+    "Keep the Delta tables healthy: delete runs older than --keep (keeping the latest run of "
+    "each check and every run with open findings), compact small files, vacuum; --migrate "
+    "relays old tables out by run_date. Exit 0 when done, 2 on error.",
+    _maintain_job,
+)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from jobs.cli.demo import run_demo
 
@@ -251,6 +277,13 @@ def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "-v", "--verbose", "--debug", action="store_true", help="debug logging, with tracebacks"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines as text, or one JSON object per line for schedulers "
+        "(default: $BKAUDIT_LOG_FORMAT, else text); also accepted after the command",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -280,6 +313,11 @@ def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--faults", action="store_true", help="enable the bookies' fault-injection admin port"
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="bookies serve TLS only (START_TLS), with a test CA and certificates under DIR/tls",
+    )
     p.set_defaults(func=_cmd_sandbox)
     p.epilog = help_epilog("sandbox")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -305,7 +343,13 @@ def build_parser(config_path: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from jobs.cli.config import ConfigError, config_path_from_argv, configure_logging
+    from jobs.cli.config import (
+        ConfigError,
+        config_path_from_argv,
+        configure_logging,
+        pop_log_format,
+    )
+    from jobs.messages import one_line, spark_missing
 
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path = config_path_from_argv(argv)
@@ -316,14 +360,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Spark commands and bookie hand their flags to their own parsers.
     args, rest = parser.parse_known_args(argv)
+    if args.command != "watch":  # watch parses its own --log-format
+        args.log_format = pop_log_format(rest) or args.log_format
+        if args.log_format not in (None, "text", "json"):
+            parser.error(f"--log-format {args.log_format}: use text or json")
     if rest and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.rest = rest
-    configure_logging(args.verbose, config_path)
+    configure_logging(args.verbose, config_path, log_format=args.log_format)
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if not spark_missing(exc):
+            raise
+        # `pip install bkaudit` has no pyspark: one line naming the extra, not a traceback.
+        print(f"bkaudit {args.command}: {one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ This module never imports Spark: ``bkaudit sandbox`` and ``bkaudit bookie`` use 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,7 @@ __all__ = [
     "help_epilog",
     "load_config",
     "parse_with_config",
+    "pop_log_format",
     "resolve_config_path",
 ]
 
@@ -49,6 +49,7 @@ DEFAULT_CONFIG_FILE = Path(__file__).resolve().parents[2] / "conf" / "bkaudit.ya
 CONFIG_ENV = "BKAUDIT_CONFIG"
 GLOBAL_SECTION = "global"
 LOGGING_SECTION = "logging"
+LOG_FORMAT_ENV = "BKAUDIT_LOG_FORMAT"
 
 GLOBAL_ENV: dict[str, str] = {
     "zk": "BKAUDIT_ZK",
@@ -317,6 +318,22 @@ def config_path_from_argv(argv: Sequence[str]) -> str | None:
     return None
 
 
+def pop_log_format(argv: list[str]) -> str | None:
+    """Remove ``--log-format X`` / ``--log-format=X`` from ``argv`` (the command's own parser
+    does not know the flag) and return the last X given, or None."""
+    found = None
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--log-format" and i + 1 < len(argv):
+            found = argv[i + 1]
+            del argv[i : i + 2]
+        elif argv[i].startswith("--log-format="):
+            found = argv.pop(i).split("=", 1)[1]
+        else:
+            i += 1
+    return found
+
+
 def parse_with_config(
     parser: argparse.ArgumentParser,
     command: str,
@@ -343,21 +360,30 @@ def configure_logging(
     verbose: bool = False,
     config_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
+    log_format: str | None = None,
 ) -> None:
     """Python logging for the jobs from the file's ``logging:`` section (level, format,
-    quiet loggers). ``$BKAUDIT_LOG_LEVEL`` and ``verbose`` (DEBUG) override the level.
-    The JVM side logs through ``conf/log4j2.properties``."""
+    log-format, quiet loggers). ``$BKAUDIT_LOG_LEVEL`` and ``verbose`` (DEBUG) override the
+    level; ``log_format`` (``--log-format``), else ``$BKAUDIT_LOG_FORMAT``, else the section's
+    ``log-format`` picks ``text`` or ``json`` (one object per line, for schedulers). The JVM
+    side logs through ``conf/log4j2.properties``."""
+    from jobs.logsetup import DEFAULT_TEXT_FORMAT, LOG_FORMATS, setup_logging
+
     env = os.environ if env is None else env
     try:
         section = load_config(resolve_config_path(config_path, env)).get(LOGGING_SECTION, {})
     except ConfigError:
         section = {}  # logging must come up even when the file is broken; the parser reports
-    level = (
-        "DEBUG" if verbose else str(env.get("BKAUDIT_LOG_LEVEL") or section.get("level", "INFO"))
+    level = str(env.get("BKAUDIT_LOG_LEVEL") or section.get("level", "INFO"))
+    style = str(log_format or env.get(LOG_FORMAT_ENV) or section.get("log_format") or "text")
+    if style.lower() not in LOG_FORMATS:
+        # A typo in a scheduler's environment must not cost the run its logs.
+        print(f"bkaudit: log format {style!r} is not text or json; using text", file=sys.stderr)
+        style = "text"
+    setup_logging(
+        level,
+        verbose=verbose,
+        fmt=style.lower(),
+        text_format=str(section.get("format", DEFAULT_TEXT_FORMAT)),
+        quiet=list(section.get("quiet", ["kazoo", "py4j"])),
     )
-    fmt = section.get("format", "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.basicConfig(level=level.upper(), format=fmt)
-    logging.getLogger().setLevel(level.upper())  # also when a handler was already installed
-    if not verbose:
-        for name in section.get("quiet", ["kazoo", "py4j"]):
-            logging.getLogger(name).setLevel(logging.WARNING)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import io
 import logging
 import shutil
 import sys
@@ -80,6 +81,53 @@ async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int
     return entries, sum(w.entries for w in written), len(written)
 
 
+class _DemoFormatter(logging.Formatter):
+    """Log records as indented lines under the step they belong to; the level only when it
+    is a warning or worse (a demo reads as a story, not as a log file)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            return f"  {record.levelname} {record.name}: {text}"
+        return f"  {text}"
+
+
+def _demo_logging() -> None:
+    """Indented message-only log lines, unless ``-v`` or ``--log-format json`` asked for the
+    full records."""
+    from jobs.logsetup import BarAwareHandler, is_verbose, log_format
+
+    if is_verbose() or log_format() != "text":
+        return
+    for h in logging.getLogger().handlers:
+        if isinstance(h, BarAwareHandler):
+            h.setFormatter(_DemoFormatter("%(message)s"))
+    # The sandbox's start-up lines repeat what step 1 prints.
+    logging.getLogger("bklib.testing").setLevel(logging.WARNING)
+
+
+def _listing(warehouse: Path, ledgers_shown: int = 3) -> int:
+    """``listunderreplicated`` of the latest run, cut to its first ``ledgers_shown`` ledgers
+    and its summary line (the full listing has two lines per ledger); returns its exit code."""
+    from jobs.reports.listing import list_underreplicated
+
+    buf = io.StringIO()
+    rc = list_underreplicated(str(warehouse), out=buf)
+    lines = buf.getvalue().rstrip("\n").splitlines()
+    # Java's format: a header, then per ledger its id on one line and its replicas indented.
+    starts = [i for i, x in enumerate(lines[1:-1], 1) if not x.startswith(("\t", " "))]
+    if len(starts) <= ledgers_shown:
+        print("\n".join(lines))
+        return rc
+    print("\n".join(lines[: starts[ledgers_shown]]))
+    print(
+        f"\t... {len(starts) - ledgers_shown} more ledgers (the full list: "
+        f"bkaudit listunderreplicated --warehouse {warehouse})"
+    )
+    print(lines[-1])
+    return rc
+
+
 def _stop_spark() -> None:
     """Stop the SparkSession step 5 started, if any (without importing Spark otherwise)."""
     if "pyspark" in sys.modules:
@@ -93,9 +141,12 @@ def _stop_spark() -> None:
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
     from jobs.audit import add_audit_arguments, run_audit
-    from jobs.reports.listing import add_list_arguments, run_listunderreplicated
     from jobs.rereplicate import add_repair_arguments, run_rereplicate
 
+    # Tables and step lines in order with the log lines when the output is a pipe or a file.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    _demo_logging()
     total = 9
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bkaudit-demo-"))
     warehouse = base / "warehouse"
@@ -145,10 +196,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     print(f"  audit exited with {rc}")
                     return rc
             _step(6, total, "bkaudit listunderreplicated (latest run)")
-            ns = add_list_arguments(argparse.ArgumentParser()).parse_args(
-                ["--warehouse", str(warehouse)]
-            )
-            findings = run_listunderreplicated(ns)
+            findings = _listing(warehouse)
 
             _step(
                 7,
@@ -174,10 +222,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 ["--zk", sb.zk_connect, "--warehouse", str(warehouse), "--check", "replicas"]
             )
             run_audit(ns)
-            ns = add_list_arguments(argparse.ArgumentParser()).parse_args(
-                ["--warehouse", str(warehouse)]
-            )
-            after = run_listunderreplicated(ns)
+            after = _listing(warehouse)
         finally:
             _stop_spark()
 

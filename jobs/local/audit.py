@@ -34,9 +34,10 @@ from jobs.placement import (
     placement_counts,
     under_replication,
 )
+from jobs.progress import track
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord, new_run_id
-from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
+from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS, run_day
 
 if TYPE_CHECKING:
     from jobs.audit_run import AuditConfig
@@ -71,13 +72,18 @@ class LocalAudit:
         cfg, counts = self.config, self.run.counts
         t0 = time.monotonic()
         self.ledgers = list(
-            scan_dirs(
-                cfg.zk,
-                self.plan.dirs,
-                root=cfg.ledgers_root,
-                kind=self.plan.kind,
-                auth=cfg.zk_auth,
-                max_in_flight=cfg.scan_in_flight,
+            track(
+                scan_dirs(
+                    cfg.zk,
+                    self.plan.dirs,
+                    root=cfg.ledgers_root,
+                    kind=self.plan.kind,
+                    auth=cfg.zk_auth,
+                    max_in_flight=cfg.scan_in_flight,
+                ),
+                self.plan.expected,
+                "metadata scan",
+                logger=log,
             )
         )
         zk = connect(cfg.zk, auth=cfg.zk_auth)
@@ -119,17 +125,12 @@ class LocalAudit:
             for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
                 found.extend(f)
         else:
-            from bklib.client.connection import ClientConfig
+            from bklib.audit.engine import bookie_client_config
             from bklib.client.pool import SyncBookieClient
 
-            client_config = ClientConfig(
-                read_timeout=cfg.fetch.read_timeout,
-                connect_timeout=cfg.fetch.connect_timeout,
-                reconnect_backoff_initial=0.05,
-                reconnect_backoff_max=1.0,
-            )
+            client_config = bookie_client_config(cfg.fetch, cfg.tls)
             with SyncBookieClient(
-                cfg.zk, ledgers_root=cfg.ledgers_root, config=client_config
+                cfg.zk, ledgers_root=cfg.ledgers_root, config=client_config, zk_auth=cfg.zk_auth
             ) as client:
                 self.bookies, settings = learn_bookies(
                     client, self.bookies, self.ledgers, cfg.fetch, cfg.check
@@ -210,7 +211,7 @@ class LocalAudit:
         # audit_runs, which makes the run visible, only once all three are committed.
         with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
             writes = [
-                pool.submit(delta.append_rows, wh, table, rows)
+                pool.submit(delta.append_rows, wh, table, rows, run_date=run_day(run.started_at))
                 for table, rows in ((FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies))
             ]
             for w in writes:
@@ -255,14 +256,6 @@ class LocalAudit:
 
 
 def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:
-    """Pass ``items`` through, logging how far the check got every few seconds."""
-    t0 = last = time.monotonic()
-    for n, item in enumerate(items, 1):
-        now = time.monotonic()
-        if now - last >= PROGRESS_EVERY:
-            last = now
-            rate = n / (now - t0)
-            log.info(
-                "%s: %d/%d ledgers, %.0f/s, ETA %.0fs", what, n, total, rate, (total - n) / rate
-            )
-        yield item
+    """Pass ``items`` through: a bar with an ETA on a terminal, a line every few seconds
+    otherwise (:mod:`jobs.progress`)."""
+    return track(items, total, what, logger=log, every=PROGRESS_EVERY)

@@ -23,6 +23,7 @@ from bklib.repair.requests import (
     requests_from_findings,
 )
 from bklib.states import ActionStatus, Executor, Reason
+from jobs.progress import Progress
 from jobs.repair_partition import repair_partition, repair_partition_rows
 from jobs.repair_run import log_done, log_start, stamp
 from jobs.tables import delta
@@ -57,28 +58,6 @@ def scan_views(
         config.zk_auth,
     )
     return views, account
-
-
-class _Progress:
-    """Logs how many ledgers are done, with an ETA, every few seconds."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done = total, 0
-        self.t0 = self.last = time.monotonic()
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self.last >= PROGRESS_EVERY and self.done < self.total:
-            self.last = now
-            rate = self.done / (now - self.t0)
-            log.info(
-                "progress: %d/%d ledgers, %.0fs elapsed, ETA %.0fs",
-                self.done,
-                self.total,
-                now - self.t0,
-                (self.total - self.done) / rate,
-            )
 
 
 class LocalRepair:
@@ -200,21 +179,22 @@ class LocalRepair:
         t0 = time.monotonic()
         rows: list[dict[str, Any]] = []
         procs = self.processes(n)
-        progress = _Progress(n)
-        if procs <= 1:
-            for actions in repair_partition(cfg, reqs):
-                rows.extend(actions)
-                progress.advance(1)
-        else:
-            # The client's event loop is one core's worth of work: split the ledgers over
-            # processes (by ledger id, as Spark partitions them), each with its own client.
-            groups = [[r for r in reqs if r.ledger_id % procs == k] for k in range(procs)]
-            ctx = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
-                futures = {pool.submit(repair_partition_rows, cfg, g): len(g) for g in groups}
-                for fut in concurrent.futures.as_completed(futures):
-                    rows.extend(fut.result())
-                    progress.advance(futures[fut])
+        # A bar with an ETA on a terminal, a line every few seconds otherwise.
+        with Progress(cfg.mode, n, logger=log, every=PROGRESS_EVERY) as progress:
+            if procs <= 1:
+                for actions in repair_partition(cfg, reqs):
+                    rows.extend(actions)
+                    progress.advance(1)
+            else:
+                # The client's event loop is one core's worth of work: split the ledgers over
+                # processes (by ledger id, as Spark partitions them), each with its own client.
+                groups = [[r for r in reqs if r.ledger_id % procs == k] for k in range(procs)]
+                ctx = multiprocessing.get_context("spawn")
+                with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+                    futures = {pool.submit(repair_partition_rows, cfg, g): len(g) for g in groups}
+                    for fut in concurrent.futures.as_completed(futures):
+                        rows.extend(fut.result())
+                        progress.advance(futures[fut])
         elapsed = time.monotonic() - t0
         stamp(rows, cfg, self.run_id, Executor.LOCAL)
         delta.append_rows(cfg.warehouse, ACTIONS, rows)

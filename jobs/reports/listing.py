@@ -22,6 +22,7 @@ import sys
 from collections import defaultdict
 from typing import Any, TextIO
 
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, Reason, Severity
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
@@ -290,7 +291,7 @@ def list_live(
     zk_hosts: str,
     *,
     ledgers_root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     missing_replica: str | None = None,
     count_only: bool = False,
     out: TextIO | None = None,

@@ -23,6 +23,7 @@ from jobs.placement import PlacementPass, placement_counts
 from jobs.spark import extract, load, transform
 from jobs.spark.schema import FRAGMENT_ARROW, FRAGMENT_SCHEMA
 from jobs.tables.runs import RunRecord, new_run_id
+from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 
 if TYPE_CHECKING:
     from jobs.audit_run import AuditConfig
@@ -126,6 +127,8 @@ class AuditJob:
                 cfg.fetch,
                 cfg.check,
                 root=cfg.ledgers_root,
+                auth=cfg.zk_auth,
+                tls=cfg.tls,
             )
             self.bookies = self._keep(bookies)
             counts.update(
@@ -140,6 +143,8 @@ class AuditJob:
                     root=cfg.ledgers_root,
                     settings=settings,
                     lost=lost,
+                    auth=cfg.zk_auth,
+                    tls=cfg.tls,
                 )
             )
             self.bookie_entries = entries
@@ -240,7 +245,10 @@ class AuditJob:
         return self.run
 
     def run_all(self) -> RunRecord:
-        """extract, check, recheck, load."""
+        """extract, check, recheck, load (after making sure this bkaudit may write the tables)."""
+        load.check_writable(
+            self.spark, self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS)
+        )
         self.extract()
         self.check()
         self.placement()

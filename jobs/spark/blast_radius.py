@@ -18,13 +18,22 @@ from typing import Any
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from bklib.audit.engine import ScanPlan
 from bklib.audit.model import LedgerView
-from bklib.audit.whatif import ScopeImpact, blast_radius, merge_scopes
+from bklib.audit.whatif import (
+    COVERAGE_SAMPLE,
+    ScanCoverage,
+    ScopeImpact,
+    blast_radius,
+    merge_scopes,
+)
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState
 from jobs.spark.extract import bookies_df, scan_ledgers_df
 from jobs.spark.schema import spark_schema
+from jobs.spark.transform import ledgers_per_directory
 
 __all__ = ["PARTIAL_SCHEMA", "blast_radius_df", "spark_blast_radius"]
 
@@ -126,17 +135,26 @@ def spark_blast_radius(
     hosts: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     racks: dict[str, str],
     missing: Missing,
     min_racks: int,
     plan: ScanPlan | None = None,
-) -> list[ScopeImpact]:
+) -> tuple[list[ScopeImpact], ScanCoverage]:
     """Scan the metadata on the executors and compute every scope's blast radius there.
-    ``racks`` and ``missing`` (the latest audit's findings, unfiltered) come from the driver."""
+    ``racks`` and ``missing`` (the latest audit's findings, unfiltered) come from the driver.
+    Also returns what the scan could not read or account for: those ledgers may name any
+    bookie, so the figures are then a lower bound."""
     ledgers, plan = scan_ledgers_df(spark, hosts, root=root, auth=auth, plan=plan)
-    ledgers = ledgers.persist(StorageLevel.MEMORY_AND_DISK)  # read twice: bookies, compute
+    ledgers = ledgers.persist(StorageLevel.MEMORY_AND_DISK)  # read thrice: cover, bookies, compute
     try:
+        per_dir = ledgers_per_directory(ledgers)
+        unaccounted = plan.account(hosts, per_dir, root, auth).unaccounted
+        bad = ledgers.filter(F.col("error").isNotNull()).select("ledger_id")
+        sample = [
+            int(r.ledger_id) for r in bad.orderBy("ledger_id").limit(COVERAGE_SAMPLE).collect()
+        ]
+        coverage = ScanCoverage(bad.count(), tuple(sample), unaccounted)
         states: dict[str, set[str]] = {s: set() for s in BookieState.ALL}
         for r in bookies_df(spark, hosts, ledgers, root=root, auth=auth).collect():
             states[r.state].add(r.bookie_id)
@@ -150,7 +168,7 @@ def spark_blast_radius(
             len(lost),
             len(missing),
         )
-        return blast_radius_df(
+        scopes = blast_radius_df(
             ledgers,
             registered + sorted(lost),
             racks=racks,
@@ -159,5 +177,6 @@ def spark_blast_radius(
             writable=writable,
             min_racks=min_racks,
         )
+        return scopes, coverage
     finally:
         ledgers.unpersist()

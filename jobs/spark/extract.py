@@ -34,7 +34,9 @@ from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.store import LeafDir, connect
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from bklib.tls import TlsSettings
 from jobs.spark.schema import BOOKIE_ENTRIES_SCHEMA, BOOKIE_SCHEMA, LEDGER_SCHEMA
 from jobs.spark.transform import healthy_ledgers
 from jobs.tables.schema import BOOKIE_ENTRIES_SCHEMA as BOOKIE_ENTRIES_ARROW
@@ -48,7 +50,7 @@ _OUT_BATCH = 2_000
 
 
 def _scan_task(
-    hosts: str, root: str, kind: LayoutKind, auth: str | None, max_in_flight: int
+    hosts: str, root: str, kind: LayoutKind, auth: ZkAuth, max_in_flight: int
 ) -> Callable[[Iterable[list[LeafDir]]], Iterator[dict[str, Any]]]:
     def run(groups: Iterable[list[LeafDir]]) -> Iterator[dict[str, Any]]:
         dirs = [d for g in groups for d in g]
@@ -65,7 +67,7 @@ def scan_ledgers_df(
     hosts: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK,
     plan: ScanPlan | None = None,
@@ -101,7 +103,7 @@ def reread_ledgers(
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
-    auth: str | None = None,
+    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> DataFrame:
     """Re-read the given ledgers' metadata now: (ledger_id, first_entry_id, bookie_id,
@@ -136,7 +138,7 @@ def bookies_df(
     ledgers: DataFrame,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: str | None = None,
+    auth: ZkAuth = None,
 ) -> DataFrame:
     """Registered bookies (writable / readonly) and lost ones: named in some ensemble of a
     readable ledger but not registered (BOOKIE_SCHEMA)."""
@@ -167,6 +169,8 @@ def learn_bookies_df(
     check: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
+    auth: ZkAuth = None,
+    tls: TlsSettings | None = None,
 ) -> tuple[DataFrame, CheckSettings]:
     """The run's capability probe, from the driver (:func:`bklib.audit.engine.learn_bookies`):
     the bookies table with the answers, and the settings that carry them to every task."""
@@ -188,9 +192,9 @@ def learn_bookies_df(
     }
     rows = [BookieRow(**r.asDict()) for r in bookies.collect()]
     config = ClientConfig(
-        read_timeout=settings.read_timeout, connect_timeout=settings.connect_timeout
+        read_timeout=settings.read_timeout, connect_timeout=settings.connect_timeout, tls=tls
     )
-    with SyncBookieClient(hosts, ledgers_root=root, config=config) as client:
+    with SyncBookieClient(hosts, ledgers_root=root, config=config, zk_auth=auth) as client:
         rows, settings = learn_bookies(client, rows, picks, settings, check)
     return spark.createDataFrame([r.as_row() for r in rows], BOOKIE_SCHEMA), settings
 
@@ -201,17 +205,14 @@ def _fetch_task(
     lost: frozenset[str],
     check: str,
     settings: CheckSettings,
+    auth: ZkAuth = None,
+    tls: TlsSettings | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from bklib.client.connection import ClientConfig
+        from bklib.audit.engine import bookie_client_config
         from bklib.client.pool import SyncBookieClient
 
-        config = ClientConfig(
-            read_timeout=settings.read_timeout,
-            connect_timeout=settings.connect_timeout,
-            reconnect_backoff_initial=0.05,
-            reconnect_backoff_max=1.0,
-        )
+        config = bookie_client_config(settings, tls)
 
         def views() -> Iterator[LedgerView]:
             for batch in batches:
@@ -219,7 +220,7 @@ def _fetch_task(
                     yield LedgerView.from_row(row)
 
         out: list[dict[str, Any]] = []
-        with SyncBookieClient(hosts, ledgers_root=root, config=config) as client:
+        with SyncBookieClient(hosts, ledgers_root=root, config=config, zk_auth=auth) as client:
             for _, reports, _ in check_ledgers(
                 views(), lost, check, client=client, settings=settings
             ):
@@ -242,6 +243,8 @@ def fetch_bookie_entries(
     root: str = DEFAULT_LEDGERS_ROOT,
     settings: CheckSettings | None = None,
     lost: frozenset[str] | None = None,
+    auth: ZkAuth = None,
+    tls: TlsSettings | None = None,
 ) -> DataFrame:
     """What every non-lost bookie of every readable ledger holds (BOOKIE_ENTRIES_SCHEMA), as
     :class:`bklib.audit.checker.ReplicaChecker` learns it. Lazy: persist before reuse."""
@@ -262,5 +265,7 @@ def fetch_bookie_entries(
     return (
         healthy_ledgers(ledgers)
         .select(*cols)
-        .mapInArrow(_fetch_task(hosts, root, lost, check, settings), BOOKIE_ENTRIES_SCHEMA)
+        .mapInArrow(
+            _fetch_task(hosts, root, lost, check, settings, auth, tls), BOOKIE_ENTRIES_SCHEMA
+        )
     )

@@ -12,27 +12,62 @@ Tables (each keeps ``run_id``; new columns merge into the schema):
 * ``replication_actions``: see :data:`ACTIONS_SCHEMA`; one row per action of a
   ``rereplicate`` / ``recover`` / ``decommission`` run.
 
-The per-run tables are partitioned by run_id, so reading one run touches one directory.
+The per-run tables (ledgers, bookies, underreplicated_fragments, replication_actions) are
+partitioned by ``run_date``, the UTC day the run started, and carry ``run_id`` as a column:
+readers filter by run_id and Delta's per-file statistics skip the other runs' files. Every
+table is created with the retention properties and the schema version of
+:mod:`jobs.tables.schema`, exactly as delta-rs creates it (docs/tables.md); a table whose
+schema version is newer than this code's is refused with
+:class:`jobs.tables.delta.SchemaVersionError`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import date
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bklib.states import RunStatus
-from jobs.spark.schema import ACTIONS_SCHEMA, AUDIT_RUNS_SCHEMA
+from jobs.spark.schema import ACTIONS_SCHEMA, ACTIONS_TABLE_SCHEMA, AUDIT_RUNS_SCHEMA, spark_schema
 from jobs.spark.transform import carry_first_detected
+from jobs.tables.delta import check_schema_version
 from jobs.tables.runs import RunRecord
-from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
+from jobs.tables.schema import (
+    ACTIONS,
+    AUDIT_RUNS,
+    BOOKIES,
+    FRAGMENTS,
+    LEDGERS,
+    PARTITION_BY,
+    RUN_DATE,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    TABLE_PROPERTIES,
+    TABLE_SCHEMAS,
+    run_day,
+    run_day_from_id,
+    storage_schema,
+)
 
 log = logging.getLogger(__name__)
+
+COMMIT_RETRIES = 6
+
+# Delta's errors when another writer committed first (they arrive as Py4J errors): appends
+# never conflict on data, so each is retried against the new snapshot.
+_RETRYABLE = (
+    "Concurrent",
+    "DELTA_PROTOCOL_CHANGED",
+    "DELTA_METADATA_CHANGED",
+    "MetadataChanged",
+)
 
 
 def table_path(warehouse: str, name: str) -> str:
@@ -50,46 +85,145 @@ def table_exists(spark: SparkSession, warehouse: str, name: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
+def table_layout(
+    spark: SparkSession, warehouse: str, name: str
+) -> tuple[dict[str, str], list[str]]:
+    """A table's properties and partition columns, from its Delta log. Refuses a schema
+    version newer than this code's (:class:`~jobs.tables.delta.SchemaVersionError`).
+
+    A local table's log is read through delta-rs (milliseconds; Spark's DESCRIBE DETAIL
+    costs a job, and its first call in a JVM seconds); a URI through Spark, whose file
+    system configuration (s3a credentials, ...) delta-rs does not share."""
+    path = table_path(warehouse, name)
+    if "://" not in path or path.startswith("file://"):
+        from jobs.tables import delta
+
+        info = delta.table_info(warehouse, name)
+        if info is not None:
+            return info.properties, info.partition_columns
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().select("properties", "partitionColumns")
+    row = detail.first()
+    properties = dict(row["properties"] or {}) if row is not None else {}
+    partitions = list(row["partitionColumns"] or []) if row is not None else []
+    check_schema_version(properties, path)
+    return properties, partitions
+
+
 def read_table(spark: SparkSession, warehouse: str, name: str) -> DataFrame:
-    """The Delta table ``name`` (raises if it does not exist)."""
+    """The Delta table ``name`` (raises if it does not exist, or if a newer bkaudit wrote it:
+    :class:`~jobs.tables.delta.SchemaVersionError`)."""
+    table_layout(spark, warehouse, name)
     return spark.read.format("delta").load(table_path(warehouse, name))
 
 
-def _append(df: DataFrame, warehouse: str, name: str, partition: bool = True) -> None:
-    writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
-    if partition:
-        writer = writer.partitionBy("run_id")
-    writer.save(table_path(warehouse, name))
+def check_writable(spark: SparkSession, warehouse: str, names: Iterable[str]) -> None:
+    """Raise :class:`~jobs.tables.delta.SchemaVersionError` before any work if an existing
+    table among ``names`` was written by a newer bkaudit."""
+    for name in names:
+        if table_exists(spark, warehouse, name):
+            table_layout(spark, warehouse, name)
+
+
+_warned_legacy: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
+    """Create table ``name`` if it does not exist, as delta-rs does (schema, ``run_date``
+    partitioning, retention properties; the schema version in the same commit here), and
+    return its partition columns. A version-1 table (partitioned by run_id) is appended to in
+    its own layout until ``bkaudit maintain --migrate``, with a warning once per process."""
+    from delta.tables import DeltaTable
+
+    path = table_path(warehouse, name)
+    if not table_exists(spark, warehouse, name):
+        builder = (
+            DeltaTable.createIfNotExists(spark)
+            .location(path)
+            .addColumns(spark_schema(storage_schema(TABLE_SCHEMAS[name])))
+        )
+        if PARTITION_BY[name]:
+            builder = builder.partitionedBy(*PARTITION_BY[name])
+        for key, value in {**TABLE_PROPERTIES, SCHEMA_VERSION_KEY: str(SCHEMA_VERSION)}.items():
+            builder = builder.property(key, value)
+        try:
+            builder.execute()
+        except Exception:  # a writer of either kind created it meanwhile: use theirs
+            if not table_exists(spark, warehouse, name):
+                raise
+    _, partitions = table_layout(spark, warehouse, name)
+    if partitions != PARTITION_BY[name]:
+        with _warned_lock:
+            first = path not in _warned_legacy
+            _warned_legacy.add(path)
+        if first:
+            log.warning(
+                "Delta table %s is partitioned by %s (schema version 1); appending in that "
+                "layout. Relay it out by run_date with `bkaudit maintain --warehouse %s "
+                "--migrate`",
+                path,
+                ", ".join(partitions) or "nothing",
+                warehouse,
+            )
+    return partitions
+
+
+def _with_retries(name: str, write: Callable[[], None]) -> None:
+    """Run ``write``, again when another writer won the Delta commit race."""
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            write()
+            return
+        except Exception as exc:  # Delta's concurrent-commit errors arrive as Py4J errors
+            if attempt + 1 == COMMIT_RETRIES or not any(k in str(exc) for k in _RETRYABLE):
+                raise
+            log.warning("%s: commit race (%s), retrying", name, type(exc).__name__)
+            time.sleep(0.5 * (attempt + 1))
+
+
+def _append(df: DataFrame, warehouse: str, name: str) -> None:
+    """Append ``df`` to table ``name`` in the table's own partitioning (created first if
+    needed), merging new columns into the schema."""
+
+    def write() -> None:
+        ensure_table(df.sparkSession, warehouse, name)
+        # No partitionBy: Delta appends in the table's partitioning, whichever it is.
+        df.write.format("delta").mode("append").option("mergeSchema", "true").save(
+            table_path(warehouse, name)
+        )
+
+    _with_retries(name, write)
+
+
+def action_run_dates(rows: Iterable[Mapping[str, Any]]) -> dict[str, date]:
+    """Each repair run's day: the UTC day of its earliest action among ``rows`` (the rule
+    :func:`jobs.tables.delta.with_run_date` applies on delta-rs's side)."""
+    first: dict[str, Any] = {}
+    for r in rows:
+        rid, t = r["run_id"], r["started_at"]
+        if t is not None and (rid not in first or t < first[rid]):
+            first[rid] = t
+    return {rid: run_day(t) for rid, t in first.items()}
 
 
 def append_actions(spark: SparkSession, warehouse: str, rows: list[tuple[Any, ...]]) -> None:
-    """Append rows (in :data:`ACTIONS_SCHEMA` order) to ``replication_actions``.
+    """Append rows (in :data:`ACTIONS_SCHEMA` order) to ``replication_actions``, each with
+    its run's ``run_date``.
 
     Two repair jobs may finish at once: the table is created ahead of the append, and an
     append that loses a Delta commit race is retried (appends never conflict on data).
     """
-    path = table_path(warehouse, ACTIONS)
-    df = spark.createDataFrame(rows, ACTIONS_SCHEMA)
-    for attempt in range(5):
-        try:
-            if not table_exists(spark, warehouse, ACTIONS):
-                from delta.tables import DeltaTable
-
-                (
-                    DeltaTable.createIfNotExists(spark)
-                    .location(path)
-                    .addColumns(ACTIONS_SCHEMA)
-                    .partitionedBy("mode")
-                    .execute()
-                )
-            df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
-            return
-        except Exception as exc:  # Delta's concurrent-commit errors arrive as Py4J errors
-            if "Concurrent" not in str(exc) and "DELTA_PROTOCOL_CHANGED" not in str(exc):
-                raise
-            log.warning("replication_actions: commit race (%s), retrying", type(exc).__name__)
-            time.sleep(0.5 * (attempt + 1))
-    df.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    names = ACTIONS_SCHEMA.fieldNames()
+    dicts = [dict(zip(names, r, strict=True)) for r in rows]
+    days = action_run_dates(dicts)
+    full = [
+        (*r, days.get(d["run_id"]) or run_day_from_id(d["run_id"]) or date.today())
+        for r, d in zip(rows, dicts, strict=True)
+    ]
+    df = spark.createDataFrame(full, ACTIONS_TABLE_SCHEMA)
+    _append(df, warehouse, ACTIONS)
 
 
 def latest_run(
@@ -128,6 +262,7 @@ def write_run(
     from the previous completed run), then the ``audit_runs`` row. Returns the fragments
     as written."""
     run_col = F.lit(run.run_id)
+    day = F.lit(run_day(run.started_at)).alias(RUN_DATE)  # the run's day: its partition
     detected = F.lit(run.started_at).cast("timestamp")
     final = carry_first_detected(
         fragments, previous_fragments(spark, warehouse), run.started_at
@@ -136,14 +271,15 @@ def write_run(
         F.lit(run.check).alias("check"),
         detected.alias("detected_at"),
         "*",
+        day,
     )
     _append(final, warehouse, FRAGMENTS)
     _append(
-        ledgers.drop("password").select(run_col.alias("run_id"), "*"),  # secrets stay out
+        ledgers.drop("password").select(run_col.alias("run_id"), "*", day),  # secrets stay out
         warehouse,
         LEDGERS,
     )
-    _append(bookies.select(run_col.alias("run_id"), "*"), warehouse, BOOKIES)
+    _append(bookies.select(run_col.alias("run_id"), "*", day), warehouse, BOOKIES)
     write_run_record(spark, warehouse, run)
     return read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == run.run_id)
 
@@ -152,7 +288,7 @@ def write_run_record(spark: SparkSession, warehouse: str, run: RunRecord) -> Non
     """Append the ``audit_runs`` row (also used to record a failed run)."""
     r = run.as_row()
     row = tuple(r[f.name] for f in AUDIT_RUNS_SCHEMA.fields)
-    _append(spark.createDataFrame([row], AUDIT_RUNS_SCHEMA), warehouse, AUDIT_RUNS, False)
+    _append(spark.createDataFrame([row], AUDIT_RUNS_SCHEMA), warehouse, AUDIT_RUNS)
 
 
 def run_fragments(

@@ -6,7 +6,6 @@ action goes to ``replication_actions``; the driver logs progress with an ETA."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -16,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from bklib.repair.requests import LedgerRequest
 from bklib.states import Executor
+from jobs.progress import SparkProgress
 from jobs.repair_partition import repair_partition
 from jobs.repair_run import log_done, log_start, stamp
 from jobs.spark import load
@@ -38,56 +38,6 @@ def _repair_task(
 
 
 # ---- driver side --------------------------------------------------------------------------------
-
-
-class _Progress:
-    """Logs task progress of the running Spark job group, with an ETA, every few seconds."""
-
-    def __init__(self, spark: SparkSession, group: str, ledgers: int, every: float = 5.0):
-        self.tracker = spark.sparkContext.statusTracker()
-        self.group, self.ledgers, self.every = group, ledgers, every
-        self.t0 = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="repair-progress", daemon=True)
-
-    def __enter__(self) -> _Progress:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _tasks(self) -> tuple[int, int]:
-        done = total = 0
-        for job in self.tracker.getJobIdsForGroup(self.group):
-            info = self.tracker.getJobInfo(job)
-            for sid in info.stageIds if info else ():
-                st = self.tracker.getStageInfo(sid)
-                if st is not None:
-                    done += st.numCompletedTasks
-                    total += st.numTasks
-        return done, total
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                done, total = self._tasks()
-            except Exception:  # the tracker is advisory
-                continue
-            if not total:
-                continue
-            elapsed = time.monotonic() - self.t0
-            eta = elapsed / done * (total - done) if done else float("nan")
-            log.info(
-                "progress: %d/%d tasks (~%d of %d ledgers), %.0fs elapsed, ETA %s",
-                done,
-                total,
-                self.ledgers * done // total,
-                self.ledgers,
-                elapsed,
-                f"{eta:.0f}s" if done else "unknown",
-            )
 
 
 class RepairJob:
@@ -124,7 +74,8 @@ class RepairJob:
             .mapPartitions(_repair_task(cfg))
         )
         t0 = time.monotonic()
-        with _Progress(self.spark, group, n):
+        # Spark's console bar is off (jobs.spark.session): ours, with an ETA, or log lines.
+        with SparkProgress(self.spark, cfg.mode, group=group, ledgers=n, logger=log):
             rows = rdd.collect()
         elapsed = time.monotonic() - t0
         stamp(rows, cfg, self.run_id, Executor.SPARK)

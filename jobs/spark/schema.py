@@ -10,6 +10,7 @@ from jobs.tables import schema
 
 __all__ = [
     "ACTIONS_SCHEMA",
+    "ACTIONS_TABLE_SCHEMA",
     "AUDIT_RUNS_SCHEMA",
     "BOOKIE_ENTRIES_SCHEMA",
     "BOOKIE_SCHEMA",
@@ -39,6 +40,7 @@ def spark_type(t: pa.DataType, nullable: bool = True) -> T.DataType:
         pa.binary(): T.BinaryType(),
         pa.bool_(): T.BooleanType(),
         pa.timestamp("us", tz="UTC"): T.TimestampType(),
+        pa.date32(): T.DateType(),
     }
     return simple[t]
 
@@ -55,3 +57,5 @@ FRAGMENT_ARROW = schema.FRAGMENT_SCHEMA
 FRAGMENT_SCHEMA = spark_schema(FRAGMENT_ARROW)
 AUDIT_RUNS_SCHEMA = spark_schema(schema.AUDIT_RUNS_SCHEMA)
 ACTIONS_SCHEMA = spark_schema(schema.ACTIONS_SCHEMA)
+"""A repair action as the repair jobs build it; the table adds ``run_date``."""
+ACTIONS_TABLE_SCHEMA = spark_schema(schema.ACTIONS_TABLE_SCHEMA)

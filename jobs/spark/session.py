@@ -1,5 +1,11 @@
 """The SparkSession every bkaudit job and test uses: Delta Lake configured, quiet logs.
 
+Quiet unless ``--verbose`` (:func:`jobs.logsetup.is_verbose`): Spark's console progress bar is
+off (the jobs draw their own, :mod:`jobs.progress`), and what the JVM prints while it starts
+(Ivy's dependency-resolution report, JDK notices) is held back; it is shown only when the JVM
+fails to start. After start-up the JVM's output (log4j warnings and errors) reaches stderr as
+before.
+
 Settings come, lowest precedence first, from ``conf/spark-defaults.conf`` (next to this
 package), then the ``overrides`` the caller passes. The Delta jars named there resolve from
 Maven Central the first time (Ivy caches them in ``~/.ivy2``). Under ``spark-submit`` the JVM
@@ -9,13 +15,17 @@ from ``SPARK_CONF_DIR=conf``; :func:`build_spark` then only adds what can still 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from jobs.logsetup import is_verbose
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +103,12 @@ def spark_conf(
         opt = f"-Dlog4j2.configurationFile={LOG4J_FILE.as_uri()}"
         prev = conf.get("spark.driver.extraJavaOptions", "")
         conf["spark.driver.extraJavaOptions"] = f"{prev} {opt}".strip()
+    # The Delta writes' plans have more fields than Spark prints by default, and it warns
+    # about truncating them on every run: nothing an operator can act on.
+    conf.setdefault("spark.sql.debug.maxToStringFields", "200")
+    # bkaudit draws its own progress (jobs.progress); Spark's bar would interleave with it and
+    # fill scheduler logs with carriage returns. -v brings Spark's back.
+    conf["spark.ui.showConsoleProgress"] = "true" if is_verbose() else "false"
     if master:
         conf["spark.master"] = master
     conf.setdefault("spark.master", "local[2]")
@@ -127,10 +143,97 @@ def build_spark(
     # Workers default to `python3` on PATH, which may lack the venv's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = spark_conf(master, overrides)
+    _launch_jvm(conf)
     builder = SparkSession.builder.appName(app_name)
-    for key, value in spark_conf(master, overrides).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     log.debug("spark %s up, master %s", spark.version, spark.sparkContext.master)
     return spark
+
+
+class _JvmOutput:
+    """Forwards the driver JVM's stdout and stderr (one pipe) to this process's stderr (fd 2,
+    where the JVM would have written). Until :meth:`started` is called only ``verbose`` output
+    is forwarded; the rest is kept, for :meth:`replay` if the JVM failed to start."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self.verbose, self.up = verbose, False
+        self.held = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, name="jvm-output", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                os.close(self.read_fd)
+                return
+            with self._lock:
+                if self.up or self.verbose:
+                    # Keep draining whatever happens to stderr: a JVM blocked on a full pipe
+                    # would hang the job.
+                    with contextlib.suppress(OSError, ValueError, AttributeError):
+                        _write_stderr(chunk)
+                elif len(self.held) < 1 << 20:
+                    self.held += chunk
+
+    def started(self) -> None:
+        """The gateway is up (Ivy has resolved the packages): forward from now on."""
+        os.close(self.write_fd)  # the JVM holds its own copy; EOF comes when it exits
+        with self._lock:
+            self.up = True
+            self.held.clear()
+
+    def replay(self) -> None:
+        """The JVM did not start: show what it printed, which says why."""
+        os.close(self.write_fd)
+        self._thread.join(timeout=5)
+        with self._lock:
+            if self.held and not self.verbose:
+                _write_stderr(bytes(self.held))
+
+
+def _write_stderr(data: bytes) -> None:
+    from jobs import progress
+
+    if progress.bars_active():
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=sys.stderr):
+            sys.stderr.flush()
+            os.write(2, data)
+    else:
+        sys.stderr.flush()
+        os.write(2, data)
+
+
+def _launch_jvm(conf: Mapping[str, str]) -> None:
+    """Start the driver JVM the way pyspark would (``spark-submit`` with ``conf``), with its
+    output through :class:`_JvmOutput`. Nothing to do under ``spark-submit`` or when this
+    process already has a JVM."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if under_spark_submit() or SparkContext._gateway is not None:
+        return
+    sconf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    # Start-up takes seconds (a minute on a busy host): say what the wait is.
+    log.info("starting the Spark driver (master %s)", conf.get("spark.master", "local[2]"))
+    out = _JvmOutput(is_verbose())
+    try:
+        gateway = launch_gateway(
+            sconf, popen_kwargs={"stdout": out.write_fd, "stderr": out.write_fd}
+        )
+    except BaseException:
+        out.replay()
+        raise
+    out.started()
+    SparkContext._ensure_initialized(gateway=gateway, conf=sconf)

@@ -1,21 +1,31 @@
 """The Delta tables through delta-rs (``deltalake``): no JVM.
 
-The local executor appends here; ``listunderreplicated``, the HTML report and the Airflow
-support module read here. Tables written by delta-spark and by delta-rs are the same tables:
-same schemas (:mod:`jobs.tables.schema`), same partitioning, the default reader 1 / writer 2
-protocol. A table whose protocol needs features this delta-rs does not support is refused
-before anything is written, with :class:`TableProtocolError` naming the table.
+The local executor appends here; ``listunderreplicated``, the HTML report, ``bkaudit
+maintain`` and the Airflow support module read here. Tables written by delta-spark and by
+delta-rs are the same tables: same schemas (:mod:`jobs.tables.schema`), same partitioning by
+``run_date``, same table properties, the default reader 1 / writer 2 protocol
+(docs/tables.md). Refused before anything is read or written, each with a one-line error
+naming the table: a protocol needing features this delta-rs does not support
+(:class:`TableProtocolError`), and a schema version newer than this code's
+(:class:`SchemaVersionError`).
+
+A table still in the version-1 layout (partitioned by ``run_id``) is appended to in its own
+layout, with a warning once per process, until ``bkaudit maintain --migrate`` relays it out.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from bklib.states import RunStatus
 from jobs.tables.schema import (
@@ -23,18 +33,34 @@ from jobs.tables.schema import (
     FRAGMENTS,
     LEDGERS,
     PARTITION_BY,
+    RUN_DATE,
+    RUN_TIME_COLUMN,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    TABLE_PROPERTIES,
     TABLE_SCHEMAS,
+    run_day,
+    run_day_from_id,
+    storage_schema,
 )
 
 __all__ = [
+    "SchemaVersionError",
     "TableError",
+    "TableInfo",
     "TableProtocolError",
     "append_rows",
+    "check_schema_version",
     "check_writable",
     "latest_run",
     "read_rows",
+    "run_dates",
+    "schema_version",
+    "set_schema_version",
     "table_exists",
+    "table_info",
     "table_path",
+    "with_run_date",
 ]
 
 log = logging.getLogger(__name__)
@@ -48,6 +74,42 @@ class TableError(RuntimeError):
 
 class TableProtocolError(TableError):
     """A Delta table needs reader or writer features this build cannot honour."""
+
+
+class SchemaVersionError(TableError):
+    """A table's ``bkaudit.schemaVersion`` is newer than this code's (or unreadable): a newer
+    bkaudit wrote the warehouse, and this one must neither read nor write it."""
+
+
+def schema_version(properties: Mapping[str, str | None], path: str = "table") -> int | None:
+    """The bkaudit schema version in a table's properties; None when absent (a version-1
+    table, or one whose creator died before setting it). Raises :class:`SchemaVersionError`
+    for a value that is not a positive integer."""
+    raw = properties.get(SCHEMA_VERSION_KEY)
+    if raw is None:
+        return None
+    try:
+        version = int(str(raw).strip())
+    except ValueError:
+        version = 0
+    if version < 1:
+        raise SchemaVersionError(
+            f"Delta table {path}: table property {SCHEMA_VERSION_KEY}={raw!r} is not a "
+            "schema version; this bkaudit neither reads nor writes it"
+        )
+    return version
+
+
+def check_schema_version(properties: Mapping[str, str | None], path: str) -> int | None:
+    """:func:`schema_version`, refusing a version newer than :data:`SCHEMA_VERSION` with a
+    one-line :class:`SchemaVersionError` (the commands exit 2 on it)."""
+    version = schema_version(properties, path)
+    if version is not None and version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"Delta table {path} has bkaudit schema version {version}, newer than this "
+            f"bkaudit's {SCHEMA_VERSION}: it was neither read nor written; upgrade bkaudit"
+        )
+    return version
 
 
 def _table_error(path: str, exc: BaseException) -> TableError:
@@ -100,15 +162,18 @@ def _protocol_message(path: str, exc: BaseException) -> str:
 
 
 def _check_protocol(table: Any, path: str, write: bool) -> None:
-    """Refuse a table whose protocol asks for features delta-rs does not know."""
+    """Refuse a table whose protocol asks for features delta-rs does not know, or whose
+    schema version is newer than this code's."""
     from deltalake.exceptions import DeltaError
 
     try:
         proto = table.protocol()
+        properties = dict(table.metadata().configuration)
         if write:
             table.schema()
     except DeltaError as exc:
         raise _table_error(path, exc) from exc
+    check_schema_version(properties, path)
     if proto.min_reader_version > 3 or proto.min_writer_version > 7:
         raise TableProtocolError(
             _protocol_message(
@@ -139,7 +204,10 @@ def read_rows(
     does not exist. ``filters`` are ``(column, op, value)`` triples, pushed to partitions."""
     if not table_exists(warehouse, name):
         return []
-    return read_arrow(warehouse, name, columns=columns, filters=filters).to_pylist()
+    rows: list[dict[str, Any]] = read_arrow(
+        warehouse, name, columns=columns, filters=filters
+    ).to_pylist()
+    return rows
 
 
 def read_arrow(
@@ -197,39 +265,217 @@ def _term(field: Any, op: str, value: Any) -> Any:
     raise ValueError(f"unsupported filter operator {op!r}")
 
 
-def append_rows(warehouse: str, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Append ``rows`` (dicts keyed by column) to table ``name``, creating it with its schema
-    and partitioning if needed; returns the number of rows. Concurrent appends, ours or
-    Spark's, never conflict on data: a lost commit race is retried."""
+@dataclass
+class TableInfo:
+    """What the Delta log says about one table: enough to decide on migration and maintenance."""
+
+    name: str
+    path: str
+    version: int | None
+    """The bkaudit schema version property (None: not set)."""
+    partition_columns: list[str]
+    properties: dict[str, str] = field(default_factory=dict)
+    delta_version: int = 0
+
+    @property
+    def current_layout(self) -> bool:
+        """Partitioned the way this code creates the table."""
+        return self.partition_columns == PARTITION_BY[self.name]
+
+    @property
+    def up_to_date(self) -> bool:
+        """Current layout, schema version and retention properties: nothing to migrate."""
+        return (
+            self.current_layout
+            and self.version == SCHEMA_VERSION
+            and all(self.properties.get(k) == v for k, v in TABLE_PROPERTIES.items())
+        )
+
+
+def table_info(warehouse: str, name: str) -> TableInfo | None:
+    """The layout of table ``name`` (None when it does not exist). Refuses, like every read,
+    a protocol or schema version this code cannot honour."""
+    if not table_exists(warehouse, name):
+        return None
+    path = table_path(warehouse, name)
+    table = _open(warehouse, name)
+    _check_protocol(table, path, write=False)
+    meta = table.metadata()
+    properties = {k: v for k, v in dict(meta.configuration).items() if v is not None}
+    return TableInfo(
+        name=name,
+        path=path,
+        version=schema_version(properties, path),
+        partition_columns=list(meta.partition_columns),
+        properties=properties,
+        delta_version=int(table.version()),
+    )
+
+
+_warned_legacy: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_legacy(path: str, partition_columns: Sequence[str], warehouse: str) -> None:
+    with _warned_lock:
+        if path in _warned_legacy:
+            return
+        _warned_legacy.add(path)
+    log.warning(
+        "Delta table %s is partitioned by %s (schema version 1); appending in that layout. "
+        "Relay it out by run_date with `bkaudit maintain --warehouse %s --migrate`",
+        path,
+        ", ".join(partition_columns) or "nothing",
+        warehouse,
+    )
+
+
+def _create(warehouse: str, name: str) -> None:
+    """Create table ``name`` empty, with its schema, partitioning and properties, unless some
+    writer (ours or Spark's) got there first. The schema version goes in a second commit:
+    delta-rs takes only ``delta.*`` properties at creation."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    path = table_path(warehouse, name)
+    try:
+        DeltaTable.create(
+            path,
+            schema=storage_schema(TABLE_SCHEMAS[name]),
+            mode="ignore",
+            partition_by=PARTITION_BY[name] or None,
+            configuration=dict(TABLE_PROPERTIES),
+        )
+    except DeltaError as exc:  # lost a creation race: the winner's table is as good
+        if not table_exists(warehouse, name):
+            raise _table_error(path, exc) from exc
+    set_schema_version(warehouse, name)
+
+
+def set_schema_version(
+    warehouse: str, name: str, properties: Mapping[str, str] | None = None
+) -> bool:
+    """Record :data:`SCHEMA_VERSION` (and ``properties``) on a table already in the current
+    layout that lacks them; True if a commit was made. Never on a version-1 layout: that is
+    the migration's job."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    path = table_path(warehouse, name)
+    for attempt in range(COMMIT_RETRIES):
+        table = _open(warehouse, name)
+        meta = table.metadata()
+        current = {k: v for k, v in dict(meta.configuration).items() if v is not None}
+        check_schema_version(current, path)
+        if list(meta.partition_columns) != PARTITION_BY[name]:
+            return False
+        wanted = {**(properties or {}), SCHEMA_VERSION_KEY: str(SCHEMA_VERSION)}
+        missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if not missing:
+            return False
+        try:
+            table.alter.set_table_properties(missing, raise_if_not_exists=False)
+            return True
+        except CommitFailedError:
+            time.sleep(0.1 * (attempt + 1))
+        except DeltaError as exc:
+            raise _table_error(path, exc) from exc
+    raise TableError(f"Delta table {path}: could not set its properties (commit races)")
+
+
+def with_run_date(name: str, data: pa.Table, run_date: date | None = None) -> pa.Table:
+    """``data`` with its ``run_date`` column filled where missing or null, for the tables
+    partitioned by it: ``run_date`` if given, else per run id the day of the run's earliest
+    :data:`~jobs.tables.schema.RUN_TIME_COLUMN` value (fragments: detected_at, the audit's
+    start; actions: the run's first action), else the day in a :func:`new_run_id` id, else
+    today (UTC). Spark's writer applies the same rule (:mod:`jobs.spark.load`)."""
+    if RUN_DATE not in TABLE_SCHEMAS[name].names:
+        return data
+    have = data.column(RUN_DATE) if RUN_DATE in data.column_names else None
+    if have is not None and have.null_count == 0:
+        return data
+    if run_date is not None or data.num_rows == 0:
+        fill = pa.array([run_date] * data.num_rows, pa.date32())
+    else:
+        fill = run_dates(data, RUN_TIME_COLUMN.get(name))
+    column = fill if have is None else pc.coalesce(have.cast(pa.date32()), fill)
+    if have is None:
+        return data.append_column(pa.field(RUN_DATE, pa.date32()), column)
+    return data.set_column(data.column_names.index(RUN_DATE), RUN_DATE, column)
+
+
+def run_dates(
+    data: pa.Table, time_column: str | None, known: Mapping[str, date] | None = None
+) -> pa.ChunkedArray:
+    """The run's day for each row of ``data`` (see :func:`with_run_date`): ``known`` days by
+    run id first (the migration passes audit_runs' started_at), then the time column, the
+    run id's stamp, today."""
+    run_ids = data.column("run_id")
+    unique = pc.unique(run_ids)
+    today = datetime.now(timezone.utc).date()
+    days: list[date] = []
+    for rid in unique.to_pylist():
+        day = (known or {}).get(rid)
+        if day is None and time_column is not None and time_column in data.column_names:
+            first = pc.min(pc.filter(data.column(time_column), pc.equal(run_ids, rid))).as_py()
+            day = run_day(first) if first is not None else None
+        days.append(day or run_day_from_id(rid) or today)
+    index = pc.index_in(run_ids, value_set=unique)
+    return pc.take(pa.array(days, pa.date32()), index)
+
+
+def append_rows(
+    warehouse: str,
+    name: str,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    run_date: date | None = None,
+) -> int:
+    """Append ``rows`` (dicts keyed by column) to table ``name``, creating it with its schema,
+    partitioning and properties if needed; returns the number of rows. ``run_date`` (the UTC
+    day the run started) fills rows that do not carry one (see :func:`with_run_date`).
+    Concurrent appends, ours or Spark's, never conflict on data: a lost commit race is
+    retried."""
     schema = TABLE_SCHEMAS[name]
     data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
-    return append_arrow(warehouse, name, data)
+    return append_arrow(warehouse, name, data, run_date=run_date)
 
 
-def append_arrow(warehouse: str, name: str, data: pa.Table) -> int:
+def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | None = None) -> int:
     """Append an Arrow table already in ``name``'s schema (see :func:`append_rows`)."""
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     path = table_path(warehouse, name)
-    if table_exists(warehouse, name):
-        _check_protocol(_open(warehouse, name), path, write=True)
+    data = with_run_date(name, data, run_date)
+    if not table_exists(warehouse, name):
+        _create(warehouse, name)
     for attempt in range(COMMIT_RETRIES):
+        table = _open(warehouse, name)
+        _check_protocol(table, path, write=True)
+        # Append in the table's own partitioning: the current one, or a version-1 table's
+        # until it is migrated (delta-rs refuses a mismatch).
+        parts = list(table.metadata().partition_columns)
+        if parts != PARTITION_BY[name]:
+            _warn_legacy(path, parts, warehouse)
         try:
             write_deltalake(
-                path,
+                table,
                 data,
                 mode="append",
-                partition_by=PARTITION_BY[name] or None,
+                partition_by=parts or None,
                 schema_mode="merge",
             )
-            return data.num_rows
+            return int(data.num_rows)
         except CommitFailedError as exc:
             if attempt + 1 == COMMIT_RETRIES:
                 raise _table_error(path, exc) from exc
             log.warning("%s: commit race (%s), retrying", name, exc)
             time.sleep(0.2 * (attempt + 1))
         except DeltaError as exc:
+            if "artition" in str(exc) and attempt + 1 < COMMIT_RETRIES:
+                # Migrated under us (partitioning changed since we opened it): reopen.
+                log.warning("%s: %s; reopening the table", name, exc)
+                continue
             raise _table_error(path, exc) from exc
     return 0
 

@@ -1,5 +1,5 @@
-"""The Delta tables' names, schemas and partitioning: the contract both executors write and every
-reader (notebooks, the report, Airflow) relies on.
+"""The Delta tables' names, schemas, partitioning and table properties: the contract both
+executors write and every reader (notebooks, the report, Airflow) relies on (docs/tables.md).
 
 Schemas are Arrow schemas, written once here. The local executor writes them through delta-rs;
 the Spark executor derives its StructTypes from them (:mod:`jobs.spark.schema`).
@@ -9,11 +9,16 @@ type, so neither side needs the ``timestampNtz`` table feature.
 
 from __future__ import annotations
 
+import re
+from datetime import date, datetime, timezone
+
 import pyarrow as pa
 
 __all__ = [
     "ACTIONS",
     "ACTIONS_SCHEMA",
+    "ACTIONS_TABLE_SCHEMA",
+    "ALL_TABLES",
     "AUDIT_RUNS",
     "AUDIT_RUNS_SCHEMA",
     "BOOKIES",
@@ -26,8 +31,16 @@ __all__ = [
     "LEDGERS",
     "LEDGERS_TABLE_SCHEMA",
     "LEDGER_SCHEMA",
+    "LEGACY_PARTITION_BY",
     "PARTITION_BY",
+    "RUN_DATE",
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSION_KEY",
     "TABLES",
+    "TABLE_PROPERTIES",
+    "run_day",
+    "run_day_from_id",
+    "storage_schema",
 ]
 
 AUDIT_RUNS = "audit_runs"
@@ -37,14 +50,89 @@ FRAGMENTS = "underreplicated_fragments"
 ACTIONS = "replication_actions"
 TABLES = (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS, ACTIONS)
 
+RUN_DATE = "run_date"
+"""The partition column of the per-run tables: the UTC day the run started (docs/tables.md)."""
+
 PARTITION_BY: dict[str, list[str]] = {
     AUDIT_RUNS: [],
+    LEDGERS: [RUN_DATE],
+    BOOKIES: [RUN_DATE],
+    FRAGMENTS: [RUN_DATE],
+    ACTIONS: [RUN_DATE],
+}
+"""Partition columns of each table. By day, not by run: an hourly audit makes 24 runs a day but
+one partition, which ``bkaudit maintain`` compacts to a few files and drops whole once it is
+older than ``--keep``. Readers filter by ``run_id``; each file's min/max statistics of
+``run_id`` (always the first column) let both Delta readers skip the other runs' files."""
+
+LEGACY_PARTITION_BY: dict[str, list[str]] = {
     LEDGERS: ["run_id"],
     BOOKIES: ["run_id"],
     FRAGMENTS: ["run_id"],
     ACTIONS: ["mode"],
 }
-"""Partition columns of each table (reading one run touches one directory)."""
+"""Schema version 1's partitioning (before this layout); ``bkaudit maintain --migrate`` relays
+such tables out by :data:`RUN_DATE`."""
+
+SCHEMA_VERSION = 2
+"""The version of the table layout this code writes. 1: partitioned by run_id (no property);
+2: partitioned by run_date, retention properties set. A table with a higher version was
+written by a newer bkaudit and is refused (:class:`jobs.tables.delta.SchemaVersionError`)."""
+
+SCHEMA_VERSION_KEY = "bkaudit.schemaVersion"
+"""The table property holding :data:`SCHEMA_VERSION`."""
+
+TABLE_PROPERTIES: dict[str, str] = {
+    # Commits older than this may be cleaned from _delta_log once a checkpoint covers them:
+    # time travel reaches back this far.
+    "delta.logRetentionDuration": "interval 30 days",
+    # Files a commit removed stay this long before VACUUM may delete them, so a reader or a
+    # writer still working from an older snapshot never loses a file under it.
+    "delta.deletedFileRetentionDuration": "interval 7 days",
+}
+"""Retention properties every table gets when created (both writers) or migrated. The
+schema version is set too, but apart: delta-rs refuses non-``delta.`` keys at creation."""
+
+_RUN_ID_STAMP = re.compile(r"^(\d{8})T\d{6}Z-[0-9a-f]{8}$")
+
+
+def _relaxed(t: pa.DataType, nested: bool) -> pa.DataType:
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _relaxed(t.value_type, True), True))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, pa.field("value", _relaxed(t.item_type, True), True))
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [pa.field(f.name, _relaxed(f.type, nested), f.nullable or nested) for f in t]
+        )
+    return t
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as both writers create the table: every field inside a list or a map
+    nullable (delta-spark refuses NOT NULL constraints nested in arrays and maps), top-level
+    NOT NULL kept. Rows are still built with ``schema``; appending them loses nothing."""
+    return pa.schema([pa.field(f.name, _relaxed(f.type, False), f.nullable) for f in schema])
+
+
+def run_day(ts: datetime) -> date:
+    """The UTC day of ``ts`` (naive timestamps are taken as UTC, as the jobs write them)."""
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(timezone.utc)
+    return ts.date()
+
+
+def run_day_from_id(run_id: str) -> date | None:
+    """The day in a run id made by :func:`jobs.tables.runs.new_run_id`
+    (``20261123T101500Z-1a2b3c4d``); None for any other id (``--run-id``, Airflow's)."""
+    m = _RUN_ID_STAMP.match(run_id)
+    if m is None:
+        return None
+    try:
+        return datetime.strptime(m.group(1), "%Y%m%d").date()
+    except ValueError:
+        return None
+
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -147,11 +235,14 @@ FRAGMENT_SCHEMA = pa.schema(
 """One under-replicated fragment (:meth:`bklib.audit.model.Finding.as_row`)."""
 
 RUN_ID = _f("run_id", pa.string(), False)
+# Last, where Hive puts partition columns; also where schema merging puts it in a table written
+# before it existed. Nullable so that merge can add it to such a table; writers always set it.
+RUN_DATE_FIELD = _f(RUN_DATE, pa.date32())
 
 LEDGERS_TABLE_SCHEMA = pa.schema(
-    [RUN_ID, *(f for f in LEDGER_SCHEMA if f.name != "password")]  # secrets stay out
+    [RUN_ID, *(f for f in LEDGER_SCHEMA if f.name != "password"), RUN_DATE_FIELD]  # no secrets
 )
-BOOKIES_TABLE_SCHEMA = pa.schema([RUN_ID, *BOOKIE_SCHEMA])
+BOOKIES_TABLE_SCHEMA = pa.schema([RUN_ID, *BOOKIE_SCHEMA, RUN_DATE_FIELD])
 FRAGMENTS_TABLE_SCHEMA = pa.schema(
     [
         RUN_ID,
@@ -159,6 +250,7 @@ FRAGMENTS_TABLE_SCHEMA = pa.schema(
         _f("detected_at", TS),
         *FRAGMENT_SCHEMA,
         _f("first_detected_at", TS),
+        RUN_DATE_FIELD,
     ]
 )
 
@@ -198,14 +290,23 @@ ACTIONS_SCHEMA = pa.schema(
         _f("executor", pa.string()),
     ]
 )
+"""One repair action as the repair jobs build it (run_id, mode, audit_run_id stamped on)."""
+
+ACTIONS_TABLE_SCHEMA = pa.schema([*ACTIONS_SCHEMA, RUN_DATE_FIELD])
+"""``replication_actions`` as stored: the writers add :data:`RUN_DATE` (the day of the run's
+first action in the append)."""
 
 TABLE_SCHEMAS: dict[str, pa.Schema] = {
     AUDIT_RUNS: AUDIT_RUNS_SCHEMA,
     LEDGERS: LEDGERS_TABLE_SCHEMA,
     BOOKIES: BOOKIES_TABLE_SCHEMA,
     FRAGMENTS: FRAGMENTS_TABLE_SCHEMA,
-    ACTIONS: ACTIONS_SCHEMA,
+    ACTIONS: ACTIONS_TABLE_SCHEMA,
 }
+
+RUN_TIME_COLUMN: dict[str, str] = {FRAGMENTS: "detected_at", ACTIONS: "started_at"}
+"""A per-run table's column whose day is the run's day when a row does not say (detected_at is
+the audit run's start)."""
 
 # ---- what-if and triage tables (not part of an audit run: TABLES stays the audit's) -----------
 
@@ -265,3 +366,6 @@ PARTITION_BY[BLAST_RADIUS] = []
 PARTITION_BY[TRIAGE] = []
 TABLE_SCHEMAS[BLAST_RADIUS] = BLAST_RADIUS_SCHEMA
 TABLE_SCHEMAS[TRIAGE] = TRIAGE_SCHEMA
+
+ALL_TABLES = (*TABLES, BLAST_RADIUS, TRIAGE)
+"""Every table bkaudit writes under a warehouse (what ``bkaudit maintain`` looks after)."""

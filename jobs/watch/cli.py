@@ -218,6 +218,7 @@ def run_watch(args: argparse.Namespace) -> int:
         stop_timeout=args.stop_timeout,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        tls=getattr(args, "bookie_tls", None),
     )
     if args.instance_id:
         config.instance_id = args.instance_id

@@ -30,6 +30,7 @@ from typing import Any
 from bklib.audit.engine import ScanPlan
 from bklib.meta.model import DigestType
 from bklib.meta.store import connect
+from bklib.meta.zkaccess import ZkAuth
 from bklib.repair.requests import requests_from_findings
 from bklib.repair.worker import RepairSettings
 from bklib.states import (
@@ -42,6 +43,7 @@ from bklib.states import (
     RepairMode,
     RunStatus,
 )
+from bklib.tls import TlsSettings
 from jobs.audit_run import AuditConfig
 from jobs.messages import one_line
 from jobs.repair_run import RepairConfig, stamp
@@ -65,7 +67,7 @@ class WatchConfig:
     zk: str
     warehouse: str
     ledgers_root: str = DEFAULT_LEDGERS_ROOT
-    zk_auth: str | None = None
+    zk_auth: ZkAuth = None
     zk_session_timeout: float = 10.0
     delay_override: float | None = None
     """``--lost-bookie-recovery-delay``; None: the znode, else BookKeeper's default 0."""
@@ -85,6 +87,8 @@ class WatchConfig:
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = None
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    tls: TlsSettings | None = None
+    """Bookie TLS (``--tls-*`` flags) of the audits' and repairs' bookie connections."""
 
 
 class _Stopped(Exception):
@@ -412,6 +416,7 @@ class WatchService:
             check=check,
             ledgers_root=cfg.ledgers_root,
             zk_auth=cfg.zk_auth,
+            tls=cfg.tls,
         )
         config.fetch = dataclasses.replace(
             config.fetch,
@@ -558,6 +563,7 @@ class WatchService:
             ledgers_in_flight=cfg.ledgers_in_flight,
             local_processes=1,
             read_timeout=cfg.read_timeout,
+            tls=cfg.tls,
         )
         run_id = new_run_id()
         log.info("watch: repair %s: %d ledgers (audit %s)", run_id, len(reqs), audit_run_id)

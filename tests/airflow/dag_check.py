@@ -1,18 +1,20 @@
 """Run by the Airflow virtualenv's python (never by pytest itself): load the DAG folder into a
-DagBag and print JSON describing it. tests/airflow/test_dag.py asserts on the output.
+DagBag and print JSON describing it. tests/airflow/test_dag.py asserts on the output. Works on
+Airflow 3 (the main target, .venv-airflow) and Airflow 2.10 (.venv-airflow2).
 
     .venv-airflow/bin/python tests/airflow/dag_check.py '{"conf": {...}, "branch": [...]}'
 
-Input (JSON, argv[1]):
+Input (JSON, argv[1]); a DAG run is ``{"logical_date": ISO or null, "run_after": ISO}``:
   conf       params for rendering (merged over the DAG's defaults)
-  ts_nodash  logical date for rendering
+  dag_run    the DAG run to render for (default: logical date 2026-01-01T00:00:00Z)
   xcom       {key: value} that ``ti.xcom_pull`` returns while rendering
-  branch     [ts_nodash, ...]: call check_findings' callable for each (reads the warehouse)
-  verify     [[ts_nodash, dry_run], ...]: call verify_result's callable for each
+  branch     [DAG run, ...]: call check_findings' callable for each (reads the warehouse)
+  verify     [[DAG run, dry_run], ...]: call verify_result's callable for each
 
-Output: import_errors, the DAG's attributes, every task's edges and trigger rule, the
-spark-submit command each SparkSubmitOperator would run (built by the provider's own
-SparkSubmitHook._build_spark_submit_command) and the branch/verify results.
+Output: the Airflow version, import_errors, the DAG's attributes, every task's edges and
+trigger rule, the spark-submit command each SparkSubmitOperator would run (built by the
+provider's own SparkSubmitHook._build_spark_submit_command) with all its rendered template
+fields, and the branch/verify results (each list in input order).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import copy
 import json
 import os
 import sys
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 
@@ -39,16 +43,53 @@ class FakeTaskInstance:
         self.pushed[key] = value
 
 
+@dataclass
+class FakeDagRun:
+    """What the templates and the task callables use of a DagRun: Airflow 3 runs may have no
+    logical date (manual triggers), and always have run_after."""
+
+    run_id: str
+    logical_date: datetime | None
+    run_after: datetime
+
+
+def fake_dag_run(spec: dict[str, Any] | None) -> FakeDagRun:
+    """A FakeDagRun from ``{"logical_date": ISO or null, "run_after": ISO}``."""
+    spec = spec or {"logical_date": "2026-01-01T00:00:00+00:00"}
+    logical = spec.get("logical_date")
+    after = spec.get("run_after") or logical
+    assert after, f"a DAG run needs logical_date or run_after: {spec}"
+    return FakeDagRun(
+        run_id=f"manual__{after}",
+        logical_date=datetime.fromisoformat(logical) if logical else None,
+        run_after=datetime.fromisoformat(after),
+    )
+
+
+def load_dag_bag() -> Any:
+    """The DAG folder in a DagBag, wherever this Airflow keeps the class."""
+    from airflow import settings
+
+    try:  # Airflow 3
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 2.10
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
+    # Examples are off through AIRFLOW__CORE__LOAD_EXAMPLES (Airflow 3 has no argument).
+    return DagBag(settings.DAGS_FOLDER)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    from airflow import settings
-    from airflow.models.dagbag import DagBag
+    import airflow
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    bag = DagBag(settings.DAGS_FOLDER, include_examples=False)
+    bag = load_dag_bag()
     out: dict[str, Any] = {
+        "airflow_version": airflow.__version__,
         "import_errors": {k: str(v) for k, v in bag.import_errors.items()},
         "dag_ids": sorted(bag.dag_ids),
+        # The files the DagBag parsed: .airflowignore must keep the helpers out.
+        "files": sorted(os.path.basename(s.file) for s in bag.dagbag_stats),
     }
     dag = bag.dags.get("bookkeeper_audit")
     if dag is None:
@@ -56,7 +97,8 @@ def main() -> int:
         return 0
     params = {k: dag.params[k] for k in dag.params}
     out["dag"] = {
-        "schedule": str(dag.schedule_interval),
+        # Airflow 3 keeps the argument as `schedule`; 2.10 as `schedule_interval`.
+        "schedule": str(getattr(dag, "schedule", None) or dag.schedule_interval),
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
         "tags": sorted(dag.tags),
@@ -78,42 +120,53 @@ def main() -> int:
         for t in dag.tasks
     }
     conf = {**params, **spec.get("conf", {})}
-    ts = spec.get("ts_nodash", "20260101T000000")
+    dag_run = fake_dag_run(spec.get("dag_run"))
     commands = {}
     for t in dag.tasks:
         if not isinstance(t, SparkSubmitOperator):
             continue
         task = copy.deepcopy(t)
         ti = FakeTaskInstance(spec.get("xcom", {}))
-        context = {"params": conf, "ts_nodash": ts, "ti": ti, "task": task, "dag": dag}
+        # What Airflow's own context would give these templates; ts_nodash only when the run
+        # has a logical date, as in Airflow 3 (the DAG must not rely on it).
+        context: dict[str, Any] = {
+            "params": conf,
+            "dag_run": dag_run,
+            "run_id": dag_run.run_id,
+            "ti": ti,
+            "task": task,
+            "dag": dag,
+        }
+        if dag_run.logical_date is not None:
+            context["ts_nodash"] = dag_run.logical_date.strftime("%Y%m%dT%H%M%S")
         task.render_template_fields(context)
         hook = task._get_hook()
         commands[t.task_id] = {
             "command": hook._build_spark_submit_command(task.application),
             "env_vars": task.env_vars,
             "application": task.application,
+            "rendered": {f: getattr(task, f, None) for f in task.template_fields},
         }
     out["commands"] = commands
 
     branch = dag.get_task("check_findings").python_callable
-    out["branch"] = {}
-    for b_ts in spec.get("branch", []):
+    out["branch"] = []
+    for run_spec in spec.get("branch", []):
         ti = FakeTaskInstance({})
         try:
-            chosen = branch(params=conf, ts_nodash=b_ts, ti=ti)
-            out["branch"][b_ts] = {"branch": chosen, "pushed": ti.pushed}
+            chosen = branch(params=conf, dag_run=fake_dag_run(run_spec), ti=ti)
+            out["branch"].append({"branch": chosen, "pushed": ti.pushed})
         except Exception as exc:
-            out["branch"][b_ts] = {"error": f"{type(exc).__name__}: {exc}"}
+            out["branch"].append({"error": f"{type(exc).__name__}: {exc}"})
     verify = dag.get_task("verify_result").python_callable
     out["verify"] = []
-    for v_ts, dry in spec.get("verify", []):
+    for run_spec, dry in spec.get("verify", []):
         try:
-            summary = verify(params={**conf, "dry_run": dry}, ts_nodash=v_ts)
-            out["verify"].append({"ts": v_ts, "dry_run": dry, "passed": True, "summary": summary})
+            summary = verify(params={**conf, "dry_run": dry}, dag_run=fake_dag_run(run_spec))
+            out["verify"].append({"dry_run": dry, "passed": True, "summary": summary})
         except Exception as exc:
             out["verify"].append(
                 {
-                    "ts": v_ts,
                     "dry_run": dry,
                     "passed": False,
                     "error": type(exc).__name__,

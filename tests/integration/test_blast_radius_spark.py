@@ -58,14 +58,14 @@ def _build(c: AuditCluster) -> None:
     c.sandbox.wait_unregistered(b[4])
 
 
-def _blast(zk: str, wh: Path, spark: Any, *flags: str) -> str:
+def _blast(zk: str, wh: Path, spark: Any, *flags: str, code: int = 0) -> tuple[str, str]:
     argv = ["--zk", zk, "--warehouse", str(wh), *flags]
     args = add_blastradius_arguments(argparse.ArgumentParser()).parse_args(argv)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = run_blastradius(args, spark)
-    assert code == 0, out.getvalue()
-    return out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        got = run_blastradius(args, spark)
+    assert got == code, out.getvalue() + err.getvalue()
+    return out.getvalue(), err.getvalue()
 
 
 def _runs(wh: Path) -> dict[str, list[dict[str, Any]]]:
@@ -93,14 +93,14 @@ def test_local_and_spark_blast_radius_rows_are_equal(
         with contextlib.redirect_stdout(io.StringIO()):
             assert run_audit(audit_args(c.zk, str(wh), "replicas", "--executor", "local")) == 0
 
-        out = _blast(c.zk, wh, None, "--executor", "local")
-        assert "[local]" in out
-        out = _blast(c.zk, wh, spark, "--executor", "spark")
-        assert "[spark]" in out
+        out, err = _blast(c.zk, wh, None, "--executor", "local")
+        assert "[local]" in out and "INCOMPLETE" not in err
+        out, err = _blast(c.zk, wh, spark, "--executor", "spark")
+        assert "[spark]" in out and "INCOMPLETE" not in err
         # auto: Spark above the local limit (the shared session is the one getOrCreate finds)
-        out = _blast(c.zk, wh, None, "--executor", "auto", "--local-max-ledgers", "1")
+        out, _ = _blast(c.zk, wh, None, "--executor", "auto", "--local-max-ledgers", "1")
         assert "[spark]" in out
-        out = _blast(c.zk, wh, None, "--executor", "auto")
+        out, _ = _blast(c.zk, wh, None, "--executor", "auto")
         assert "[local]" in out
 
         runs = sorted(_runs(wh).values(), key=lambda rs: rs[0]["computed_at"])
@@ -141,3 +141,13 @@ def test_local_and_spark_blast_radius_rows_are_equal(
             min_racks=2,
         )
         assert remote == local
+
+        # Fail closed: a ledger whose metadata cannot be read may name any bookie, so both
+        # executors still write their rows but exit 1 and name the ledger (a lower bound).
+        bad = c.ledger([c.bookie_ids[0], c.bookie_ids[1]], 4, wq=2, aq=2)
+        c.store.zk.set(c.store.path_for(bad.ledger_id), b"BookieMetadataFormatVersion\t3\n\x05junk")
+        for executor, session in (("local", None), ("spark", spark)):
+            out, err = _blast(c.zk, wh, session, "--executor", executor, code=1)
+            assert f"[{executor}]" in out
+            assert "INCOMPLETE: 1 ledgers could not be read" in err
+            assert f"({bad.ledger_id})" in err

@@ -34,7 +34,7 @@ from tests.audit_helpers import spark as spark  # the session fixture
 pytestmark = pytest.mark.integration
 
 VOLATILE = {"run_id", "detected_at", "first_detected_at", "started_at", "finished_at"}
-VOLATILE |= {"executor", "audit_run_id", "znode_version"}
+VOLATILE |= {"executor", "audit_run_id", "znode_version", "run_date"}
 
 
 def _build(c: AuditCluster) -> None:

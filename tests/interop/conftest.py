@@ -1,6 +1,9 @@
-"""Fixtures for the Java BookKeeper 4.17 interop matrix.
+"""Fixtures for the Java BookKeeper interop matrix.
 
-* ``bk_classpath``: installs (once, cached) the BookKeeper jars and our Java driver. A missing
+The release is ``$BKAUDIT_BK_VERSION`` (tests/interop/versions.py; default the newest 4.17,
+4.16.x and 4.18.x work too); pytest's header names it.
+
+* ``bk_classpath``: installs (once, cached) that release's jars and our Java driver. A missing
   Java, Maven or jar fails the test, in CI and locally -- never a skip.
 * ``java_client``: one JVM running our driver for the whole session.
 * ``mixed``: one shared cluster for the session, initialised by the Java shell
@@ -30,12 +33,29 @@ from bklib.testing.sandbox import BookieProcess
 from bklib.testing.zkserver import ZooKeeperServer
 from tests.interop import harness
 from tests.interop.harness import JavaBookie, JavaClient, JavaShell, JavaUnavailable
+from tests.interop.versions import ROTATION_ENV, rotation_version, selected
 
 ROOT = "/ledgers"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "interop: runs real Apache BookKeeper 4.17 (Java)")
+    config.addinivalue_line("markers", "interop: runs real Apache BookKeeper (Java)")
+
+
+def _versions_line() -> str:
+    return (
+        f"interop: Apache BookKeeper {selected()} ($BKAUDIT_BK_VERSION); rotation today: "
+        f"{rotation_version()} (${ROTATION_ENV}, tests/interop/test_version_rotation.py)"
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _versions_line()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # The header is hidden under -q (as `make test` runs): name the versions at the end too.
+    terminalreporter.write_line(_versions_line())
 
 
 class Only(PlacementPolicy):
@@ -105,9 +125,10 @@ class InteropCluster:
 
 @pytest.fixture(scope="session")
 def bk_classpath() -> str:
-    """Classpath of BookKeeper 4.17 plus our driver. Fails (never skips) when unavailable."""
+    """Classpath of the selected BookKeeper plus our driver. Fails (never skips) when
+    unavailable."""
     try:
-        return harness.install()
+        return harness.install(selected())
     except JavaUnavailable as e:
         pytest.fail(f"Java BookKeeper unavailable: {e}", pytrace=False)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
 import signal
 import socket
@@ -30,10 +31,12 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from bklib.testing.zkserver import cache_dir, free_port, terminate
+from tests.interop import versions
 
 REPO = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO / "scripts" / "java" / "bookkeeper"
-BK_VERSION = "4.17.3"
+# $BKAUDIT_BK_VERSION (tests/interop/versions.py) picks the release; default the newest 4.17.
+BK_VERSION = versions.selected()
 DB_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
 SORTED_STORAGE = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
 # Small JVMs: the whole matrix runs on 2 cores next to ZooKeeper, Python bookies and Spark.
@@ -62,12 +65,13 @@ class JavaClientError(Exception):
         self.name = name
 
 
-def bk_home() -> Path:
-    return cache_dir() / "bookkeeper"
+def bk_home(version: str = BK_VERSION) -> Path:
+    return cache_dir() / "bookkeeper" / version
 
 
-def install() -> str:
-    """Make sure the BookKeeper jars and the driver are in the cache; return the classpath."""
+def install(version: str = BK_VERSION) -> str:
+    """Make sure BookKeeper ``version``'s jars and the driver are in the cache; return the
+    classpath."""
     if shutil.which("java") is None and shutil.which("apt-get") is None:
         raise JavaUnavailable("java not found on PATH")
     res = subprocess.run(
@@ -75,13 +79,15 @@ def install() -> str:
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "BK_VERSION": version},
     )
     if res.returncode != 0:
         raise JavaUnavailable(
             f"scripts/install_bookkeeper.sh failed ({res.returncode}):\n{res.stderr[-3000:]}"
         )
-    home = bk_home()
-    return f"{home / 'driver' / 'classes'}:{home / 'lib'}/*"
+    # The script prints the classpath last: the driver's classes live in a directory per
+    # source hash under bk_home(version), so concurrent runs never rebuild classes in use.
+    return res.stdout.strip().splitlines()[-1]
 
 
 def tail(path: Path, n: int = 60) -> str:

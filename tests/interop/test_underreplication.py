@@ -41,11 +41,16 @@ def parse_listunderreplicated(out: str) -> dict[int, set[str]]:
     found: dict[int, set[str]] = {}
     current: int | None = None
     for line in out.splitlines():
-        if re.fullmatch(r"\d+", line.strip()) and not line.startswith("\t"):
-            current = int(line.strip())
+        # 4.18 logs attributes: "Under-replicated ledger {ledgerId=5}", "Missing replica
+        # {missingReplica=host:port}" (scripts/java/bookkeeper/log4j2-shell.xml).
+        m18 = re.fullmatch(r"Under-replicated ledger \{ledgerId=(\d+)\}", line.strip())
+        if m18 or (re.fullmatch(r"\d+", line.strip()) and not line.startswith("\t")):
+            current = int(m18.group(1) if m18 else line.strip())
             found[current] = set()
         elif current is not None and "MissingReplica" in line:
             found[current] |= set(re.findall(r"[\w.\-]+:\d+", line.split(":", 1)[1]))
+        elif current is not None and "missingReplica=" in line:
+            found[current] |= set(re.findall(r"[\w.\-]+:\d+", line.split("=", 1)[1]))
     return found
 
 

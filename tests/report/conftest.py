@@ -26,7 +26,6 @@ from bklib.testing.zkserver import ZooKeeperServer
 from jobs.audit import run_audit
 from jobs.spark import load
 from jobs.tables import delta
-from jobs.tables.schema import ACTIONS
 from tests.audit_helpers import audit_args, audit_cluster, shared_spark
 
 REPAIR_RUN = "repair-20260101T000000Z-test"
@@ -209,11 +208,8 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
         0.0,
         error="open; grace period 30s not over",
     )
-    df = spark.createDataFrame(rows, load.ACTIONS_SCHEMA)
-    # The Spark repair job's write: partitioned by mode, schema merged.
-    df.write.format("delta").mode("append").option("mergeSchema", "true").partitionBy("mode").save(
-        load.table_path(wh.path, ACTIONS)
-    )
+    # The Spark repair job's write (partitioned by run_date, schema merged).
+    load.append_actions(spark, wh.path, rows)
 
 
 REPO = Path(__file__).resolve().parents[2]

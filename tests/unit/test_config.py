@@ -23,6 +23,7 @@ from jobs.cli.config import (
     load_config,
     parse_with_config,
 )
+from jobs.maintain import add_maintain_arguments
 from jobs.reports.html import add_report_arguments
 from jobs.reports.listing import add_list_arguments
 from jobs.rereplicate import add_repair_arguments
@@ -194,6 +195,7 @@ for _mode in ("rereplicate", "recover", "decommission"):
     PARSERS[_mode] = lambda m=_mode: add_repair_arguments(argparse.ArgumentParser(), m)
 PARSERS["watch"] = lambda: add_watch_arguments(argparse.ArgumentParser())
 PARSERS["status"] = lambda: add_status_arguments(argparse.ArgumentParser())
+PARSERS["maintain"] = lambda: add_maintain_arguments(argparse.ArgumentParser())
 
 
 @pytest.mark.parametrize("command", sorted(PARSERS))

@@ -374,10 +374,13 @@ def test_v1_stops_at_the_closed_line_and_accepts_crlf() -> None:
     assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, -1, 0)
 
 
-def test_writing_v1_or_passwordless_metadata_is_refused() -> None:
-    md = decode_metadata(H1 + b"1\n1\n0\n0\t127.0.0.1:3181\n", LID)
-    with pytest.raises(CompatibilityError) as info:
-        encode_metadata(md)
+def test_v1_is_written_back_as_v1_and_passwordless_v3_is_refused() -> None:
+    # Byte-for-byte agreement with BookKeeper's serializer: tests/unit/test_meta_v1_golden.py.
+    data = H1 + b"1\n1\n0\n0\t127.0.0.1:3181\n"
+    md = decode_metadata(data, LID)
+    assert encode_metadata(md) == data
+    with pytest.raises(CompatibilityError, match="password") as info:
+        encode_metadata(md.replace(password=b"x", digest_type=DigestType.CRC32))
     assert info.value.ledger_id == LID
     with pytest.raises(CorruptMetadataError, match="password"):
         encode_metadata(md.replace(format_version=3))

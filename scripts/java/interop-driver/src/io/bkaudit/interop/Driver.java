@@ -93,7 +93,10 @@ public final class Driver {
         String uri = req.path("uri").asText();
         // Pulsar's brokers speak the v2 (binary) protocol to bookies: "v2" selects it.
         boolean v2 = req.path("v2").asBoolean(false);
-        String key = uri + (v2 ? "#v2" : "#v3");
+        // Extra ClientConfiguration keys (e.g. TLS: tlsProviderFactoryClass, tlsTrustStore...):
+        // one client per distinct set.
+        JsonNode extra = req.path("conf");
+        String key = uri + (v2 ? "#v2" : "#v3") + (extra.isObject() ? "#" + extra : "");
         BookKeeper bk = clients.get(key);
         if (bk == null) {
             ClientConfiguration conf = new ClientConfiguration();
@@ -105,6 +108,7 @@ public final class Driver {
             conf.setEnableDigestTypeAutodetection(true);
             conf.setEnsemblePlacementPolicy(BkauditPinnedPlacementPolicy.class);
             conf.setUseV2WireProtocol(v2);
+            extra.fields().forEachRemaining(f -> conf.setProperty(f.getKey(), f.getValue().asText()));
             bk = new BookKeeper(conf);
             clients.put(key, bk);
         }
@@ -291,8 +295,12 @@ public final class Driver {
             ObjectNode reply = JSON.createObjectNode();
             ArrayNode entries = reply.putArray("entries");
             ArrayNode ids = reply.putArray("entryIds");
-            Enumeration<LedgerEntry> it = lh.batchReadEntries(req.path("start").asLong(),
-                    req.path("maxCount").asInt(), req.path("maxSize").asLong());
+            // Reflection: batchReadEntries is 4.17+, and the driver also compiles against 4.16.
+            @SuppressWarnings("unchecked")
+            Enumeration<LedgerEntry> it = (Enumeration<LedgerEntry>) LedgerHandle.class
+                    .getMethod("batchReadEntries", long.class, int.class, long.class)
+                    .invoke(lh, req.path("start").asLong(), req.path("maxCount").asInt(),
+                            req.path("maxSize").asLong());
             while (it.hasMoreElements()) {
                 LedgerEntry e = it.nextElement();
                 ids.add(e.getEntryId());
@@ -318,7 +326,8 @@ public final class Driver {
         o.put("state", md.getState().name());
         o.put("lastEntryId", md.getLastEntryId());
         o.put("length", md.getLength());
-        o.put("digestType", md.getDigestType().name());
+        // Format v1 metadata stores no digest type (nor password).
+        o.put("digestType", md.getDigestType() == null ? null : md.getDigestType().name());
         o.put("password", md.hasPassword() ? B64.encodeToString(md.getPassword()) : null);
         o.put("ctime", md.getCtime());
         o.put("cToken", md.getCToken());

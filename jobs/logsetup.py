@@ -1,0 +1,103 @@
+"""Python logging for every bkaudit command: text or one JSON object per line, and a handler
+that keeps log lines and :mod:`jobs.progress` bars from overwriting each other.
+
+Nothing here imports Spark: ``bkaudit bookie`` and ``sandbox`` use it too. The chosen
+settings stay readable (:func:`is_verbose`, :func:`log_format`) so the Spark session can hide
+the JVM's console progress and Ivy's report unless ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+__all__ = [
+    "LOG_FORMATS",
+    "JsonFormatter",
+    "is_verbose",
+    "log_format",
+    "setup_logging",
+]
+
+LOG_FORMATS = ("text", "json")
+DEFAULT_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_state: dict[str, Any] = {"verbose": False, "format": "text"}
+
+
+def is_verbose() -> bool:
+    """True when the command runs with ``-v`` / ``--verbose`` (DEBUG, JVM chatter shown)."""
+    return bool(_state["verbose"])
+
+
+def log_format() -> str:
+    """``text`` or ``json``: what :func:`setup_logging` installed last."""
+    return str(_state["format"])
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for schedulers and log shippers: ``ts`` (UTC, ISO 8601),
+    ``level``, ``logger``, ``msg``, ``thread``, and ``exc`` when there is a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "thread": record.threadName,
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class BarAwareHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that, while a progress bar is drawn on the same stream, clears the
+    bar, writes the record and redraws the bar (else both would share one terminal line)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from jobs import progress
+
+        if not progress.bars_active():
+            super().emit(record)
+            return
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
+def setup_logging(
+    level: str = "INFO",
+    *,
+    verbose: bool = False,
+    fmt: str = "text",
+    text_format: str = DEFAULT_TEXT_FORMAT,
+    quiet: tuple[str, ...] | list[str] = ("kazoo", "py4j"),
+    stream: TextIO | None = None,
+) -> None:
+    """Install bkaudit's handler on the root logger, replacing one an earlier call installed
+    (so a second call does not print every line twice; other handlers, pytest's for one, stay).
+
+    ``verbose`` forces DEBUG and leaves the ``quiet`` loggers alone; otherwise those are
+    raised to WARNING. ``fmt`` is ``text`` (``text_format``) or ``json``.
+    """
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format {fmt!r}: use one of {', '.join(LOG_FORMATS)}")
+    _state["verbose"], _state["format"] = verbose, fmt
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, BarAwareHandler):
+            root.removeHandler(h)
+    handler = BarAwareHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(text_format))
+    root.addHandler(handler)
+    root.setLevel("DEBUG" if verbose else level.upper())
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
