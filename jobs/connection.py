@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
+from bklib.meta import zkaccess
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.tls_args import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
@@ -85,12 +85,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
 
 def read_secret_file(path: str, flag: str) -> str:
     """The file's text without its trailing line break; a one-line error when unreadable."""
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ConnectionArgsError(f"{flag} {path}: cannot read: {reason}") from None
-    return text.rstrip("\r\n")
+    return zkaccess.read_secret_file(path, flag, ConnectionArgsError)
 
 
 class _Redact(logging.Filter):

@@ -58,6 +58,7 @@ __all__ = [
     "add_zk_access_arguments",
     "new_client",
     "read_jaas_section",
+    "read_secret_file",
     "start_client",
     "zk_access_from_args",
 ]
@@ -495,12 +496,14 @@ def add_zk_access_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
     return parser
 
 
-def _read_secret(path: str, flag: str) -> str:
+def read_secret_file(path: str, flag: str, error: type[Exception] = ZkAccessConfigError) -> str:
+    """A secret file's text without its trailing line break; unreadable, ``error`` with one
+    line naming the flag and the path (the operator gave both)."""
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ZkAccessConfigError(f"{flag} {path}: cannot read: {reason}") from None
+        raise error(f"{flag} {path}: cannot read: {reason}") from None
     return text.rstrip("\r\n")
 
 
@@ -537,11 +540,12 @@ def zk_access_from_args(args: argparse.Namespace, digest: str | None = None) -> 
         if key and not cert:
             raise ZkAccessConfigError("--zk-tls-key needs --zk-tls-cert")
         pw_file = tls_flags["--zk-tls-key-password-file"]
+        key_password = read_secret_file(pw_file, "--zk-tls-key-password-file") if pw_file else None
         tls = ZkTls(
             ca_file=_readable(tls_flags["--zk-tls-ca"], "--zk-tls-ca"),
             cert_file=cert,
             key_file=key,
-            key_password=_read_secret(pw_file, "--zk-tls-key-password-file") if pw_file else None,
+            key_password=key_password,
             verify_hostname=not no_verify,
         )
         try:

@@ -15,7 +15,6 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
 from typing import Any
 
 from bklib.meta.model import DigestType
@@ -24,7 +23,6 @@ from jobs.messages import one_line
 from jobs.units import parse_duration, parse_percentage, parse_rate
 
 __all__ = [
-    "JsonFormatter",
     "add_status_arguments",
     "add_watch_arguments",
     "run_status",
@@ -162,25 +160,10 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 # ---- logs -----------------------------------------------------------------------------------
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg (and exc when there is one)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
-                timespec="milliseconds"
-            ),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "thread": record.threadName,
-        }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
 def use_json_logs() -> None:
+    """Every root handler writes one JSON object per line (:class:`jobs.logsetup.JsonFormatter`)."""
+    from jobs.logsetup import JsonFormatter
+
     root = logging.getLogger()
     if not root.handlers:
         root.addHandler(logging.StreamHandler())
