@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bkaudit(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m jobs.cli ARGS`` from the checkout; output captured as text."""
+def bkaudit(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m jobs.cli ARGS`` from the checkout; output captured as text. ``env`` adds
+    to (or overrides) this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -10,9 +10,7 @@ the bookies' logs.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from bklib.states import ActionStatus
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, TABLES
 from tests.audit_helpers import audit_cluster, metadata, write_ledger
-from tests.cli_helpers import REPO
+from tests.cli_helpers import bkaudit
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +29,7 @@ SECRETS = (ZK_SECRET, LEDGER_SECRET)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobs.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    return bkaudit(*args, env=env, timeout=300)
 
 
 def _leaks(where: str, data: bytes | str) -> list[str]:
