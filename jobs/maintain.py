@@ -586,8 +586,9 @@ def _table_retention_hours(table: Any) -> int:
 
 
 def _remove_empty_dirs(warehouse: str, name: str, before: date) -> int:
-    """Remove a local table's empty partition directories: ``run_date=`` days older than
-    ``before`` (no writer adds to them) and old-layout ones (``run_id=``, ``mode=``) the
+    """Remove a local table's empty partition directories: ``run_date=`` days up to
+    ``before``, the retention cutoff's day (runs of that day older than the cutoff were
+    deleted, and any writer recreates a directory it needs) and old-layout ones (``run_id=``, ``mode=``) the
     current partitioning no longer uses."""
     from jobs.tables import delta
     from jobs.tables.schema import PARTITION_BY
@@ -610,7 +611,7 @@ def _remove_empty_dirs(warehouse: str, name: str, before: date) -> int:
         stale = col not in PARTITION_BY[name]
         if col == "run_date":
             try:
-                stale = date.fromisoformat(value) < before
+                stale = date.fromisoformat(value) <= before
             except ValueError:
                 stale = False
         if stale:
