@@ -8,6 +8,10 @@ repair (rereplicate), and the bytes to read or copy from the ledgers' lengths. B
 thresholds it runs locally; above either, on Spark. The thresholds live in
 ``conf/bkaudit.yaml`` (``local-max-ledgers``, ``local-max-bytes``).
 
+Without the ``spark`` extra installed, ``auto`` runs locally whatever the size, as long as the
+work fits the local memory limit: a slow local run beats an error on a box that never had
+Spark. Above the limit it still picks Spark, which then fails with one line naming the extra.
+
 ``local`` also has a hard limit: it holds every ledger's metadata in memory, so work whose
 estimate exceeds ``local-memory-limit`` (default: half the memory available now) is refused
 with one line that suggests ``--executor spark``.
@@ -16,6 +20,7 @@ with one line that suggests ``--executor spark``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -72,13 +77,42 @@ class ExecutorChoice:
     reason: str
 
 
+def spark_installed() -> bool:
+    """True when pyspark can be found (the ``spark`` extra is installed)."""
+    try:
+        return importlib.util.find_spec("pyspark") is not None
+    except ImportError:  # a finder that refuses it: not usable either
+        return False
+
+
 def choose_executor(
-    requested: str, *, ledgers: int, work_bytes: int, limits: LocalLimits, what: str
+    requested: str,
+    *,
+    ledgers: int,
+    work_bytes: int,
+    limits: LocalLimits,
+    what: str,
+    have_spark: bool | None = None,
 ) -> ExecutorChoice:
     """Pick the executor for ``ledgers`` ledgers and ``work_bytes`` bytes to read or copy.
 
-    Raises :class:`LocalTooBigError` when ``local`` is requested above the memory limit.
+    ``have_spark`` (default: :func:`spark_installed`) lets ``auto`` fall back to local when
+    Spark is not installed. Raises :class:`LocalTooBigError` when ``local`` is requested
+    above the memory limit.
     """
+    choice = _choose(requested, ledgers=ledgers, work_bytes=work_bytes, limits=limits, what=what)
+    if requested != Executor.AUTO or choice.executor != Executor.SPARK:
+        return choice
+    if have_spark is None:
+        have_spark = spark_installed()
+    if have_spark or ledgers * BYTES_PER_LEDGER > limits.memory():
+        return choice
+    return ExecutorChoice(Executor.LOCAL, f"{choice.reason}, but pyspark is not installed")
+
+
+def _choose(
+    requested: str, *, ledgers: int, work_bytes: int, limits: LocalLimits, what: str
+) -> ExecutorChoice:
     need = ledgers * BYTES_PER_LEDGER
     if requested == Executor.LOCAL:
         if need > limits.memory():

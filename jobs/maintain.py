@@ -587,8 +587,8 @@ def _table_retention_hours(table: Any) -> int:
 
 def _remove_empty_dirs(warehouse: str, name: str, before: date) -> int:
     """Remove a local table's empty partition directories: ``run_date=`` days up to
-    ``before``, the retention cutoff's day (runs of that day older than the cutoff were
-    deleted, and any writer recreates a directory it needs) and old-layout ones (``run_id=``, ``mode=``) the
+    ``before``, the retention cutoff's day (its runs older than the cutoff were deleted, and a
+    writer recreates a directory it needs), and old-layout ones (``run_id=``, ``mode=``) the
     current partitioning no longer uses."""
     from jobs.tables import delta
     from jobs.tables.schema import PARTITION_BY

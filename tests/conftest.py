@@ -19,7 +19,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--schedules",
         type=int,
         default=None,
-        help="number of randomized schedules test_ledger_random_schedules runs (default 200)",
+        help="randomized schedules test_ledger_random_schedules runs (default 60; soak: 1,000)",
     )
     # The chaos soak and kill campaign (tests/soak); `make soak` runs the long variant.
     parser.addoption(

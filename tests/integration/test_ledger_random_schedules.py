@@ -16,7 +16,7 @@ sure the ledger is CLOSED, and the invariants are checked:
 
 and every recoverer or writer close that succeeded reported that same lastEntryId.
 
-``--schedules N`` runs N schedules (default 200); ``BKAUDIT_SCHEDULE_SEED`` changes the seed.
+``--schedules N`` runs N schedules (default 60); ``BKAUDIT_SCHEDULE_SEED`` changes the seed.
 """
 
 from __future__ import annotations

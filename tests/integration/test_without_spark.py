@@ -99,6 +99,14 @@ def test_local_executor_works_and_spark_names_the_extra(
     assert proc.returncode == 0, proc.stderr
     assert "COMPLETED" in proc.stdout and "12 ledgers" in proc.stdout, proc.stdout
 
+    # auto above local-max-ledgers would pick Spark; without it, it runs locally and says why.
+    proc = _run(no_spark_env, "-m", "jobs.cli", "-v", *base[2:], "--local-max-ledgers", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "COMPLETED" in proc.stdout and "12 ledgers" in proc.stdout, proc.stdout
+    assert "executor local (12 ledgers > local-max-ledgers 5, but pyspark is not installed)" in (
+        proc.stderr
+    )
+
     # The report is read through delta-rs: no Spark either (exit 1: findings exist).
     proc = _run(no_spark_env, "-m", "jobs.cli", "listunderreplicated", "--warehouse", wh)
     assert proc.returncode == 1, proc.stderr

@@ -29,14 +29,47 @@ LIMITS = LocalLimits(max_ledgers=1000, max_bytes=10_000_000, memory_limit=100 * 
 )
 def test_auto_picks_local_below_every_limit(ledgers: int, work_bytes: int, want: str) -> None:
     got = choose_executor(
-        Executor.AUTO, ledgers=ledgers, work_bytes=work_bytes, limits=LIMITS, what="audit"
+        Executor.AUTO,
+        ledgers=ledgers,
+        work_bytes=work_bytes,
+        limits=LIMITS,
+        what="audit",
+        have_spark=True,
     )
     assert got.executor == want and got.reason
 
 
+def test_auto_without_spark_runs_locally_while_the_work_fits_in_memory() -> None:
+    def pick(ledgers: int, work_bytes: int, have_spark: bool) -> str:
+        return choose_executor(
+            Executor.AUTO,
+            ledgers=ledgers,
+            work_bytes=work_bytes,
+            limits=LIMITS,
+            what="audit",
+            have_spark=have_spark,
+        ).executor
+
+    # Above local-max-bytes: Spark when it is there, local when it is not.
+    assert pick(50, 10_000_001, True) == Executor.SPARK
+    got = choose_executor(
+        Executor.AUTO, ledgers=50, work_bytes=10_000_001, limits=LIMITS, what="x", have_spark=False
+    )
+    assert got.executor == Executor.LOCAL and "pyspark is not installed" in got.reason
+    # Above the memory limit local cannot hold the state: Spark, which then names the extra.
+    assert pick(101, 0, False) == Executor.SPARK
+    # A requested executor is never second-guessed.
+    spark = choose_executor(
+        Executor.SPARK, ledgers=1, work_bytes=0, limits=LIMITS, what="x", have_spark=False
+    )
+    assert spark.executor == Executor.SPARK
+
+
 def test_auto_above_max_ledgers_is_spark() -> None:
     limits = LocalLimits(max_ledgers=10, max_bytes=10**12, memory_limit=10**12)
-    got = choose_executor(Executor.AUTO, ledgers=11, work_bytes=0, limits=limits, what="audit")
+    got = choose_executor(
+        Executor.AUTO, ledgers=11, work_bytes=0, limits=limits, what="audit", have_spark=True
+    )
     assert got.executor == Executor.SPARK and "local-max-ledgers" in got.reason
 
 
