@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--soak-minutes",
         type=float,
         default=None,
-        help="minutes of chaos in tests/soak/test_chaos_soak.py (default 1.25, "
+        help="minutes of chaos in tests/soak/test_chaos_soak.py (default 0.5, "
         "or $BKAUDIT_SOAK_MINUTES)",
     )
     parser.addoption(

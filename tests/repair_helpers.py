@@ -52,13 +52,15 @@ def actions_of(spark: SparkSession, warehouse: str) -> list[dict[str, Any]]:
 
 
 def audit_and_fragments(
-    spark: SparkSession, zk: str, warehouse: str, check: str = "lost"
+    spark: SparkSession, zk: str, warehouse: str, check: str = "lost", executor: str = "local"
 ) -> list[dict[str, Any]]:
-    """Run an audit in-process and return the fragments it wrote."""
+    """Run an audit in-process (the local executor unless told otherwise: these audits set up
+    and verify repairs; the Spark audit has tests of its own and the executors' differential
+    test) and return the fragments it wrote."""
     from jobs.audit import run_audit
     from tests.audit_helpers import audit_args, fragments_of
 
-    assert run_audit(audit_args(zk, warehouse, check), spark) == 0
+    assert run_audit(audit_args(zk, warehouse, check, "--executor", executor), spark) == 0
     run = load.latest_run(spark, warehouse)
     assert run is not None
     return fragments_of(spark, warehouse, run["run_id"])

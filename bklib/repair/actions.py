@@ -12,7 +12,7 @@ from typing import Any
 from bklib.errors import ReplicationError
 from bklib.meta.model import LedgerMetadata
 
-__all__ = ["Action", "describe", "replace_in_segment"]
+__all__ = ["Action", "describe", "recovery_swap", "replace_in_segment"]
 
 
 @dataclass
@@ -70,3 +70,15 @@ def replace_in_segment(
         return md.with_bookies_replaced(first_entry_id, todo)
 
     return transform
+
+
+def recovery_swap(before: LedgerMetadata, after: LedgerMetadata) -> tuple[str, str] | None:
+    """The (old, new) bookie a fencing recovery put into the ledger's last ensemble, comparing
+    the metadata before recovery with the closed result; None when the ensemble is unchanged.
+    Recovery changes one position at a time, so the first difference is the swap."""
+    old_ensemble = before.segments[-1].ensemble
+    new_ensemble = after.segments[-1].ensemble
+    for old, new in zip(old_ensemble, new_ensemble, strict=False):
+        if old != new:
+            return old, new
+    return None

@@ -47,7 +47,7 @@ from bklib.meta.racks import RackDocument
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.store import LedgerStore, Versioned
 from bklib.meta.underreplication import UnderReplicationManager
-from bklib.repair.actions import Action, describe, replace_in_segment
+from bklib.repair.actions import Action, describe, recovery_swap, replace_in_segment
 from bklib.repair.plan import (
     FragmentWork,
     GraceDecision,
@@ -337,6 +337,11 @@ class LedgerRepairer:
             try:
                 closed = self._recover(md)
                 act.segment_last_entry_id = closed.last_entry_id
+                # Recovery replaces an unreachable bookie of the last ensemble while it writes
+                # entries back (LedgerRecoveryOp): the row says which, for the audit trail.
+                swapped = recovery_swap(md, closed)
+                if swapped is not None:
+                    act.old_bookie, act.new_bookie = swapped
             except BKError as exc:
                 act.status, act.error = ActionStatus.FAILED, describe(exc)
                 actions.append(act.finish())

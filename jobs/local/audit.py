@@ -7,7 +7,7 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -174,45 +174,42 @@ class LocalAudit:
         self.findings = keep_still_current(self.findings, current)
         self.run.counts[CountKey.DROPPED_AFTER_REREAD] = before - len(self.findings)
 
-    def load(self) -> RunRecord:
-        """Append the run to the Delta tables, ``audit_runs`` last."""
-        cfg, run = self.config, self.run
-        t0 = time.monotonic()
+    def rows(
+        self, first_seen: Mapping[tuple[int, int, str], datetime]
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Settle the run's counts and status, and return its per-run tables' rows
+        (fragments, ledgers, bookies); ``first_seen`` gives each finding's first detection
+        (by ``(ledger_id, segment_first_entry_id, bookie_id)``), else this run's start."""
+        run = self.run
         run.counts.update(summarize(under_replication(self.findings)))
         run.counts.update(final_placement_counts(self.findings, run.counts))
         run.status = run_status(run.counts)
-        wh = cfg.warehouse
-        previous: dict[tuple[int, int, str], datetime] = {}
-        prev = delta.latest_run(wh)
-        if prev is not None:
-            for r in delta.read_rows(
-                wh,
-                FRAGMENTS,
-                columns=["ledger_id", "segment_first_entry_id", "bookie_id", "first_detected_at"],
-                filters=[("run_id", "=", prev["run_id"])],
-            ):
-                key = (r["ledger_id"], r["segment_first_entry_id"], r["bookie_id"])
-                t = r["first_detected_at"]
-                if t is not None and (key not in previous or t < previous[key]):
-                    previous[key] = t
         fragments = [
             {
                 "run_id": run.run_id,
                 "check": run.check,
                 "detected_at": run.started_at,
                 **f.as_row(),
-                "first_detected_at": previous.get(f.key, run.started_at),
+                "first_detected_at": first_seen.get(f.key, run.started_at),
             }
             for f in self.findings
         ]
-        ledgers = ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers)
-        bookies = ({"run_id": run.run_id, **b.as_row()} for b in self.bookies)
+        ledgers = [{"run_id": run.run_id, **v.as_row()} for v in self.ledgers]
+        bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
+        return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
+
+    def load(self) -> RunRecord:
+        """Append the run to the Delta tables, ``audit_runs`` last."""
+        cfg, run = self.config, self.run
+        t0 = time.monotonic()
+        wh = cfg.warehouse
+        tables = self.rows(delta.first_detections(wh))
         # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
         # audit_runs, which makes the run visible, only once all three are committed.
         with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
             writes = [
                 pool.submit(delta.append_rows, wh, table, rows, run_date=run_day(run.started_at))
-                for table, rows in ((FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies))
+                for table, rows in tables
             ]
             for w in writes:
                 w.result()

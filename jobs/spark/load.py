@@ -23,6 +23,7 @@ schema version is newer than this code's is refused with
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -242,11 +243,28 @@ def latest_run(
 
 
 def previous_fragments(spark: SparkSession, warehouse: str) -> DataFrame | None:
-    """The fragments of the latest completed run, for carrying ``first_detected_at`` over."""
+    """The fragments of the latest completed run, for carrying ``first_detected_at`` over.
+
+    A local warehouse is read through delta-rs (two Spark jobs cost seconds; the previous
+    run's first detections are one small row per finding)."""
+    path = table_path(warehouse, FRAGMENTS)
+    if "://" not in path or path.startswith("file://"):
+        from jobs.tables import delta
+
+        first = delta.first_detections(warehouse)
+        if not first:
+            return None
+        rows = [(lid, seg, bookie, t) for (lid, seg, bookie), t in first.items()]
+        return spark.createDataFrame(rows, _FIRST_DETECTED_SCHEMA)
     prev = latest_run(spark, warehouse)
     if prev is None or not table_exists(spark, warehouse, FRAGMENTS):
         return None
     return read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == prev["run_id"])
+
+
+_FIRST_DETECTED_SCHEMA = (
+    "ledger_id long, segment_first_entry_id long, bookie_id string, first_detected_at timestamp"
+)
 
 
 def write_run(
@@ -273,13 +291,18 @@ def write_run(
         "*",
         day,
     )
-    _append(final, warehouse, FRAGMENTS)
-    _append(
-        ledgers.drop("password").select(run_col.alias("run_id"), "*", day),  # secrets stay out
-        warehouse,
-        LEDGERS,
+    tables = (
+        (FRAGMENTS, final),
+        (LEDGERS, ledgers.drop("password").select(run_col.alias("run_id"), "*", day)),
+        (BOOKIES, bookies.select(run_col.alias("run_id"), "*", day)),
     )
-    _append(bookies.select(run_col.alias("run_id"), "*", day), warehouse, BOOKIES)
+    # Three independent tables: their Delta commits run side by side (a small run's load is
+    # mostly driver-side commit latency), and audit_runs, which makes the run visible, only
+    # once all three are in.
+    with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
+        writes = [pool.submit(_append, df, warehouse, name) for name, df in tables]
+        for w in writes:
+            w.result()
     write_run_record(spark, warehouse, run)
     return read_table(spark, warehouse, FRAGMENTS).filter(F.col("run_id") == run.run_id)
 

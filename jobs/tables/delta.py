@@ -52,6 +52,7 @@ __all__ = [
     "append_rows",
     "check_schema_version",
     "check_writable",
+    "first_detections",
     "latest_run",
     "read_rows",
     "run_dates",
@@ -499,6 +500,26 @@ def latest_run(warehouse: str, run_id: str | None = None) -> dict[str, Any] | No
     )
     best["counts"] = dict(best["counts"] or {})
     return best
+
+
+def first_detections(warehouse: str) -> dict[tuple[int, int, str], datetime]:
+    """First detection of each finding of the latest audit run in ``warehouse``, by
+    ``(ledger_id, segment_first_entry_id, bookie_id)``: what the next run carries forward."""
+    first: dict[tuple[int, int, str], datetime] = {}
+    prev = latest_run(warehouse)
+    if prev is None:
+        return first
+    for r in read_rows(
+        warehouse,
+        FRAGMENTS,
+        columns=["ledger_id", "segment_first_entry_id", "bookie_id", "first_detected_at"],
+        filters=[("run_id", "=", prev["run_id"])],
+    ):
+        key = (r["ledger_id"], r["segment_first_entry_id"], r["bookie_id"])
+        t = r["first_detected_at"]
+        if t is not None and (key not in first or t < first[key]):
+            first[key] = t
+    return first
 
 
 def run_fragments(

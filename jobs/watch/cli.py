@@ -4,7 +4,8 @@
                   [--lost-bookie-recovery-delay 60s] [--metrics-port 9464] [--log-format json]
     bkaudit status --zk HOST:PORT[/chroot] [--warehouse PATH] [--format text|json]
 
-``watch`` runs until SIGTERM (exit 0), 2 when it cannot start. ``status`` exits 0 when no
+``watch`` runs until SIGTERM (exit 0); 2 when it cannot start, or when rows the warehouse
+did not take overflow the spool (``--spool-max-bytes``). ``status`` exits 0 when no
 ledger is marked under-replicated and no bookie is down, 1 otherwise, 2 on error.
 """
 
@@ -20,7 +21,8 @@ from typing import Any
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
 from jobs.messages import one_line
-from jobs.units import parse_duration, parse_percentage, parse_rate
+from jobs.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 __all__ = [
     "add_status_arguments",
@@ -45,6 +47,14 @@ def _every(text: str) -> dict[str, float]:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _size(text: str) -> int:
+    """``--spool-max-bytes``: bytes, with an optional KB/MB/GB suffix."""
+    value = int(parse_size(text))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be above 0")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
     parser.add_argument(
@@ -56,6 +66,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _common(parser)
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument(
+        "--spool-dir",
+        default=None,
+        help="where rows the warehouse cannot take wait, written later in order (default "
+        "$XDG_STATE_HOME or ~/.local/state, then bkaudit/watch-spool/<hash of --warehouse>)",
+    )
+    parser.add_argument(
+        "--spool-max-bytes",
+        type=_size,
+        default=DEFAULT_SPOOL_MAX_BYTES,
+        help="above this the service stops with exit 2 rather than drop rows (default 512MiB)",
+    )
     parser.add_argument(
         "--every",
         type=_every,
@@ -202,12 +224,14 @@ def run_watch(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         tls=getattr(args, "bookie_tls", None),
+        spool_dir=args.spool_dir,
+        spool_max_bytes=args.spool_max_bytes,
     )
     if args.instance_id:
         config.instance_id = args.instance_id
-    service = WatchService(config)
-    service.install_signals()
     try:
+        service = WatchService(config)
+        service.install_signals()
         from bklib.audit.engine import require_cluster
 
         require_cluster(config.zk, config.ledgers_root, config.zk_auth)

@@ -11,6 +11,10 @@ Stale state: every step that changes the cluster (marks, each batch of repairs) 
 ZooKeeper whether this instance still leads in its current session. A session loss ends the
 term; after reconnecting the instance joins the election again and, if elected, starts from a
 fresh reading of the cluster (:meth:`WatchService._take_over`).
+
+Unreachable warehouse: rows the tables do not take wait in :mod:`jobs.watch.spool` and are
+written later, in order; the repair never waits for the warehouse. Past ``--spool-max-bytes``
+the service stops (docs/watch.md, "Unreachable warehouse").
 """
 
 from __future__ import annotations
@@ -49,10 +53,11 @@ from jobs.messages import one_line
 from jobs.repair_run import RepairConfig, stamp
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
-from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, run_day
 from jobs.watch.decide import LossTracker, Schedule, finding_counts
 from jobs.watch.election import LeaderElection
 from jobs.watch.metrics import Health, MetricsServer, WatchMetrics
+from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES, SpoolError, SpoolWriter, default_spool_dir
 from jobs.watch.watcher import ClusterSnapshot, ClusterWatcher
 
 __all__ = ["WatchConfig", "WatchService"]
@@ -89,6 +94,11 @@ class WatchConfig:
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     tls: TlsSettings | None = None
     """Bookie TLS (``--tls-*`` flags) of the audits' and repairs' bookie connections."""
+    spool_dir: str | None = None
+    """``--spool-dir``: rows the warehouse did not take wait here; None: the default
+    (:func:`jobs.watch.spool.default_spool_dir`)."""
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    """``--spool-max-bytes``: above it the service stops (exit 2) rather than grow."""
 
 
 class _Stopped(Exception):
@@ -117,6 +127,14 @@ class WatchService:
         self.watcher: ClusterWatcher | None = None
         self.election: LeaderElection | None = None
         self.lost_sessions_seen = 0
+        self.spool = SpoolWriter(
+            config.warehouse,
+            config.spool_dir or default_spool_dir(config.warehouse),
+            config.spool_max_bytes,
+        )
+        self.flush_error: str | None = None
+        self.spooled = False
+        """Something waits in the spool (the warehouse is not writable, for /readyz)."""
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -168,11 +186,20 @@ class WatchService:
         self.zk = connect(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
         self.watcher = ClusterWatcher(self.zk, cfg.ledgers_root)
         self.election = LeaderElection(self.zk, cfg.ledgers_root, self.identity())
+        self._spool_state()
+        if self.spooled:
+            log.warning(
+                "watch: spool %s holds %d rows from before; flushing them to %s first",
+                self.spool.dir,
+                self.spool.stats()[1],
+                cfg.warehouse,
+            )
         try:
             self.election.join()
             self._watch_election()
             while not self.stopping.is_set():
                 self.health.heartbeat()
+                self._flush()
                 wait = self._cycle()
                 if self.stopping.is_set():
                     break
@@ -245,6 +272,8 @@ class WatchService:
         except _Stopped as exc:
             log.info("watch: %s", exc)
             return 0.0
+        except SpoolError:
+            raise  # the service stops (run_watch prints it and exits 2)
         except Exception as exc:
             log.exception("watch: cycle failed: %s", one_line(exc))
             return self.cfg.retry_interval
@@ -294,6 +323,7 @@ class WatchService:
         marked = {b for bookies in snap.marked.values() for b in bookies}
         self.tracker.seed(snap.available, lost, marked, time.monotonic())
         self.leading = True  # only now: a failed take-over is retried whole
+        self.health.ready_reason = None if self.warehouse_ok else "warehouse unreachable"
         if self.tracker.due or self.tracker.pending:
             log.info(
                 "watch: at take-over, lost bookies due now %s, waiting for the delay %s",
@@ -313,22 +343,8 @@ class WatchService:
                         self.schedule.ran(r["check"], r["finished_at"].timestamp())
                 for c, ts in self.schedule.last.items():
                     self.metrics.last_audit.labels(c).set(ts)
-            prev = delta.latest_run(wh) if delta.table_exists(wh, AUDIT_RUNS) else None
-            if prev is not None:
-                for f in delta.read_rows(
-                    wh,
-                    FRAGMENTS,
-                    columns=[
-                        "ledger_id",
-                        "segment_first_entry_id",
-                        "bookie_id",
-                        "first_detected_at",
-                    ],
-                    filters=[("run_id", "=", prev["run_id"])],
-                ):
-                    key = (f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"])
-                    if f["first_detected_at"] is not None:
-                        self.first_seen[key] = f["first_detected_at"]
+            if delta.table_exists(wh, AUDIT_RUNS):
+                self.first_seen.update(delta.first_detections(wh))
             if delta.table_exists(wh, ACTIONS):
                 self.no_replica = list(
                     delta.read_rows(
@@ -345,10 +361,65 @@ class WatchService:
     def _warehouse(self, ok: bool, exc: BaseException | None = None) -> None:
         if not ok:
             self.metrics.warehouse_errors.inc()
-            log.error("watch: warehouse %s: %s", self.cfg.warehouse, one_line(exc or ""))
-        self.warehouse_ok = ok
+            if exc is not None:  # (a spooled write was logged by the spool, with its file)
+                log.error("watch: warehouse %s: %s", self.cfg.warehouse, one_line(exc))
+        # Rows waiting in the spool mean the tables are behind: not ready either.
+        self.warehouse_ok = ok and not self.spooled
         if self.leading:
-            self.health.ready_reason = None if ok else "warehouse unreachable"
+            self.health.ready_reason = None if self.warehouse_ok else "warehouse unreachable"
+
+    def _spool_state(self) -> None:
+        files, rows, _size = self.spool.stats()
+        self.metrics.spooled_files.set(files)
+        self.metrics.spooled_rows.set(rows)
+        self.spooled = files > 0
+
+    def _flush(self) -> None:
+        """Write what the spool holds, oldest first (every cycle, leader or not: the rows
+        are of runs already done)."""
+        if not self.spooled:
+            return
+        files, rows, _ = self.spool.stats()
+        ok = self.spool.flush()
+        self._spool_state()
+        if ok and not self.spooled:
+            log.info(
+                "watch: warehouse %s writable again: %d spooled rows (%d files) written",
+                self.cfg.warehouse,
+                rows,
+                files,
+            )
+            self._warehouse(True)
+        elif not ok:
+            self.metrics.warehouse_errors.inc()
+            if self.spool.last_error != self.flush_error:  # once per new error, not per cycle
+                log.error(
+                    "watch: warehouse %s still not writable (%s): %d rows (%d files) wait in %s",
+                    self.cfg.warehouse,
+                    self.spool.last_error or "another instance is flushing",
+                    rows,
+                    files,
+                    self.spool.dir,
+                )
+            self.warehouse_ok = False
+            if self.leading:
+                self.health.ready_reason = "warehouse unreachable"
+        self.flush_error = self.spool.last_error
+
+    def _write(
+        self,
+        batches: list[tuple[str, list[dict[str, Any]]]],
+        run_date: Any = None,
+        bound: bool = True,
+    ) -> None:
+        """Append, or spool when the warehouse does not take the rows (nothing is dropped);
+        raises :class:`~jobs.watch.spool.SpoolError` past the bound or when the spool
+        cannot be written either."""
+        try:
+            results = self.spool.write_many(batches, run_date, bound)
+        finally:
+            self._spool_state()
+        self._warehouse(all(results))
 
     def _delay(self, snap: ClusterSnapshot) -> float:
         if self.cfg.delay_override is not None:
@@ -437,12 +508,7 @@ class WatchService:
             return None
         self.health.heartbeat()
         self._first_detected(job)
-        try:
-            run = job.load()
-            self._warehouse(True)
-        except Exception as exc:
-            self._warehouse(False, exc)
-            run = job.run
+        run = self._load(job)
         self.schedule.ran(check, started)
         self.metrics.audits.labels(check, run.status).inc()
         self.metrics.last_audit.labels(check).set(time.time())
@@ -456,6 +522,20 @@ class WatchService:
             len(job.findings),
         )
         return job
+
+    def _load(self, job: Any) -> Any:
+        """The run's rows as :meth:`jobs.local.audit.LocalAudit.load` writes them (per-run
+        tables first, ``audit_runs`` last), through the spool. first_detected_at comes from
+        this instance's memory (seeded from the tables at take-over), which needs no read of
+        an unreachable warehouse."""
+        run = job.run
+        tables = job.rows(self.first_seen)
+        day = run_day(run.started_at)
+        # The bound is checked with the audit_runs row: a run is spooled whole, or not at all.
+        self._write(tables, day, False)
+        run.finished_at = datetime.now(timezone.utc)
+        self._write([(AUDIT_RUNS, [run.as_row()])])
+        return run
 
     def _first_detected(self, job: Any) -> None:
         started = job.run.started_at
@@ -584,10 +664,6 @@ class WatchService:
         stamp(rows, config, run_id, Executor.LOCAL)
         self.metrics.count_actions(rows)
         self.no_replica.extend(r for r in rows if r["status"] == ActionStatus.NO_REPLICA)
-        try:
-            delta.append_rows(self.cfg.warehouse, ACTIONS, rows)
-            self._warehouse(True)
-        except Exception as exc:
-            self._warehouse(False, exc)
+        self._write([(ACTIONS, rows)])
         done = sum(1 for r in rows if r["status"] == ActionStatus.DONE)
         log.info("watch: repair %s: %d actions, %d done", run_id, len(rows), done)

@@ -106,6 +106,14 @@ class WatchMetrics:
         self.session_losses = Counter(
             "bkaudit_zk_session_losses", "ZooKeeper sessions lost (expired)", registry=r
         )
+        self.spooled_files = Gauge(
+            "bkaudit_spooled_files",
+            "Failed table appends waiting in the spool (--spool-dir) to be written",
+            registry=r,
+        )
+        self.spooled_rows = Gauge(
+            "bkaudit_spooled_rows", "Table rows waiting in the spool to be written", registry=r
+        )
         for s in BookieState.ALL:
             self.bookies.labels(s).set(0)
         for c in Check.ALL:

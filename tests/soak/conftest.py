@@ -22,7 +22,7 @@ def _option(config: pytest.Config, name: str, env: str, default: str) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The suite-wide 300 s timeout is for ordinary tests; a soak's length is an option.
-    minutes = float(_option(config, "--soak-minutes", "BKAUDIT_SOAK_MINUTES", "1.25"))
+    minutes = float(_option(config, "--soak-minutes", "BKAUDIT_SOAK_MINUTES", "0.5"))
     kills = int(_option(config, "--soak-kills", "BKAUDIT_SOAK_KILLS", "5"))
     budget = {"test_chaos_soak.py": minutes * 60 + 900, "test_kill_campaign.py": kills * 40 + 600}
     for item in items:
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def soak_minutes(pytestconfig: pytest.Config) -> float:
-    return float(_option(pytestconfig, "--soak-minutes", "BKAUDIT_SOAK_MINUTES", "1.25"))
+    return float(_option(pytestconfig, "--soak-minutes", "BKAUDIT_SOAK_MINUTES", "0.5"))
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ frozen past their ZooKeeper session timeout so their sessions expire.
 Then everything is healed (but the lost bookie), audit + rereplicate run until they converge,
 and the invariants of :func:`tests.soak.chaos.check_invariants` must hold with 0 violations.
 
-``--soak-minutes M`` (default 1.25; ``make soak``: 30) and ``--soak-seed S`` (default
+``--soak-minutes M`` (default 0.5; ``make soak``: 30) and ``--soak-seed S`` (default
 20261122). A failure prints the seed and the timeline of injected events.
 """
 

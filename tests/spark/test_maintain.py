@@ -1,4 +1,4 @@
-"""``bkaudit maintain`` on real Delta tables: 200 runs written with the table writers, then
+"""``bkaudit maintain`` on real Delta tables: 100 runs written with the table writers, then
 partitions and files bounded, the keep rules (latest run per check, open findings, their
 repair history, runs still being written), a dry run that changes nothing, and a warehouse
 newer than the code refused. One run is written by Spark (delta-spark), the rest by delta-rs:
@@ -125,12 +125,12 @@ class Warehouse:
         return run_id
 
 
-def _build(path: Path, hourly: int) -> Warehouse:
-    """``hourly`` replicas runs every 6 hours back from now (a persistent, unrepaired finding
-    on ledger 1 in each), plus the runs of the keep rules, 3-45 days old."""
+def _build(path: Path, runs: int, every_hours: int = 6) -> Warehouse:
+    """``runs`` replicas runs every ``every_hours`` hours back from now (a persistent,
+    unrepaired finding on ledger 1 in each), plus the runs of the keep rules, 3-45 days old."""
     wh = Warehouse(str(path))
-    for i in range(hourly):
-        started = NOW - timedelta(hours=6 * i + 1)
+    for i in range(runs):
+        started = NOW - timedelta(hours=every_hours * i + 1)
         wh.audit(started, findings=(1,), name="latest replicas" if i == 0 else None)
     day = timedelta(days=1)
     # deep: a single run, 45 days old: the latest of its check, kept.
@@ -189,14 +189,15 @@ def _spark_run(spark: SparkSession, path: str, started: datetime) -> str:
     return run_id
 
 
-@pytest.mark.timeout(900)  # 800 commits; slow when the machine is shared
-def test_maintain_bounds_partitions_and_files_of_200_runs_and_keeps_what_it_must(
+@pytest.mark.timeout(900)  # 400 commits; slow when the machine is shared
+def test_maintain_bounds_partitions_and_files_of_100_runs_and_keeps_what_it_must(
     tmp_path: Path,
 ) -> None:
-    wh = _build(tmp_path / "wh", hourly=200)
+    # Two runs a day for 50 days: more days than --keep, several files per day.
+    wh = _build(tmp_path / "wh", runs=100, every_hours=12)
     before_files = len(_parquet_files(wh.path, LEDGERS))
     before_parts = len(_partition_dirs(wh.path, LEDGERS))
-    assert before_files >= 208 and before_parts >= 50
+    assert before_files >= 108 and before_parts >= 50
 
     out = io.StringIO()
     reports = maintain.maintain(wh.path, keep=parse_keep(KEEP), vacuum_retention=0.0, out=out)
@@ -227,7 +228,7 @@ def test_maintain_bounds_partitions_and_files_of_200_runs_and_keeps_what_it_must
         assert len(_partition_dirs(wh.path, table)) == parts, table
     assert maintain.file_stats(wh.path, AUDIT_RUNS)[0] == 1
     by_name = {r.name: r for r in reports}
-    assert by_name[LEDGERS].files_before >= 208
+    assert by_name[LEDGERS].files_before >= 108
     assert by_name[LEDGERS].partitions_before >= 50 and by_name[LEDGERS].partitions_after <= 36
 
     # The tables still read as before, through both Delta readers.
@@ -270,7 +271,7 @@ def _snapshot(path: str) -> dict[str, Any]:
 
 
 def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path: Path) -> None:
-    wh = _build(tmp_path / "wh", hourly=12)
+    wh = _build(tmp_path / "wh", runs=12)
     before = _snapshot(wh.path)
     out = io.StringIO()
     args = maintain.build_parser().parse_args(
@@ -330,7 +331,7 @@ def test_open_findings_rule() -> None:
 def test_refuses_a_warehouse_newer_than_the_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    wh = _build(tmp_path / "wh", hourly=2)
+    wh = _build(tmp_path / "wh", runs=2)
     delta._open(wh.path, LEDGERS).alter.set_table_properties(
         {SCHEMA_VERSION_KEY: "3"}, raise_if_not_exists=False
     )
@@ -348,7 +349,7 @@ def test_refuses_a_warehouse_newer_than_the_code(
 
 
 def test_keep_must_be_at_least_a_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    wh = _build(tmp_path / "wh", hourly=1)
+    wh = _build(tmp_path / "wh", runs=1)
     args = maintain.build_parser().parse_args(["--warehouse", wh.path, "--keep", "12h"])
     assert maintain.run_maintain(args) == 2
     assert capsys.readouterr().err == "maintain: --keep must be at least 1d (got 43200s)\n"

@@ -14,6 +14,7 @@ from bklib.client.replicator import RateLimiter, _entries_to_copy
 from bklib.errors import NotEnoughBookiesError
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.racks import parse_racks
+from bklib.repair.actions import recovery_swap
 from bklib.repair.actions import replace_in_segment as _replace_in_segment
 from bklib.repair.plan import (
     GraceDecision,
@@ -95,6 +96,17 @@ def test_cas_transform_swaps_in_place_and_is_idempotent() -> None:
     assert [s.ensemble for s in new.segments] == [("a", "b", "c"), ("a", "x", "c")]
     assert new.state == LedgerState.CLOSED and new.last_entry_id == 19
     assert t(new) is None  # someone already did it: no write
+
+
+def test_recovery_swap_names_the_bookie_recovery_replaced() -> None:
+    opened = md([(0, "abc"), (10, "abd")])
+    # In place (the victim's position in the last segment) and as an appended segment.
+    assert recovery_swap(opened, md([(0, "abc"), (10, "axd")], last=14)) == ("b", "x")
+    assert recovery_swap(opened, md([(0, "abc"), (10, "abd"), (12, "abx")], last=14)) == (
+        "d",
+        "x",
+    )
+    assert recovery_swap(opened, md([(0, "abc"), (10, "abd")], last=14)) is None
 
 
 def test_entries_to_copy_merges_overlapping_stripes() -> None:
