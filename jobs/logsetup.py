@@ -85,8 +85,10 @@ def setup_logging(
     """Install bkaudit's handler on the root logger, replacing one an earlier call installed
     (so a second call does not print every line twice; other handlers, pytest's for one, stay).
 
-    ``verbose`` forces DEBUG and leaves the ``quiet`` loggers alone; otherwise those are
-    raised to WARNING. ``fmt`` is ``text`` (``text_format``) or ``json``.
+    ``verbose`` forces DEBUG and leaves the ``quiet`` loggers alone (py4j stays at INFO: its
+    DEBUG is one line per Python-to-JVM call, which slows a Spark job several times over and
+    tells an operator nothing); otherwise those are raised to WARNING. ``fmt`` is ``text``
+    (``text_format``) or ``json``.
     """
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format {fmt!r}: use one of {', '.join(LOG_FORMATS)}")
@@ -101,3 +103,5 @@ def setup_logging(
     root.setLevel("DEBUG" if verbose else level.upper())
     for name in quiet:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
+    if verbose:
+        logging.getLogger("py4j").setLevel(logging.INFO)

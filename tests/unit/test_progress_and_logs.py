@@ -141,6 +141,23 @@ def test_json_logs_are_one_object_per_line() -> None:
     assert second["level"] == "ERROR" and "ValueError: broken" in second["exc"]
 
 
+def test_verbose_is_debug_but_keeps_py4j_call_traces_out() -> None:
+    stream = io.StringIO()
+    logsetup.setup_logging("INFO", verbose=True, stream=stream)
+    logging.getLogger("kazoo.client").debug("zk request")
+    logging.getLogger("bklib.client.reader").debug("ledger 7 read")
+    logging.getLogger("py4j.clientserver").debug("Command to send: c o123 count")
+    logging.getLogger("py4j.clientserver").info("Closing down clientserver connection")
+    text = stream.getvalue()
+    assert "zk request" in text and "ledger 7 read" in text
+    assert "Command to send" not in text and "Closing down" in text
+    stream = io.StringIO()
+    logsetup.setup_logging("INFO", stream=stream)
+    logging.getLogger("py4j.clientserver").info("Closing down clientserver connection")
+    logging.getLogger("kazoo.client").info("Connecting")
+    assert stream.getvalue() == ""
+
+
 def test_configure_logging_takes_the_format_from_flag_env_or_file(tmp_path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("logging:\n  log-format: json\n")
