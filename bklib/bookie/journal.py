@@ -42,6 +42,7 @@ from pathlib import Path
 
 import crc32c
 
+from bklib.durable import fsync_dir
 from bklib.errors import BKError
 
 log = logging.getLogger(__name__)
@@ -190,15 +191,6 @@ def replay(directory: Path, *, repair_tail: bool = True) -> Iterator[Record]:
                     f.flush()
                     os.fsync(f.fileno())
         yield from records
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a file creation in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_file(directory: Path, file_no: int, records: list[bytes]) -> None:

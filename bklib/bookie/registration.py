@@ -28,7 +28,6 @@ as a Java bookie's ``ZKRegistrationManager`` creates them.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from bklib.durable import write_atomically
 from bklib.errors import BKError, ZKError
 from bklib.meta.formats import (
     COOKIE_LAYOUT_VERSION,
@@ -83,17 +83,7 @@ def write_local_cookie(data_dir: Path, cookie: Cookie) -> None:
     """Write ``current/VERSION`` atomically and durably."""
     path = local_cookie_path(data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(encode_cookie(cookie))
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomically(path, encode_cookie(cookie), tmp=path.with_suffix(".tmp"))
 
 
 def _join(root: str, *parts: str) -> str:

@@ -33,6 +33,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from bklib.durable import fsync_dir, write_atomically
 from jobs.messages import one_line
 from jobs.tables.delta import TableError
 from jobs.tables.schema import TABLE_SCHEMAS
@@ -311,13 +312,8 @@ class SpoolWriter:
         # Names sort in write order: nanoseconds, never going back within this process.
         self._ordinal = max(self._ordinal + 1, time.time_ns())
         name = f"{self._ordinal:020d}-{os.getpid()}-{batch.table}.jsonl"
-        tmp = self.dir / f".{name}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / name)
-        _fsync_dir(self.dir)
+        # The temporary name starts with a dot: a flush never picks up a half-written file.
+        write_atomically(self.dir / name, data, tmp=self.dir / f".{name}.tmp")
         log.warning(
             "watch: spooled %d %s rows to %s (not written to the warehouse %s: %s)",
             len(batch.rows),
@@ -382,7 +378,7 @@ class SpoolWriter:
                     self._failed(batch.table, exc)
                     return False
                 path.unlink()
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
                 log.info(
                     "watch: flushed %d %s rows from %s to %s",
                     len(batch.rows),
@@ -401,14 +397,6 @@ def _already_written(warehouse: str, table: str, run_ids: Sequence[str]) -> bool
         warehouse, table, columns=["run_id"], filters=[("run_id", "in", run_ids)]
     )
     return bool(found)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
