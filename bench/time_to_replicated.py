@@ -3,18 +3,27 @@ AutoRecovery (Auditor + ReplicationWorker), with lostBookieRecoveryDelay=0.
 
 In two fresh clusters of four Java BookKeeper 4.17 bookies (DbLedgerStorage) on one ZooKeeper,
 the Java client writes the same ledgers: E=3 WQ=2 AQ=2, 1 KiB entries, ensembles rotating over
-the four bookies, a quarter left open by a writer that stays idle. One repairer runs per
-cluster:
+the four bookies, a quarter left open by a writer that stays idle. The repairers:
 
-1. ``AutoRecoveryMain`` (lostBookieRecoveryDelay 0, openLedgerRereplicationGracePeriod 0,
-   no rate limit);
-2. ``bkaudit watch --lost-bookie-recovery-delay 0s --grace-period 0s --rate 0``.
+1. Java: one ``AutoRecoveryMain`` per surviving bookie (``--workers``, default 3: an Auditor
+   elected among them and a ReplicationWorker each, as autorecovery on every bookie host),
+   lostBookieRecoveryDelay 0, openLedgerRereplicationGracePeriod ``--grace``, Pulsar's
+   rereplicationEntryBatchSize 100 and the v2 protocol, no rate limit. The Auditor's periodic
+   checkAllLedgers is off: run at election, it can find the killed bookie by failed reads
+   before its registration expires, which is not the reaction being measured;
+2. ``bkaudit watch --lost-bookie-recovery-delay 0s --grace-period GRACE --rate 0``.
 
-Once it runs, a bookie is killed with SIGKILL. The clock starts when its registration expires
-(polled every 0.25 s). It stops at the first 0.25 s sample where no ledger names the bookie
-and no under-replication mark is left.
+Once it runs, a bookie is killed with SIGKILL. Times are taken from its registration's expiry
+(the first moment either tool can know; polled every 0.25 s) and from the kill, to
 
-    .venv/bin/python bench/time_to_replicated.py [--ledgers 100] [--entries 1000]
+- the first sample where no closed ledger names the bookie (closed ledgers: bandwidth and
+  reaction, not the grace period), and
+- the first sample where no ledger names it and no under-replication mark is left.
+
+Samples read only the ledgers still naming the bookie, asynchronously, so a sample of 2,000
+ledgers stays near 0.25 s.
+
+    .venv/bin/python bench/time_to_replicated.py [--ledgers 100] [--entries 1000] [--grace 0]
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from kazoo.client import KazooClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from bklib.meta.serde import decode_metadata  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.meta.underreplication import UnderReplicationManager  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer, free_port, terminate  # noqa: E402
@@ -82,22 +92,44 @@ def build(
     return zk, store, bookies
 
 
-def measure(zk: KazooClient, store: LedgerStore, victim: harness.JavaBookie) -> float:
-    """Kill the victim; seconds from its registration's expiry to fully replicated."""
+class Times(dict[str, float]):
+    """Seconds from the expiry (and from the kill) to closed-ledgers-clean and to clean."""
+
+
+def _still_named(zk: KazooClient, store: LedgerStore, ids: set[int], bid: str) -> set[int]:
+    futures = {lid: zk.get_async(store.path_for(lid)) for lid in ids}
+    named = set()
+    for lid, f in futures.items():
+        data, stat = f.get()
+        if bid in decode_metadata(data, lid, znode_ctime_ms=stat.ctime).bookies():
+            named.add(lid)
+    return named
+
+
+def measure(zk: KazooClient, store: LedgerStore, victim: harness.JavaBookie) -> Times:
+    """Kill the victim; the times from its registration's expiry and from the kill."""
     bid = victim.bookie_id
+    ids = set(store.list_ledger_ids())
+    closed = {lid for lid in ids if store.read_ledger(lid).value.is_closed}
+    t_kill = time.monotonic()
     victim.kill9()
     while zk.exists(f"/ledgers/available/{bid}"):
         time.sleep(SAMPLE)
     t0 = time.monotonic()
     urm = UnderReplicationManager(zk)
-    ids = list(store.list_ledger_ids())
+    pending = set(ids)
+    out = Times(expiry_after_kill=t0 - t_kill)
     while True:
-        named = any(bid in store.read_ledger(lid).value.bookies() for lid in ids)
-        if not named and not any(True for _ in urm.list_underreplicated()):
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > 3600:
+        t = time.monotonic()
+        pending = _still_named(zk, store, pending, bid)
+        if "closed" not in out and not (pending & closed):
+            out["closed"], out["closed_from_kill"] = t - t0, t - t_kill
+        if not pending and not any(True for _ in urm.list_underreplicated()):
+            out["clean"], out["clean_from_kill"] = t - t0, t - t_kill
+            return out
+        if t - t0 > 3600:
             raise SystemExit("not replicated within an hour")
-        time.sleep(SAMPLE)
+        time.sleep(max(0.0, SAMPLE - (time.monotonic() - t)))
 
 
 def wait(cond: Callable[[], object], timeout: float, what: str) -> None:
@@ -114,35 +146,46 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=100)
     ap.add_argument("--entries", type=int, default=1000)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--grace", type=float, default=0.0, help="open-ledger grace period (s)")
+    ap.add_argument("--workers", type=int, default=3, help="Java AutoRecovery processes")
     args = ap.parse_args()
     classpath = harness.install()
     mb = args.ledgers * args.entries * args.size / 1e6
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
         base = Path(tmp)
         client = harness.JavaClient(classpath, base)
-        results: dict[str, float] = {}
+        results: dict[str, Times] = {}
         try:
-            # 1. Java AutoRecovery.
+            # 1. Java AutoRecovery, one per surviving bookie.
             with zks.private_chroot("java") as connect:
                 zk, store, bookies = build(classpath, connect, base / "a", client, args)
-                ar = harness.AutoRecovery(
-                    classpath,
-                    harness.metadata_uri(connect),
-                    base / "a",
-                    extra={"lostBookieRecoveryDelay": 0, "openLedgerRereplicationGracePeriod": 0},
-                )
+                conf = {
+                    "lostBookieRecoveryDelay": 0,
+                    "openLedgerRereplicationGracePeriod": int(args.grace * 1000),
+                    "rereplicationEntryBatchSize": 100,
+                    "useV2WireProtocol": "true",
+                    "auditorPeriodicCheckInterval": 0,
+                }
+                workers = [
+                    harness.AutoRecovery(
+                        classpath, harness.metadata_uri(connect), base / "a" / f"ar{i}", conf
+                    )
+                    for i in range(args.workers)
+                ]
                 try:
-                    ar.start()
+                    for w in workers:
+                        w.start()
                     election = "/ledgers/underreplication/auditorelection"
                     wait(lambda: zk.exists(election) and zk.get_children(election), 120, "Auditor")
                     time.sleep(3)  # the Auditor reads the bookie list once elected
                     results["java"] = measure(zk, store, bookies[0])
                 finally:
-                    ar.stop()
+                    for w in workers:
+                        w.stop()
                     for b in bookies:
                         b.stop()
                     zk.stop()
-            print(f"java AutoRecovery: {mb:.0f} MB, {results['java']:.2f} s to fully replicated")
+            print(f"java AutoRecovery x{args.workers}: {mb:.0f} MB, {_show(results['java'])}")
 
             # 2. bkaudit watch.
             with zks.private_chroot("watch") as connect:
@@ -151,7 +194,8 @@ def main() -> None:
                 argv = [
                     sys.executable, "-m", "jobs.cli", "watch", "--zk", connect,
                     "--warehouse", str(base / "wh"), "--every", "off",
-                    "--lost-bookie-recovery-delay", "0s", "--grace-period", "0s", "--rate", "0",
+                    "--lost-bookie-recovery-delay", "0s", "--grace-period", f"{args.grace:g}s",
+                    "--rate", "0",
                     "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
                 ]  # fmt: skip
                 with open(base / "watch.log", "ab") as out:
@@ -176,10 +220,25 @@ def main() -> None:
                     for b in bookies:
                         b.stop()
                     zk.stop()
-            print(f"bkaudit watch:     {mb:.0f} MB, {results['watch']:.2f} s to fully replicated")
-            print(f"watch is {results['java'] / results['watch']:.1f}x faster")
+            print(f"bkaudit watch:        {mb:.0f} MB, {_show(results['watch'])}")
+            java, watch = results["java"], results["watch"]
+            print(
+                f"ratio (Java / watch), grace {args.grace:g}s: closed ledgers "
+                f"{java['closed'] / watch['closed']:.1f}x, fully replicated "
+                f"{java['clean'] / watch['clean']:.1f}x (from expiry); from the kill "
+                f"{java['closed_from_kill'] / watch['closed_from_kill']:.1f}x and "
+                f"{java['clean_from_kill'] / watch['clean_from_kill']:.1f}x"
+            )
         finally:
             client.close()
+
+
+def _show(t: Times) -> str:
+    return (
+        f"closed ledgers clean {t['closed']:.2f} s, fully replicated {t['clean']:.2f} s after "
+        f"the expiry ({t['closed_from_kill']:.2f} s / {t['clean_from_kill']:.2f} s after the "
+        f"kill; the registration expired {t['expiry_after_kill']:.1f} s after it)"
+    )
 
 
 if __name__ == "__main__":
