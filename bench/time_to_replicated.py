@@ -10,7 +10,8 @@ the four bookies, a quarter left open by a writer that stays idle. The repairers
    lostBookieRecoveryDelay 0, openLedgerRereplicationGracePeriod ``--grace``, Pulsar's
    rereplicationEntryBatchSize 100 and the v2 protocol, no rate limit. The Auditor's periodic
    checkAllLedgers is off: run at election, it can find the killed bookie by failed reads
-   before its registration expires, which is not the reaction being measured;
+   before its registration expires, which is not the reaction being measured. Its JVMs get
+   the bookies' options (256 MB heap, full JIT), not the tests' quick-start ones;
 2. ``bkaudit watch --lost-bookie-recovery-delay 0s --grace-period GRACE --rate 0``.
 
 Once it runs, a bookie is killed with SIGKILL. Times are taken from its registration's expiry
@@ -167,8 +168,9 @@ def main() -> None:
                     "auditorPeriodicCheckInterval": 0,
                 }
                 workers = [
+                    # The bookies' JVM options (full JIT), not the tests' quick-start ones.
                     harness.AutoRecovery(
-                        classpath, harness.metadata_uri(connect), base / "a" / f"ar{i}", conf
+                        classpath, harness.metadata_uri(connect), base / "a" / f"ar{i}", conf, JVM
                     )
                     for i in range(args.workers)
                 ]

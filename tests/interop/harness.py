@@ -300,9 +300,15 @@ class AutoRecovery:
     """``AutoRecoveryMain``: a Java Auditor and ReplicationWorker for one cluster."""
 
     def __init__(
-        self, classpath: str, uri: str, base: Path, extra: Mapping[str, object] | None = None
+        self,
+        classpath: str,
+        uri: str,
+        base: Path,
+        extra: Mapping[str, object] | None = None,
+        jvm: Sequence[str] = JVM_OPTS,
     ) -> None:
         self.classpath = classpath
+        self.jvm = list(jvm)
         self.dir = Path(base)
         self.log_path = self.dir / "autorecovery.log"
         self.conf = write_conf(
@@ -323,6 +329,7 @@ class AutoRecovery:
             self.classpath,
             "org.apache.bookkeeper.replication.AutoRecoveryMain",
             ["--conf", str(self.conf)],
+            jvm=self.jvm,
         )
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
