@@ -79,8 +79,10 @@ def table_path(warehouse: str, name: str) -> str:
 def table_exists(spark: SparkSession, warehouse: str, name: str) -> bool:
     """True if a Delta table is at ``warehouse/name``."""
     path = table_path(warehouse, name)
-    if "://" not in path:
-        return os.path.isdir(os.path.join(path, "_delta_log"))
+    if "://" not in path or path.startswith("file://"):
+        from jobs.tables import delta
+
+        return delta.table_exists(warehouse, name)
     from delta.tables import DeltaTable
 
     return bool(DeltaTable.isDeltaTable(spark, path))
@@ -138,8 +140,15 @@ def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
     its own layout until ``bkaudit maintain --migrate``, with a warning once per process."""
     from delta.tables import DeltaTable
 
+    from jobs.tables import delta
+
     path = table_path(warehouse, name)
-    if not table_exists(spark, warehouse, name):
+    if "://" not in path or path.startswith("file://"):
+        # A local table is created through delta-rs: the same commit either writer makes, in
+        # milliseconds, and safe against a creation race or a creator killed halfway.
+        if not delta.table_exists(warehouse, name):
+            delta.create_table(warehouse, name)
+    elif not table_exists(spark, warehouse, name):
         builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)
@@ -152,8 +161,12 @@ def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
         try:
             builder.execute()
         except Exception:  # a writer of either kind created it meanwhile: use theirs
-            if not table_exists(spark, warehouse, name):
-                raise
+            # Its first commit may land a moment after its _delta_log directory.
+            deadline = time.monotonic() + 10
+            while not table_exists(spark, warehouse, name):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     _, partitions = table_layout(spark, warehouse, name)
     if partitions != PARTITION_BY[name]:
         with _warned_lock:

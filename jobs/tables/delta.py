@@ -132,12 +132,22 @@ def table_path(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}"
 
 
+def _has_commit(log_dir: str) -> bool:
+    # A writer creating the table makes _delta_log before its first commit lands: until then
+    # the table does not exist (opening it fails with "no files in log segment").
+    try:
+        names = os.listdir(log_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return any(n.endswith(".json") or ".checkpoint" in n for n in names)
+
+
 def table_exists(warehouse: str, name: str) -> bool:
-    """True if a Delta table is at ``warehouse/name``."""
+    """True if a Delta table with at least one commit is at ``warehouse/name``."""
     path = table_path(warehouse, name)
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
-        return os.path.isdir(os.path.join(local, "_delta_log"))
+        return _has_commit(os.path.join(local, "_delta_log"))
     from deltalake import DeltaTable
 
     return bool(DeltaTable.is_deltatable(path))
@@ -331,10 +341,11 @@ def _warn_legacy(path: str, partition_columns: Sequence[str], warehouse: str) ->
     )
 
 
-def _create(warehouse: str, name: str) -> None:
+def create_table(warehouse: str, name: str) -> None:
     """Create table ``name`` empty, with its schema, partitioning and properties, unless some
     writer (ours or Spark's) got there first. The schema version goes in a second commit:
-    delta-rs takes only ``delta.*`` properties at creation."""
+    delta-rs takes only ``delta.*`` properties at creation. A ``_delta_log`` left without a
+    commit (a writer killed while creating it) is created over."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
@@ -348,9 +359,20 @@ def _create(warehouse: str, name: str) -> None:
             configuration=dict(TABLE_PROPERTIES),
         )
     except DeltaError as exc:  # lost a creation race: the winner's table is as good
-        if not table_exists(warehouse, name):
+        if not wait_for_table(warehouse, name):
             raise _table_error(path, exc) from exc
     set_schema_version(warehouse, name)
+
+
+def wait_for_table(warehouse: str, name: str, timeout: float = 10.0) -> bool:
+    """True once table ``name`` exists, waiting up to ``timeout`` seconds: a writer that won
+    the creation race makes its _delta_log directory a moment before its first commit."""
+    deadline = time.monotonic() + timeout
+    while not table_exists(warehouse, name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def set_schema_version(
@@ -449,7 +471,7 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
     path = table_path(warehouse, name)
     data = with_run_date(name, data, run_date)
     if not table_exists(warehouse, name):
-        _create(warehouse, name)
+        create_table(warehouse, name)
     for attempt in range(COMMIT_RETRIES):
         table = _open(warehouse, name)
         _check_protocol(table, path, write=True)

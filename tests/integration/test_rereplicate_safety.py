@@ -140,19 +140,24 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
         argv += ["--tasks", "1", "--ledgers-in-flight", "1", "--rate", "3KB"]
         argv += ["--zk-session-timeout", "4s"]
         codes: list[int] = []
+        errors: list[BaseException] = []
 
         def job() -> None:
-            cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
-            requests = LocalRepair(cfg).requests_from_audit()
-            assert requests is not None
-            rows = RepairJob(spark, cfg).execute(requests)
-            codes.append(0 if rows else 2)
+            try:
+                cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
+                requests = LocalRepair(cfg).requests_from_audit()
+                assert requests is not None
+                rows = RepairJob(spark, cfg).execute(requests)
+                codes.append(0 if rows else 2)
+            except BaseException as e:  # reported below: a thread's traceback is otherwise lost
+                errors.append(e)
 
         threads = [threading.Thread(target=job) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(300)
+        assert not errors, errors
         assert codes == [0, 0]
         rows = actions_of(spark, warehouse)
         assert len({r["run_id"] for r in rows}) == 2

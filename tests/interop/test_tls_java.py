@@ -240,7 +240,11 @@ def test_audit_and_repair_java_tls_cluster(tls: TlsInterop, java_client: JavaCli
         }, found
         repairer = LedgerRepairer(tls.c.store, client, RepairSettings(grace_period=0, rate=None))
         actions = repairer.repair(LedgerRequest(lid, frozenset({j2})))
-        assert {a.status for a in actions} == {"DONE"}, actions
+        # On failure: each action's error first, then our TLS bookie's own account.
+        assert {a.status for a in actions} == {"DONE"}, (
+            [(a.action, a.status, a.new_bookie, a.error) for a in actions],
+            tls.py.log_tail(15),
+        )
         assert audit(client) == []
     md = tls.c.store.read_ledger(lid).value
     assert md.state is LedgerState.CLOSED and j2 not in md.segments[0].ensemble, md

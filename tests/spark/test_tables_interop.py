@@ -97,3 +97,32 @@ def test_concurrent_writers_of_both_kinds_lose_nothing(spark: SparkSession, tmp_
     want = {k * 1000 + i for k in range(2) for i in range(per_writer)} | {9000, 9001, 9002, 9003}
     assert sorted(r["ledger_id"] for r in rows) == sorted(want)
     assert load.read_table(spark, wh, ACTIONS).count() == len(want)
+
+
+def test_a_table_whose_first_commit_has_not_landed_does_not_exist_yet(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # What a writer that lost the creation race sees: the winner's _delta_log, no commit yet.
+    for wh in (tmp_path / "spark", tmp_path / "rs"):
+        (wh / ACTIONS / "_delta_log").mkdir(parents=True)
+        assert not delta.table_exists(str(wh), ACTIONS)
+        assert not load.table_exists(spark, str(wh), ACTIONS)
+    assert not delta.wait_for_table(str(tmp_path / "rs"), ACTIONS, timeout=0.3)
+
+    names = [f.name for f in ACTIONS_SCHEMA]
+    row = _action("sp", 1, Executor.SPARK)
+    load.append_actions(spark, str(tmp_path / "spark"), [tuple(row[n] for n in names)])
+    delta.append_rows(str(tmp_path / "rs"), ACTIONS, [_action("rs", 2, Executor.LOCAL)])
+    assert [r["ledger_id"] for r in delta.read_rows(str(tmp_path / "spark"), ACTIONS)] == [1]
+    assert [r["ledger_id"] for r in delta.read_rows(str(tmp_path / "rs"), ACTIONS)] == [2]
+
+    # The loser waits for the winner's commit rather than failing on an empty log.
+    late = tmp_path / "late"
+    (late / ACTIONS / "_delta_log").mkdir(parents=True)
+    creator = threading.Timer(0.5, delta.append_rows, (str(late), ACTIONS, [_action("w", 3, "x")]))
+    creator.start()
+    try:
+        assert delta.wait_for_table(str(late), ACTIONS, timeout=30)
+    finally:
+        creator.join()
+    assert load.table_exists(spark, str(late), ACTIONS)
