@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
