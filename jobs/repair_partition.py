@@ -8,7 +8,7 @@ runs it in this process or in several spawned processes. Nothing here imports Sp
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from bklib.repair.requests import LedgerRequest
@@ -20,10 +20,16 @@ __all__ = ["repair_partition", "repair_partition_rows"]
 
 
 def repair_partition(
-    config: RepairConfig, requests: Iterable[LedgerRequest]
+    config: RepairConfig,
+    requests: Iterable[LedgerRequest],
+    proceed: Callable[[], bool] | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """Repair ``requests`` with ``config.ledgers_in_flight`` ledgers at a time; yields each
-    ledger's action rows as it finishes, in request order."""
+    ledger's action rows as it finishes, in request order.
+
+    ``proceed``, if given, is asked before each ledger starts: once it says no, the ledgers
+    not yet started yield no rows (those in flight finish). A ledger starts as soon as any
+    other finishes, so one slow ledger (an open one being fenced) holds up no batch."""
     from bklib.client.connection import ClientConfig
     from bklib.client.pool import SyncBookieClient
     from bklib.meta.racks import RackDocument, load_racks_file, read_racks, read_racks_strict
@@ -58,8 +64,13 @@ def repair_partition(
             with concurrent.futures.ThreadPoolExecutor(
                 max(1, config.ledgers_in_flight), thread_name_prefix="repair"
             ) as pool:
-                for actions in pool.map(repairer.repair, reqs):
-                    yield [a.as_row() for a in actions]
+
+                def one(req: LedgerRequest) -> list[dict[str, Any]]:
+                    if proceed is not None and not proceed():
+                        return []
+                    return [a.as_row() for a in repairer.repair(req)]
+
+                yield from pool.map(one, reqs)
     finally:
         zk.stop()
         zk.close()

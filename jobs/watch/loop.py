@@ -19,6 +19,7 @@ the service stops (docs/watch.md, "Unreachable warehouse").
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -615,12 +616,18 @@ class WatchService:
         missing: dict[int, set[str]] = {}
         for r in rows:
             missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
-        for lid, bookies in sorted(missing.items()):
-            self.watcher.urm.mark_underreplicated(lid, sorted(bookies))
+        urm = self.watcher.urm
+        # Many marks at once (kazoo is thread-safe): one round trip each in sequence was most
+        # of the reaction time to a lost bookie named by hundreds of ledgers.
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(missing)) or 1) as pool:
+            for _ in pool.map(
+                lambda m: urm.mark_underreplicated(m[0], sorted(m[1])), missing.items()
+            ):
+                pass
 
     def _repair(self, rows: list[dict[str, Any]], audit_run_id: str) -> list[dict[str, Any]]:
-        """The rereplicate engine over ``rows``, a batch of ``ledgers_in_flight`` ledgers at a
-        time (a stop or a lost leadership waits for one batch only)."""
+        """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
+        or a lost leadership waits only for the ledgers in flight)."""
         from jobs.repair_partition import repair_partition
 
         cfg = self.cfg
@@ -648,12 +655,21 @@ class WatchService:
         run_id = new_run_id()
         log.info("watch: repair %s: %d ledgers (audit %s)", run_id, len(reqs), audit_run_id)
         out: list[dict[str, Any]] = []
-        batch = max(1, cfg.ledgers_in_flight)
-        try:
-            for i in range(0, len(reqs), batch):
+
+        def proceed() -> bool:
+            try:
                 self._still_leader()
-                for actions in repair_partition(config, reqs[i : i + batch]):
-                    out.extend(actions)
+            except _Stopped:
+                return False
+            return True
+
+        # One session and one bookie client for the whole repair; leadership is asked before
+        # each ledger starts, so a stop or a lost leadership waits only for those in flight.
+        try:
+            self._still_leader()
+            for actions in repair_partition(config, reqs, proceed):
+                out.extend(actions)
+            self._still_leader()  # the ledgers not started were abandoned: say so
         finally:
             self._record(out, config, run_id)
         return out
