@@ -148,7 +148,7 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--stop-timeout",
         type=parse_duration,
         default=30.0,
-        help="after SIGTERM, how long a batch of repairs may finish before the process exits",
+        help="after SIGTERM, how long the ledgers in flight may finish before the process exits",
     )
     parser.add_argument(
         "--metrics-port",
