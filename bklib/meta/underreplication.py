@@ -80,14 +80,18 @@ class UnderReplicationManager:
         path = paths.ur_ledger_path(self.root, ledger_id)
         while True:
             try:
-                self.zk.create(path, encode_ur_ledger(list(missing), _now_ms()), makepath=True)
+                # Parents first only when missing: makepath costs a round trip per level on
+                # every mark, and a lost bookie is marked on hundreds of ledgers at once.
+                self.zk.create(path, encode_ur_ledger(list(missing), _now_ms()))
                 log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
                 return True
             except NodeExistsError:
                 pass
             except NoNodeError:
-                # A worker pruned an empty hex parent between makepath and the create (as
+                # No parent yet, or a worker pruned an empty hex parent meanwhile (as
                 # BookKeeper's marker does on NONODE: create again).
+                with contextlib.suppress(NoNodeError):  # pruned while making it: again
+                    self.zk.ensure_path(path.rsplit("/", 1)[0])
                 continue
             try:
                 data, stat = self.zk.get(path)
