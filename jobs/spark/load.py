@@ -160,12 +160,8 @@ def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
         try:
             builder.execute()
         except Exception:  # a writer of either kind created it meanwhile: use theirs
-            # Its first commit may land a moment after its _delta_log directory.
-            deadline = time.monotonic() + 10
-            while not table_exists(spark, warehouse, name):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+            if not table_exists(spark, warehouse, name):
+                raise
     _, partitions = table_layout(spark, warehouse, name)
     if partitions != PARTITION_BY[name]:
         with _warned_lock:

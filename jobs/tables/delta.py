@@ -367,9 +367,14 @@ def create_table(warehouse: str, name: str) -> None:
 def wait_for_table(warehouse: str, name: str, timeout: float = 10.0) -> bool:
     """True once table ``name`` exists, waiting up to ``timeout`` seconds: a writer that won
     the creation race makes its _delta_log directory a moment before its first commit."""
+    path = table_path(warehouse, name)
+    local = "://" not in path or path.startswith("file://")
+    log_dir = os.path.join(path.removeprefix("file://"), "_delta_log")
     deadline = time.monotonic() + timeout
     while not table_exists(warehouse, name):
-        if time.monotonic() > deadline:
+        # No log directory: nobody is creating it, so the failure was not a race (an
+        # unwritable warehouse fails at once rather than after the timeout).
+        if time.monotonic() > deadline or (local and not os.path.isdir(log_dir)):
             return False
         time.sleep(0.2)
     return True
