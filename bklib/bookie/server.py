@@ -94,6 +94,9 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.secure = False  # START_TLS done: the transport is the TLS one
         self.upgrading = False  # START_TLS answered, handshake under way
+        # The TLS layer is in place: bytes now arrive decrypted, even before start_tls()
+        # returns (a client that finished its side of the handshake sends requests at once).
+        self.tls_layer = False
 
     # asyncio callbacks ----------------------------------------------------------------------
 
@@ -126,8 +129,8 @@ class Connection(asyncio.Protocol):
             if self.closed:
                 return
             handle(self, frame)
-            if self.upgrading and (i + 1 < len(frames) or buf):
-                # A client sends nothing between START_TLS and its TLS ClientHello.
+            if self.upgrading and not self.tls_layer and (i + 1 < len(frames) or buf):
+                # A client sends nothing in plaintext between START_TLS and its ClientHello.
                 self.abort("data after START_TLS before its answer")
                 return
 
@@ -221,6 +224,9 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         try:
             ctx = source.get()
+            # start_tls() swaps in its TLS protocol before its first await: from here on,
+            # data_received sees only decrypted bytes.
+            self.tls_layer = True
             new = await loop.start_tls(
                 transport,
                 self,

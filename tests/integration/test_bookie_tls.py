@@ -183,6 +183,23 @@ def test_v3_and_v2_connections_upgrade_with_start_tls(cluster: TlsCluster) -> No
     run(go())
 
 
+def test_requests_sent_the_moment_the_handshake_ends_are_served(cluster: TlsCluster) -> None:
+    # A client whose side of the handshake is done sends its queued requests at once; they
+    # can reach the bookie before its own start_tls() returns. They are TLS data, not
+    # plaintext after START_TLS, and are answered (a copy burst once lost its connection).
+    b = cluster.tls.bookie_id
+
+    async def burst(ledger_id: int, protocol: str) -> None:
+        async with BookieClientPool(
+            cluster.zk, ledgers_root=ROOT, config=CONFIG, tls=cluster.client(), protocol=protocol
+        ) as pool:
+            adds = [pool.add(b, ledger_id, x, KEY, entry(ledger_id, x)) for x in range(20)]
+            await asyncio.gather(*adds)
+
+    for i in range(30):
+        run(burst(7100 + i, "v2" if i % 2 else "v3"))
+
+
 def test_mtls_with_a_client_certificate(cluster: TlsCluster) -> None:
     b = cluster.mtls.bookie_id
     with SyncBookieClient(
