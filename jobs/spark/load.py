@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from bklib.states import RunStatus
 from jobs.spark.schema import ACTIONS_SCHEMA, ACTIONS_TABLE_SCHEMA, AUDIT_RUNS_SCHEMA, spark_schema
 from jobs.spark.transform import carry_first_detected
+from jobs.tables import delta as delta_rs
 from jobs.tables.delta import check_schema_version
 from jobs.tables.runs import RunRecord
 from jobs.tables.schema import (
@@ -78,7 +79,7 @@ def table_path(warehouse: str, name: str) -> str:
 def table_exists(spark: SparkSession, warehouse: str, name: str) -> bool:
     """True if a Delta table is at ``warehouse/name``."""
     path = table_path(warehouse, name)
-    if "://" not in path or path.startswith("file://"):
+    if delta_rs.is_local(path):
         from jobs.tables import delta
 
         return delta.table_exists(warehouse, name)
@@ -97,7 +98,7 @@ def table_layout(
     costs a job, and its first call in a JVM seconds); a URI through Spark, whose file
     system configuration (s3a credentials, ...) delta-rs does not share."""
     path = table_path(warehouse, name)
-    if "://" not in path or path.startswith("file://"):
+    if delta_rs.is_local(path):
         from jobs.tables import delta
 
         info = delta.table_info(warehouse, name)
@@ -142,7 +143,7 @@ def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
     from jobs.tables import delta
 
     path = table_path(warehouse, name)
-    if "://" not in path or path.startswith("file://"):
+    if delta_rs.is_local(path):
         # A local table is created through delta-rs: the same commit either writer makes, in
         # milliseconds, and safe against a creation race or a creator killed halfway.
         if not delta.table_exists(warehouse, name):
@@ -256,7 +257,7 @@ def previous_fragments(spark: SparkSession, warehouse: str) -> DataFrame | None:
     A local warehouse is read through delta-rs (two Spark jobs cost seconds; the previous
     run's first detections are one small row per finding)."""
     path = table_path(warehouse, FRAGMENTS)
-    if "://" not in path or path.startswith("file://"):
+    if delta_rs.is_local(path):
         from jobs.tables import delta
 
         first = delta.first_detections(warehouse)

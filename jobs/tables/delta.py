@@ -132,6 +132,12 @@ def table_path(warehouse: str, name: str) -> str:
     return f"{warehouse.rstrip('/')}/{name}"
 
 
+def is_local(path: str) -> bool:
+    """True for a path on this machine's file system (plain or ``file://``), which delta-rs
+    and ``os`` read directly; False for an object-store URI."""
+    return "://" not in path or path.startswith("file://")
+
+
 def _has_commit(log_dir: str) -> bool:
     # A writer creating the table makes _delta_log before its first commit lands: until then
     # the table does not exist (opening it fails with "no files in log segment").
@@ -145,7 +151,7 @@ def _has_commit(log_dir: str) -> bool:
 def table_exists(warehouse: str, name: str) -> bool:
     """True if a Delta table with at least one commit is at ``warehouse/name``."""
     path = table_path(warehouse, name)
-    if "://" not in path or path.startswith("file://"):
+    if is_local(path):
         local = path.removeprefix("file://")
         return _has_commit(os.path.join(local, "_delta_log"))
     from deltalake import DeltaTable
@@ -368,7 +374,7 @@ def wait_for_table(warehouse: str, name: str, timeout: float = 10.0) -> bool:
     """True once table ``name`` exists, waiting up to ``timeout`` seconds: a writer that won
     the creation race makes its _delta_log directory a moment before its first commit."""
     path = table_path(warehouse, name)
-    local = "://" not in path or path.startswith("file://")
+    local = is_local(path)
     log_dir = os.path.join(path.removeprefix("file://"), "_delta_log")
     deadline = time.monotonic() + timeout
     while not table_exists(warehouse, name):
