@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,23 @@ def check_repaired(store: LedgerStore, victim: str) -> None:
         assert all(victim not in s.ensemble for s in md.segments), (lid, md)
 
 
+def bookies_cpu(bookies: list[harness.JavaBookie]) -> float:
+    """CPU seconds (user + system) the live bookie processes have used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for b in bookies:
+        if b.alive() and b.proc is not None:
+            fields = Path(f"/proc/{b.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def tool_cpu() -> float:
+    """CPU seconds used by finished child processes (the repair tool under test)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def cli(*args: str, log: Path) -> tuple[float, str]:
     t = time.perf_counter()
     res = subprocess.run(
@@ -150,6 +168,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
         base = Path(tmp)
         client = harness.JavaClient(classpath, base)
+        cpu: dict[str, tuple[float, float]] = {}
         try:
             # 1. Java: shell recover.
             with zks.private_chroot("java") as connect:
@@ -159,9 +178,10 @@ def main() -> None:
                     shell = harness.JavaShell(
                         classpath, harness.metadata_uri(connect), base / "a", jvm=JVM
                     )
-                    t = time.perf_counter()
+                    t, c_bk, c_tool = time.perf_counter(), bookies_cpu(bookies), tool_cpu()
                     shell.run("recover", "-f", victim, timeout=3600)
                     java_s = time.perf_counter() - t
+                    cpu["java"] = (bookies_cpu(bookies) - c_bk, tool_cpu() - c_tool)
                     check_repaired(store, victim)
                 finally:
                     for b in bookies:
@@ -169,7 +189,10 @@ def main() -> None:
                     zk.stop()
                     shutil.rmtree(base / "a", ignore_errors=True)
             mb = nbytes / 1e6
-            print(f"java shell recover: {mb:.1f} MB of entries in {java_s:.1f} s wall")
+            print(
+                f"java shell recover: {mb:.1f} MB of entries in {java_s:.1f} s wall "
+                f"(CPU: bookies {cpu['java'][0]:.1f} s, shell {cpu['java'][1]:.1f} s)"
+            )
 
             # 2. bkaudit recover, and 3. bkaudit audit + rereplicate, on the same data.
             ex = ["--executor", args.executor]
@@ -186,7 +209,9 @@ def main() -> None:
                     try:
                         victim = kill_victim(zk, bookies)
                         wh = str(base / f"warehouse-{name}")
+                        c_bk = bookies_cpu(bookies)
                         common = ["--zk", connect, "--warehouse", wh]
+                        c_tool = tool_cpu()
                         if name == "recover":
                             results[name], out = cli(
                                 "recover", victim, *common, *fast, log=base / f"{name}.log"
@@ -196,9 +221,11 @@ def main() -> None:
                                 "audit", *common, "--check", args.audit_check, *ex,
                                 log=base / "audit.log",
                             )  # fmt: skip
+                            c_bk, c_tool = bookies_cpu(bookies), tool_cpu()
                             results[name], out = cli(
                                 "rereplicate", *common, *fast, log=base / f"{name}.log"
                             )
+                        cpu[name] = (bookies_cpu(bookies) - c_bk, tool_cpu() - c_tool)
                         check_repaired(store, victim)
                     finally:
                         for b in bookies:
@@ -211,7 +238,8 @@ def main() -> None:
                 print(
                     f"bkaudit {name} [{chosen.group(1) if chosen else '?'}]: {mb:.1f} MB of "
                     f"entries in {results[name]:.1f} s wall{work}; "
-                    f"{java_s / results[name]:.2f}x Java's speed"
+                    f"{java_s / results[name]:.2f}x Java's speed "
+                    f"(CPU: bookies {cpu[name][0]:.1f} s, bkaudit {cpu[name][1]:.1f} s)"
                 )
             print(
                 f"bkaudit audit --check {args.audit_check} before rereplicate: "

@@ -219,6 +219,21 @@ def _iter_stripe(residues: tuple[int, ...], first: int, last: int, e: int) -> It
         base += e
 
 
+def contiguous_chunks(ids: Iterable[int], limit: int) -> Iterator[list[int]]:
+    """Ascending ``ids`` cut into runs of consecutive ids, at most ``limit`` long: what one
+    batch read can return (BookKeeper's BatchedReadEntryProcessor stops at the first entry a
+    bookie lacks, and a bookie's stripe is runs of WQ consecutive entries, or all of them when
+    E == WQ)."""
+    chunk: list[int] = []
+    for x in ids:
+        if chunk and (x != chunk[-1] + 1 or len(chunk) >= limit):
+            yield chunk
+            chunk = []
+        chunk.append(x)
+    if chunk:
+        yield chunk
+
+
 # ---- replies, coverage and recovery reads ---------------------------------------------------
 
 

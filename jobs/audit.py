@@ -40,9 +40,12 @@ from jobs.executor import (
     limits_from_args,
 )
 from jobs.messages import one_line
-from jobs.units import parse_percentage
+from jobs.units import parse_percentage, parse_rate
 
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
+
+DEFAULT_READ_RATE = 100e6
+"""Bytes/s one task reads from one bookie unless ``--read-rate`` says otherwise."""
 
 log = logging.getLogger("jobs.audit")
 
@@ -93,7 +96,17 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--ledgers-in-flight", type=int, default=64, help="ledgers being listed per task"
     )
     parser.add_argument(
-        "--reads-in-flight", type=int, default=256, help="entry reads in flight per task"
+        "--reads-in-flight",
+        type=int,
+        default=256,
+        help="entry reads in flight per bookie in each task",
+    )
+    parser.add_argument(
+        "--read-rate",
+        type=parse_rate,
+        default=DEFAULT_READ_RATE,
+        help="bytes/s each task may read from one bookie (e.g. 100MB, 50MiB; 0 = unlimited; "
+        "default 100MB), so an audit leaves the bookies to Pulsar's own reads",
     )
     parser.add_argument(
         "--no-reread",

@@ -64,6 +64,7 @@ class AuditConfig:
                 connect_timeout=args.connect_timeout,
                 ledgers_in_flight=args.ledgers_in_flight,
                 reads_in_flight=args.reads_in_flight,
+                read_rate=getattr(args, "read_rate", None),
                 verify_percentage=getattr(args, "verify_percentage", 0.0),
             ),
             reread=not args.no_reread,

@@ -16,15 +16,21 @@ that cannot be checked is unknown and lands in ``unknown_entries`` or UNREACHABL
 
 Blocking, on a :class:`~bklib.client.pool.SyncBookieClient`, with bounded windows of ledgers and
 reads in flight: the local executor calls it in-process, the Spark executor inside each task.
+Probes of several (ledger, bookie) pairs run at once on a few threads, those of closed ledgers
+as soon as the ledger enters the window, so a check reads at the cluster's pace, not one
+bookie's, and a sampled check is not a round trip per ledger. Each bookie has its own bounds,
+shared by every probe reading from it: ``reads_in_flight`` entries and ``read_rate`` bytes/s.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import logging
 import random
 import struct
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +39,7 @@ from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
 from bklib.availability import EntryRuns, from_entry_ids
 from bklib.availability import decode as decode_availability
 from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.replicator import RateLimiter
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
     BKError,
@@ -43,7 +50,7 @@ from bklib.errors import (
     NoSuchLedgerError,
 )
 from bklib.meta.model import DigestType
-from bklib.quorum import iter_stripe, sample_stripe
+from bklib.quorum import contiguous_chunks, iter_stripe, sample_stripe
 from bklib.states import Check, FetchMethod, ReplicaStatus
 
 __all__ = ["SILENT_STRIKES", "CheckSettings", "ReplicaChecker"]
@@ -52,6 +59,39 @@ log = logging.getLogger(__name__)
 
 SILENT_STRIKES = 3
 """Ledgers in a row on which a bookie answered nothing before it is treated as down."""
+PROBE_THREADS = 16
+"""(ledger, bookie) probes running at once in one checker."""
+
+
+class _Gate:
+    """Reads a bookie may have outstanding, shared by the probe threads reading from it.
+
+    A thread only waits here with nothing of its own outstanding (it settles its window
+    first), so the threads holding permits are never the ones waiting: no deadlock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._free = self.limit
+        self._cond = threading.Condition()
+
+    def try_take(self, n: int) -> bool:
+        with self._cond:
+            if self._free < min(n, self.limit):
+                return False
+            self._free -= min(n, self.limit)
+            return True
+
+    def take(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._free >= min(n, self.limit))
+            self._free -= min(n, self.limit)
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self._free += min(n, self.limit)
+            self._cond.notify_all()
+
 
 # Errors meaning "cannot talk to this bookie at all": later requests would fail the same way.
 _DOWN_ERRORS = (BookieHandleNotAvailableError, ConnectionError, OSError)
@@ -68,7 +108,11 @@ class CheckSettings:
     ledgers_in_flight: int = 64
     """Ledgers with list-entries / read-LAC requests outstanding."""
     reads_in_flight: int = 256
-    """Entry reads outstanding when probing or verifying digests."""
+    """Entry reads outstanding per bookie when probing or verifying digests (the rest of a
+    batch that stopped short, asked one by one, comes on top)."""
+    read_rate: float | None = None
+    """Bytes per second the check reads from any one bookie (``--read-rate``; None: no limit),
+    so an audit leaves the bookie to its clients (Pulsar's own reads)."""
     verify_percentage: float = 0.0
     """The sample check: share of each fragment read besides its first and last entry
     (BookKeeper's auditorLedgerVerificationPercentage)."""
@@ -178,6 +222,7 @@ class _Pending:
     ledger: LedgerView
     lac_futs: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
     list_futs: dict[str, concurrent.futures.Future[Any] | None] = field(default_factory=dict)
+    probes: dict[str, concurrent.futures.Future[_Probe]] = field(default_factory=dict)
 
 
 class ReplicaChecker:
@@ -201,7 +246,10 @@ class ReplicaChecker:
         self.sample = check == Check.SAMPLE
         # Both read entries and verify their digests; the sample reads only some of them.
         self.deep = check in (Check.DEEP, Check.SAMPLE)
-        self._rng = random.Random(settings.sample_seed)
+        self._limiters: dict[str, RateLimiter] = {}  # used on the client's loop only
+        self._gates: dict[str, _Gate] = {}
+        self._bounds_lock = threading.Lock()
+        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         self.lost = lost
         # list-entries timed out (in this checker, or in the run's capability probe): probe
         self.no_list: set[str] = set(settings.no_list)
@@ -247,6 +295,18 @@ class ReplicaChecker:
         """For each readable ledger, what each of its non-lost bookies answered; at most
         ``ledgers_in_flight`` ledgers have requests outstanding. Unreadable ledgers are
         skipped (their error is already the finding)."""
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            PROBE_THREADS, thread_name_prefix="replica-check"
+        )
+        try:
+            yield from self._check(ledgers)
+        finally:
+            self._readers.shutdown(wait=False, cancel_futures=True)
+            self._readers = None
+
+    def _check(
+        self, ledgers: Iterable[LedgerView]
+    ) -> Iterator[tuple[LedgerView, list[ReplicaReport]]]:
         pending: list[_Pending] = []
         for ledger in ledgers:
             if not ledger.ok or not ledger.segments:
@@ -264,6 +324,8 @@ class ReplicaChecker:
                     item.list_futs[b] = None
                 else:
                     item.list_futs[b] = self._ask(b, lid, "list_entries")
+            if ledger.is_closed:  # no LAC to wait for: probe now
+                self._start_probes(item, None)
             pending.append(item)
             if len(pending) >= self.settings.ledgers_in_flight:
                 done = pending.pop(0)
@@ -285,6 +347,8 @@ class ReplicaChecker:
         known = [v for v in lacs.values() if v is not None]
         lac = max(known) if known else None
         out = []
+        self._start_probes(item, lac)
+        probes = item.probes
         for b, fut in item.list_futs.items():
             base = ReplicaReport(lid, b, lac=lacs.get(b))
             if b in self.down:
@@ -317,7 +381,12 @@ class ReplicaChecker:
                         base, status=ReplicaStatus.UNREACHABLE, error=f"list-entries failed: {exc}"
                     )
             if probe:
-                got = self._read_entries(ledger, b, lac, dm)
+                pending = probes.get(b)
+                got = (
+                    pending.result()
+                    if pending is not None
+                    else self._read_entries(ledger, b, lac, dm)
+                )
                 report = _with(
                     base,
                     method=(
@@ -342,6 +411,26 @@ class ReplicaChecker:
             out.append(report)
         return out
 
+    def _start_probes(self, item: _Pending, lac: int | None) -> None:
+        """Start reading the bookies that are probed from the start (no list-entries asked)
+        on the probe threads; the list-entries answers are looked at meanwhile."""
+        if self._readers is None:
+            return
+        dm = _digest(item.ledger)
+        for b, fut in item.list_futs.items():
+            if fut is None and b not in self.down and b not in item.probes:
+                item.probes[b] = self._readers.submit(self._read_entries, item.ledger, b, lac, dm)
+
+    def _bounds(self, bookie: str) -> tuple[_Gate, RateLimiter]:
+        """This checker's bounds on ``bookie``, shared by every probe reading from it: reads
+        outstanding (taken on probe threads) and bytes/s (awaited on the client's loop)."""
+        with self._bounds_lock:
+            gate = self._gates.get(bookie)
+            if gate is None:
+                gate = self._gates[bookie] = _Gate(self.settings.reads_in_flight)
+                self._limiters[bookie] = RateLimiter(self.settings.read_rate)
+            return gate, self._limiters[bookie]
+
     def _read_entries(
         self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
     ) -> _Probe:
@@ -357,8 +446,12 @@ class ReplicaChecker:
         bad: list[int] = []
         errors: list[str] = []
         held = unknown = missing = 0
-        window: list[tuple[list[int], concurrent.futures.Future[Any]]] = []
+        window: collections.deque[tuple[list[int], concurrent.futures.Future[Any]]] = (
+            collections.deque()
+        )
         batched = bookie in self.settings.batch_read and not self.sample
+        gate, limiter = self._bounds(bookie)
+        in_flight = 0
 
         def record(x: int, body: bytes | None, exc: BaseException | None) -> None:
             nonlocal held, unknown, missing
@@ -380,10 +473,21 @@ class ReplicaChecker:
                 except DigestMatchError:
                     bad.append(x)
 
-        def drain() -> None:
-            for ids, fut in window:
+        def answer(ids: list[int], fut: concurrent.futures.Future[Any]) -> Any:
+            try:
+                return self._wait(fut)
+            finally:
+                gate.give(len(ids))  # answered (or given up on): no longer outstanding
+
+        def settle(keep: int) -> None:
+            """Take answers, oldest first, until at most ``keep`` reads are outstanding (in
+            order: the run builder wants ascending ids)."""
+            nonlocal in_flight
+            while window and in_flight > keep:
+                ids, fut = window.popleft()
+                in_flight -= len(ids)
                 try:
-                    res = self._wait(fut)
+                    res = answer(ids, fut)
                 except NoSuchLedgerError as exc:
                     for x in ids:  # the bookie has no such ledger: none of them
                         record(x, None, exc)
@@ -413,42 +517,56 @@ class ReplicaChecker:
                             record(x, self._wait(f).body, None)
                         except BKError as exc:
                             record(x, None, exc)
-            window.clear()
 
         def submit(x: int) -> concurrent.futures.Future[Any]:
-            return self.client.submit(lambda p: p.read(bookie, lid, x, timeout=t))
+            async def one(p: BookieClientPool) -> Any:
+                res = await p.read(bookie, lid, x, timeout=t)
+                await limiter.acquire(len(res.body))
+                return res
+
+            return self.client.submit(one)
 
         def submit_batch(ids: list[int]) -> concurrent.futures.Future[Any]:
             n, size = len(ids), self.settings.batch_max_bytes
-            return self.client.submit(
-                lambda p: p.batch_read(bookie, lid, ids[0], n, size, timeout=t)
-            )
 
-        def add(ids: list[int]) -> None:
-            window.append((ids, submit_batch(ids) if len(ids) > 1 else submit(ids[0])))
+            async def batch(p: BookieClientPool) -> Any:
+                bodies = await p.batch_read(bookie, lid, ids[0], n, size, timeout=t)
+                await limiter.acquire(sum(len(b) for b in bodies))
+                return bodies
+
+            return self.client.submit(batch)
 
         plan = _stripe_plan(ledger.segments or (), bookie, lac)
         pct = self.settings.verify_percentage
-        in_flight = 0
+        # The sample's picks: reproducible per (ledger, bookie) under a seed, whatever order
+        # the bookies' threads run in.
+        rng = random.Random(
+            None
+            if self.settings.sample_seed is None
+            else f"{self.settings.sample_seed}:{lid}:{bookie}"
+        )
+        limit = max(1, self.settings.reads_in_flight)
         for idx, first, last in plan:
-            drain()
-            in_flight = 0
+            settle(0)
             runs.cut()
             ids: Iterable[int] = (
-                sample_stripe(idx, first, last, e, wq, pct, self._rng)
+                sample_stripe(idx, first, last, e, wq, pct, rng)
                 if self.sample
                 else iter_stripe(idx, first, last, e, wq)
             )
             chunks = (
-                _contiguous(ids, self.settings.batch_max_count) if batched else ([x] for x in ids)
+                contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
+                if batched
+                else ([x] for x in ids)
             )
             for chunk in chunks:
-                add(chunk)
+                if not gate.try_take(len(chunk)):
+                    settle(0)  # wait holding nothing (see _Gate)
+                    gate.take(len(chunk))
+                window.append((chunk, submit_batch(chunk) if len(chunk) > 1 else submit(chunk[0])))
                 in_flight += len(chunk)
-                if in_flight >= self.settings.reads_in_flight:
-                    drain()
-                    in_flight = 0
-        drain()
+                settle(limit - 1)
+        settle(0)
         held_runs = runs.get("held")
         if self.sample:
             held_runs = _unread_as_held(plan, runs.missing, runs.get("unknown"))
@@ -465,20 +583,6 @@ class ReplicaChecker:
             answered=held + missing,
             unknown_count=unknown,
         )
-
-
-def _contiguous(ids: Iterable[int], limit: int) -> Iterator[list[int]]:
-    """Ascending ``ids`` cut into runs of consecutive ids, at most ``limit`` long: what one
-    batch read can return (a bookie's stripe is runs of WQ consecutive entries, or all of
-    them when E == WQ)."""
-    chunk: list[int] = []
-    for x in ids:
-        if chunk and (x != chunk[-1] + 1 or len(chunk) >= limit):
-            yield chunk
-            chunk = []
-        chunk.append(x)
-    if chunk:
-        yield chunk
 
 
 def _unread_as_held(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from bklib.quorum import (
     ReplyKind,
     RRQuorumCoverageSet,
     classify_replicas,
+    contiguous_chunks,
     has_entry,
     is_covered,
     iter_stripe,
@@ -357,3 +359,32 @@ def test_sample_stripe_follows_ledger_checker() -> None:
     assert a == sample_stripe(0, 0, 9999, 3, 2, 5.0, random.Random(1))
     assert a != sample_stripe(0, 0, 9999, 3, 2, 5.0, random.Random(2))
     assert 250 <= len(a) <= 502  # ~5% of 10,000 ids, about 2/3 of them on index 0's stripe
+
+
+@pytest.mark.parametrize(
+    ("ids", "limit", "want"),
+    [
+        ([], 4, []),
+        ([5], 4, [[5]]),
+        ([0, 1, 2, 3, 4, 5], 4, [[0, 1, 2, 3], [4, 5]]),
+        ([0, 2, 3, 5, 6, 8], 64, [[0], [2, 3], [5, 6], [8]]),
+        ([1, 2, 3, 7, 8], 1, [[1], [2], [3], [7], [8]]),
+    ],
+)
+def test_contiguous_chunks_are_what_one_batch_read_can_return(
+    ids: list[int], limit: int, want: list[list[int]]
+) -> None:
+    assert list(contiguous_chunks(iter(ids), limit)) == want
+
+
+def test_contiguous_chunks_of_a_stripe_cover_it_in_order() -> None:
+    for e in range(1, 6):
+        for wq in range(1, e + 1):
+            for idx in range(e):
+                stripe = list(iter_stripe(idx, 3, 60, e, wq))
+                chunks = list(contiguous_chunks(stripe, 7))
+                assert [x for c in chunks for x in c] == stripe
+                assert all(len(c) <= 7 and c == list(range(c[0], c[-1] + 1)) for c in chunks)
+                # A chunk ends only at the limit or at a gap of the stripe.
+                for a, b in itertools.pairwise(chunks):
+                    assert len(a) == 7 or b[0] != a[-1] + 1
