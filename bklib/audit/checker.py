@@ -16,21 +16,22 @@ that cannot be checked is unknown and lands in ``unknown_entries`` or UNREACHABL
 
 Blocking, on a :class:`~bklib.client.pool.SyncBookieClient`, with bounded windows of ledgers and
 reads in flight: the local executor calls it in-process, the Spark executor inside each task.
-Probes of several (ledger, bookie) pairs run at once on a few threads, those of closed ledgers
-as soon as the ledger enters the window, so a check reads at the cluster's pace, not one
-bookie's, and a sampled check is not a round trip per ledger. Each bookie has its own bounds,
-shared by every probe reading from it: ``reads_in_flight`` entries and ``read_rate`` bytes/s.
+Probes of many (ledger, bookie) pairs run at once as coroutines on the client's event loop,
+those of closed ledgers as soon as the ledger enters the window, so a check reads at the
+cluster's pace, not one bookie's, and a sampled check is not a round trip per ledger. Each
+bookie has its own bounds, shared by every probe reading from it: ``reads_in_flight`` entries
+and ``read_rate`` bytes/s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import contextlib
 import logging
 import random
 import struct
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,38 +60,48 @@ log = logging.getLogger(__name__)
 
 SILENT_STRIKES = 3
 """Ledgers in a row on which a bookie answered nothing before it is treated as down."""
-PROBE_THREADS = 16
-"""(ledger, bookie) probes running at once in one checker."""
 
 
 class _Gate:
-    """Reads a bookie may have outstanding, shared by the probe threads reading from it.
+    """Entry reads a bookie may have outstanding, shared by every probe reading from it (all
+    on the client's event loop).
 
-    A thread only waits here with nothing of its own outstanding (it settles its window
-    first), so the threads holding permits are never the ones waiting: no deadlock.
+    A probe only waits here with nothing of its own outstanding (it takes its answers first),
+    so the probes holding permits are never the ones waiting: no deadlock.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
         self._free = self.limit
-        self._cond = threading.Condition()
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     def try_take(self, n: int) -> bool:
-        with self._cond:
-            if self._free < min(n, self.limit):
-                return False
-            self._free -= min(n, self.limit)
-            return True
+        n = min(n, self.limit)
+        if self._waiters or self._free < n:
+            return False
+        self._free -= n
+        return True
 
-    def take(self, n: int) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._free >= min(n, self.limit))
-            self._free -= min(n, self.limit)
+    async def take(self, n: int) -> None:
+        n = min(n, self.limit)
+        if self.try_take(n):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.give(n)  # granted as it was cancelled: hand the permits on
+            raise
 
     def give(self, n: int) -> None:
-        with self._cond:
-            self._free += min(n, self.limit)
-            self._cond.notify_all()
+        self._free += min(n, self.limit)
+        while self._waiters and self._waiters[0][0] <= self._free:
+            need, fut = self._waiters.popleft()
+            if not fut.done():
+                self._free -= need
+                fut.set_result(None)
 
 
 # Errors meaning "cannot talk to this bookie at all": later requests would fail the same way.
@@ -246,10 +257,9 @@ class ReplicaChecker:
         self.sample = check == Check.SAMPLE
         # Both read entries and verify their digests; the sample reads only some of them.
         self.deep = check in (Check.DEEP, Check.SAMPLE)
-        self._limiters: dict[str, RateLimiter] = {}  # used on the client's loop only
+        # Per-bookie bounds, used on the client's event loop only.
+        self._limiters: dict[str, RateLimiter] = {}
         self._gates: dict[str, _Gate] = {}
-        self._bounds_lock = threading.Lock()
-        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         self.lost = lost
         # list-entries timed out (in this checker, or in the run's capability probe): probe
         self.no_list: set[str] = set(settings.no_list)
@@ -295,19 +305,17 @@ class ReplicaChecker:
         """For each readable ledger, what each of its non-lost bookies answered; at most
         ``ledgers_in_flight`` ledgers have requests outstanding. Unreadable ledgers are
         skipped (their error is already the finding)."""
-        self._readers = concurrent.futures.ThreadPoolExecutor(
-            PROBE_THREADS, thread_name_prefix="replica-check"
-        )
+        pending: list[_Pending] = []
         try:
-            yield from self._check(ledgers)
+            yield from self._check(ledgers, pending)
         finally:
-            self._readers.shutdown(wait=False, cancel_futures=True)
-            self._readers = None
+            for item in pending:  # abandoned: stop their probes
+                for probe in item.probes.values():
+                    probe.cancel()
 
     def _check(
-        self, ledgers: Iterable[LedgerView]
+        self, ledgers: Iterable[LedgerView], pending: list[_Pending]
     ) -> Iterator[tuple[LedgerView, list[ReplicaReport]]]:
-        pending: list[_Pending] = []
         for ledger in ledgers:
             if not ledger.ok or not ledger.segments:
                 continue
@@ -381,12 +389,8 @@ class ReplicaChecker:
                         base, status=ReplicaStatus.UNREACHABLE, error=f"list-entries failed: {exc}"
                     )
             if probe:
-                pending = probes.get(b)
-                got = (
-                    pending.result()
-                    if pending is not None
-                    else self._read_entries(ledger, b, lac, dm)
-                )
+                started = probes.get(b)
+                got = (started or self._probe_soon(ledger, b, lac, dm)).result()
                 report = _with(
                     base,
                     method=(
@@ -412,32 +416,40 @@ class ReplicaChecker:
         return out
 
     def _start_probes(self, item: _Pending, lac: int | None) -> None:
-        """Start reading the bookies that are probed from the start (no list-entries asked)
-        on the probe threads; the list-entries answers are looked at meanwhile."""
-        if self._readers is None:
-            return
+        """Start reading the bookies that are probed from the start (no list-entries asked);
+        the list-entries answers are looked at meanwhile."""
         dm = _digest(item.ledger)
         for b, fut in item.list_futs.items():
             if fut is None and b not in self.down and b not in item.probes:
-                item.probes[b] = self._readers.submit(self._read_entries, item.ledger, b, lac, dm)
+                item.probes[b] = self._probe_soon(item.ledger, b, lac, dm)
+
+    def _probe_soon(
+        self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
+    ) -> concurrent.futures.Future[_Probe]:
+        """Start :meth:`_read_entries` on the client's loop."""
+        return self.client.submit(lambda pool: self._read_entries(pool, ledger, bookie, lac, dm))
 
     def _bounds(self, bookie: str) -> tuple[_Gate, RateLimiter]:
         """This checker's bounds on ``bookie``, shared by every probe reading from it: reads
-        outstanding (taken on probe threads) and bytes/s (awaited on the client's loop)."""
-        with self._bounds_lock:
-            gate = self._gates.get(bookie)
-            if gate is None:
-                gate = self._gates[bookie] = _Gate(self.settings.reads_in_flight)
-                self._limiters[bookie] = RateLimiter(self.settings.read_rate)
-            return gate, self._limiters[bookie]
+        outstanding and bytes/s (on the client's loop)."""
+        gate = self._gates.get(bookie)
+        if gate is None:
+            gate = self._gates[bookie] = _Gate(self.settings.reads_in_flight)
+            self._limiters[bookie] = RateLimiter(self.settings.read_rate)
+        return gate, self._limiters[bookie]
 
-    def _read_entries(
-        self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
+    async def _read_entries(
+        self,
+        pool: BookieClientPool,
+        ledger: LedgerView,
+        bookie: str,
+        lac: int | None,
+        dm: DigestManager | None,
     ) -> _Probe:
         """Read every entry ``bookie`` must hold (pipelined), verifying digests when deep; the
         sample check reads only BookKeeper's sample of each fragment (:func:`sample_stripe`)
         and takes the entries it did not read as held, so only what it read can be missing
-        or unknown."""
+        or unknown. Runs on the client's loop, as one of many probes."""
         lid = ledger.ledger_id
         e, wq = ledger.ensemble_size, ledger.write_quorum
         assert e is not None and wq is not None
@@ -446,11 +458,10 @@ class ReplicaChecker:
         bad: list[int] = []
         errors: list[str] = []
         held = unknown = missing = 0
-        window: collections.deque[tuple[list[int], concurrent.futures.Future[Any]]] = (
-            collections.deque()
-        )
+        window: collections.deque[tuple[list[int], asyncio.Task[Any]]] = collections.deque()
         batched = bookie in self.settings.batch_read and not self.sample
         gate, limiter = self._bounds(bookie)
+        loop = asyncio.get_running_loop()
         in_flight = 0
 
         def record(x: int, body: bytes | None, exc: BaseException | None) -> None:
@@ -473,21 +484,33 @@ class ReplicaChecker:
                 except DigestMatchError:
                     bad.append(x)
 
-        def answer(ids: list[int], fut: concurrent.futures.Future[Any]) -> Any:
+        async def one(x: int) -> Any:
+            res = await pool.read(bookie, lid, x, timeout=t)
+            await limiter.acquire(len(res.body))
+            return res
+
+        async def batch(ids: list[int]) -> list[bytes]:
+            n, size = len(ids), self.settings.batch_max_bytes
+            bodies = await pool.batch_read(bookie, lid, ids[0], n, size, timeout=t)
+            await limiter.acquire(sum(len(b) for b in bodies))
+            return bodies
+
+        async def answer(ids: list[int], task: asyncio.Task[Any]) -> Any:
+            # Each request carries its own deadline (the connection's timer): no guard here.
             try:
-                return self._wait(fut)
+                return await task
             finally:
                 gate.give(len(ids))  # answered (or given up on): no longer outstanding
 
-        def settle(keep: int) -> None:
+        async def settle(keep: int) -> None:
             """Take answers, oldest first, until at most ``keep`` reads are outstanding (in
             order: the run builder wants ascending ids)."""
             nonlocal in_flight
             while window and in_flight > keep:
-                ids, fut = window.popleft()
+                ids, task = window.popleft()
                 in_flight -= len(ids)
                 try:
-                    res = answer(ids, fut)
+                    res = await answer(ids, task)
                 except NoSuchLedgerError as exc:
                     for x in ids:  # the bookie has no such ledger: none of them
                         record(x, None, exc)
@@ -511,62 +534,47 @@ class ReplicaChecker:
                     if not got:
                         record(rest[0], None, NoSuchEntryError("missing", entry_id=rest[0]))
                         rest = rest[1:]
-                    singles = [(x, submit(x)) for x in rest]
-                    for x, f in singles:
+                    singles = [(x, loop.create_task(one(x))) for x in rest]
+                    for x, single in singles:
                         try:
-                            record(x, self._wait(f).body, None)
+                            record(x, (await single).body, None)
                         except BKError as exc:
                             record(x, None, exc)
-
-        def submit(x: int) -> concurrent.futures.Future[Any]:
-            async def one(p: BookieClientPool) -> Any:
-                res = await p.read(bookie, lid, x, timeout=t)
-                await limiter.acquire(len(res.body))
-                return res
-
-            return self.client.submit(one)
-
-        def submit_batch(ids: list[int]) -> concurrent.futures.Future[Any]:
-            n, size = len(ids), self.settings.batch_max_bytes
-
-            async def batch(p: BookieClientPool) -> Any:
-                bodies = await p.batch_read(bookie, lid, ids[0], n, size, timeout=t)
-                await limiter.acquire(sum(len(b) for b in bodies))
-                return bodies
-
-            return self.client.submit(batch)
 
         plan = _stripe_plan(ledger.segments or (), bookie, lac)
         pct = self.settings.verify_percentage
         # The sample's picks: reproducible per (ledger, bookie) under a seed, whatever order
-        # the bookies' threads run in.
-        rng = random.Random(
-            None
-            if self.settings.sample_seed is None
-            else f"{self.settings.sample_seed}:{lid}:{bookie}"
-        )
+        # the probes run in.
+        seed = self.settings.sample_seed
+        rng = random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
         limit = max(1, self.settings.reads_in_flight)
-        for idx, first, last in plan:
-            settle(0)
-            runs.cut()
-            ids: Iterable[int] = (
-                sample_stripe(idx, first, last, e, wq, pct, rng)
-                if self.sample
-                else iter_stripe(idx, first, last, e, wq)
-            )
-            chunks = (
-                contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
-                if batched
-                else ([x] for x in ids)
-            )
-            for chunk in chunks:
-                if not gate.try_take(len(chunk)):
-                    settle(0)  # wait holding nothing (see _Gate)
-                    gate.take(len(chunk))
-                window.append((chunk, submit_batch(chunk) if len(chunk) > 1 else submit(chunk[0])))
-                in_flight += len(chunk)
-                settle(limit - 1)
-        settle(0)
+        try:
+            for idx, first, last in plan:
+                await settle(0)
+                runs.cut()
+                ids: Iterable[int] = (
+                    sample_stripe(idx, first, last, e, wq, pct, rng)
+                    if self.sample
+                    else iter_stripe(idx, first, last, e, wq)
+                )
+                chunks = (
+                    contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
+                    if batched
+                    else ([x] for x in ids)
+                )
+                for chunk in chunks:
+                    if not gate.try_take(len(chunk)):
+                        await settle(0)  # wait holding nothing (see _Gate)
+                        await gate.take(len(chunk))
+                    task = loop.create_task(batch(chunk) if len(chunk) > 1 else one(chunk[0]))
+                    window.append((chunk, task))
+                    in_flight += len(chunk)
+                    await settle(limit - 1)
+            await settle(0)
+        finally:
+            for ids, task in window:  # cancelled: give back what is still outstanding
+                task.cancel()
+                gate.give(len(ids))
         held_runs = runs.get("held")
         if self.sample:
             held_runs = _unread_as_held(plan, runs.missing, runs.get("unknown"))

@@ -114,14 +114,3 @@ def test_read_rate_caps_the_bytes_read_from_each_bookie(
         # The bucket starts with one second of budget; the last answer is charged after it
         # arrives, so one batch (64 small entries here) may overshoot.
         assert nbytes <= rate * (elapsed + 1) + 64 * 200, (bookie, nbytes, elapsed)
-
-
-def test_no_thread_is_left_behind(cluster: tuple[AuditCluster, list[LedgerMetadata]]) -> None:
-    import threading
-
-    c, mds = cluster
-    _check(c, mds[:4], CheckSettings())
-    deadline = time.monotonic() + 5
-    while any(t.name.startswith("replica-check") for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "probe threads outlived the check"
-        time.sleep(0.05)  # shutdown(wait=False): idle workers exit on their own
