@@ -121,9 +121,8 @@ def main() -> None:
                             "--executor", "local", "--read-rate", "0", log=base / "audit.log",
                         )  # fmt: skip
                         audits.append(audit_s)
-                        print(
-                            f"round {rnd}: audit {audit_s:.1f} s wall: {out.strip().splitlines()[-1]}"
-                        )
+                        last = out.strip().splitlines()[-1]
+                        print(f"round {rnd}: audit {audit_s:.1f} s wall: {last}")
                 finally:
                     for b in bookies:
                         b.stop()

@@ -10,8 +10,9 @@ Two scenarios, each in one run:
   dead writers); one bookie stopped; reports the time to full replication: audit + repair
   until a ``replicas`` re-audit is clean.
 
-    .venv/bin/python bench/rereplicate_throughput.py bulk [--gib 1.0]
+    .venv/bin/python bench/rereplicate_throughput.py bulk [--gib 1.0] [--executor auto]
     .venv/bin/python bench/rereplicate_throughput.py fleet [--ledgers 10000] [--gib 1.0]
+        [--executor auto]
 """
 
 from __future__ import annotations
@@ -35,13 +36,20 @@ from jobs.rereplicate import add_repair_arguments, run_rereplicate
 from jobs.spark import load
 from jobs.spark.session import build_spark
 
+EXECUTOR = ["auto"]
+"""``--executor`` of the audits and repairs (the session is handed to them only for spark)."""
+
+
+def _session(spark):  # type: ignore[no-untyped-def]
+    return spark if EXECUTOR[0] == "spark" else None
+
 
 def _audit(spark, zk: str, warehouse: str, check: str) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
     ns = add_audit_arguments(argparse.ArgumentParser()).parse_args(
-        ["--zk", zk, "--warehouse", warehouse, "--check", check]
+        ["--zk", zk, "--warehouse", warehouse, "--check", check, "--executor", EXECUTOR[0]]
     )
     t = time.perf_counter()
-    assert run_audit(ns, spark) == 0
+    assert run_audit(ns, _session(spark)) == 0
     run = load.latest_run(spark, warehouse)
     assert run is not None
     return time.perf_counter() - t, run["counts"]
@@ -49,12 +57,13 @@ def _audit(spark, zk: str, warehouse: str, check: str) -> tuple[float, dict]:  #
 
 def _repair(spark, zk: str, warehouse: str) -> tuple[float, int, str]:  # type: ignore[no-untyped-def]
     ns = add_repair_arguments(argparse.ArgumentParser()).parse_args(
-        ["--zk", zk, "--warehouse", warehouse, "--grace-period", "0s", "--rate", "0"]
-    )
+        ["--zk", zk, "--warehouse", warehouse, "--grace-period", "0s", "--rate", "0",
+         "--executor", EXECUTOR[0]]
+    )  # fmt: skip
     out = io.StringIO()
     t = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        code = run_rereplicate(ns, spark)
+        code = run_rereplicate(ns, _session(spark))
     return time.perf_counter() - t, code, out.getvalue()
 
 
@@ -198,7 +207,15 @@ def main() -> None:
     f = sub.add_parser("fleet")
     f.add_argument("--ledgers", type=int, default=10_000)
     f.add_argument("--gib", type=float, default=1.0)
+    for p in (b, f):
+        p.add_argument(
+            "--executor",
+            default="auto",
+            choices=("auto", "local", "spark"),
+            help="executor of the audits and repairs (auto picks local below its limits)",
+        )
     args = ap.parse_args()
+    EXECUTOR[0] = args.executor
     (bulk if args.scenario == "bulk" else fleet)(args)
 
 
