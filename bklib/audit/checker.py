@@ -360,8 +360,9 @@ class ReplicaChecker:
         for b, fut in item.list_futs.items():
             base = ReplicaReport(lid, b, lac=lacs.get(b))
             if b in self.down:
-                if fut is not None:
-                    fut.cancel()
+                for started in (fut, probes.get(b)):
+                    if started is not None:
+                        started.cancel()
                 out.append(_with(base, status=ReplicaStatus.UNREACHABLE, error=self.down[b]))
                 continue
             report = base
