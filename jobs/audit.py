@@ -32,7 +32,12 @@ if __package__ in (None, ""):  # `spark-submit jobs/audit.py`: make the repo imp
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
-from jobs.audit_run import DEFAULT_LEDGERS_PER_TASK, AuditConfig, summary_line
+from jobs.audit_run import (
+    DEFAULT_LEDGERS_PER_TASK,
+    DEFAULT_READ_RATE,
+    AuditConfig,
+    summary_line,
+)
 from jobs.executor import (
     LocalTooBigError,
     add_executor_arguments,
@@ -43,9 +48,6 @@ from jobs.messages import one_line
 from jobs.units import parse_percentage, parse_rate
 
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
-
-DEFAULT_READ_RATE = 100e6
-"""Bytes/s one task reads from one bookie unless ``--read-rate`` says otherwise."""
 
 log = logging.getLogger("jobs.audit")
 

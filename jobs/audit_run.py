@@ -23,6 +23,11 @@ DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
 
 
+DEFAULT_READ_RATE = 100e6
+"""Bytes/s one audit task (or the watch's scheduled audits) reads from one bookie unless
+``--read-rate`` says otherwise (:class:`bklib.audit.checker.CheckSettings`)."""
+
+
 @dataclass
 class AuditConfig:
     """Everything one audit run needs (built from the command line by :meth:`from_args`)."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
+from jobs.audit_run import DEFAULT_READ_RATE
 from jobs.messages import one_line
 from jobs.units import parse_duration, parse_percentage, parse_rate, parse_size
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
@@ -124,6 +125,12 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="scheduled sample check: percent of each fragment read besides its ends",
     )
     parser.add_argument(
+        "--read-rate",
+        type=parse_rate,
+        default=DEFAULT_READ_RATE,
+        help="bytes/s the scheduled audits read from one bookie (0: unlimited; default 100MB)",
+    )
+    parser.add_argument(
         "--password", default=None, help="ledger password for metadata that stores none (v2)"
     )
     parser.add_argument(
@@ -216,6 +223,7 @@ def run_watch(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout,
         connect_timeout=args.connect_timeout,
         verify_percentage=args.verify_percentage,
+        read_rate=args.read_rate,
         password=args.password.encode() if args.password is not None else None,
         digest_type=DigestType[args.digest_type] if args.digest_type else None,
         retry_interval=args.retry_interval,

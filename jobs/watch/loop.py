@@ -49,7 +49,7 @@ from bklib.states import (
     RunStatus,
 )
 from bklib.tls import TlsSettings
-from jobs.audit_run import AuditConfig
+from jobs.audit_run import DEFAULT_READ_RATE, AuditConfig
 from jobs.messages import one_line
 from jobs.repair_run import RepairConfig, stamp
 from jobs.tables import delta
@@ -85,6 +85,8 @@ class WatchConfig:
     read_timeout: float = 10.0
     connect_timeout: float = 5.0
     verify_percentage: float = 0.0
+    read_rate: float | None = DEFAULT_READ_RATE
+    """Bytes/s the scheduled audits read from one bookie (None: unlimited)."""
     password: bytes | None = None
     digest_type: DigestType | None = None
     retry_interval: float = 5.0
@@ -495,6 +497,7 @@ class WatchService:
             read_timeout=cfg.read_timeout,
             connect_timeout=cfg.connect_timeout,
             verify_percentage=cfg.verify_percentage,
+            read_rate=cfg.read_rate,
         )
         started = time.time()
         try:

@@ -249,3 +249,19 @@ def test_every_command_has_help_examples(command: str) -> None:
         prog=f"bkaudit {command}", epilog=text, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     assert "\n  bkaudit" in parser.format_help() or command == "audit"
+
+
+def test_audit_read_rate_reaches_the_check_settings() -> None:
+    import argparse
+
+    from jobs.audit import add_audit_arguments
+    from jobs.audit_run import DEFAULT_READ_RATE, AuditConfig
+
+    def settings(*extra: str) -> object:
+        parser = add_audit_arguments(argparse.ArgumentParser())
+        args = parser.parse_args(["--zk", "z:2181", "--warehouse", "/w", *extra])
+        return AuditConfig.from_args(args).fetch.read_rate
+
+    assert settings() == DEFAULT_READ_RATE == 100e6
+    assert settings("--read-rate", "20MiB") == 20 * 1024**2
+    assert settings("--read-rate", "0") is None  # unlimited
