@@ -36,34 +36,28 @@ from jobs.rereplicate import add_repair_arguments, run_rereplicate
 from jobs.spark import load
 from jobs.spark.session import build_spark
 
-EXECUTOR = ["auto"]
-"""``--executor`` of the audits and repairs (the session is handed to them only for spark)."""
 
-
-def _session(spark):  # type: ignore[no-untyped-def]
-    return spark if EXECUTOR[0] == "spark" else None
-
-
-def _audit(spark, zk: str, warehouse: str, check: str) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+def _audit(spark, executor: str, zk: str, warehouse: str, check: str) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+    """One audit with ``--executor executor`` (the session is handed over only for spark)."""
     ns = add_audit_arguments(argparse.ArgumentParser()).parse_args(
-        ["--zk", zk, "--warehouse", warehouse, "--check", check, "--executor", EXECUTOR[0]]
+        ["--zk", zk, "--warehouse", warehouse, "--check", check, "--executor", executor]
     )
     t = time.perf_counter()
-    assert run_audit(ns, _session(spark)) == 0
+    assert run_audit(ns, spark if executor == "spark" else None) == 0
     run = load.latest_run(spark, warehouse)
     assert run is not None
     return time.perf_counter() - t, run["counts"]
 
 
-def _repair(spark, zk: str, warehouse: str) -> tuple[float, int, str]:  # type: ignore[no-untyped-def]
+def _repair(spark, executor: str, zk: str, warehouse: str) -> tuple[float, int, str]:  # type: ignore[no-untyped-def]
     ns = add_repair_arguments(argparse.ArgumentParser()).parse_args(
         ["--zk", zk, "--warehouse", warehouse, "--grace-period", "0s", "--rate", "0",
-         "--executor", EXECUTOR[0]]
+         "--executor", executor]
     )  # fmt: skip
     out = io.StringIO()
     t = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        code = run_rereplicate(ns, _session(spark))
+        code = run_rereplicate(ns, spark if executor == "spark" else None)
     return time.perf_counter() - t, code, out.getvalue()
 
 
@@ -129,9 +123,9 @@ def bulk(args: argparse.Namespace) -> None:
             print(f"raw ingest of one bookie ({entry // 1024} KiB adds): {raw / 1e6:.1f} MB/s")
             sb.stop_bookie(victim)
             wh = f"{tmp}/wh"
-            a_s, counts = _audit(spark, sb.zk_connect, wh, "lost")
+            a_s, counts = _audit(spark, args.executor, sb.zk_connect, wh, "lost")
             print(f"audit lost: {a_s:.1f}s, {counts.get('missing_entries')} missing entries")
-            r_s, code, out = _repair(spark, sb.zk_connect, wh)
+            r_s, code, out = _repair(spark, args.executor, sb.zk_connect, wh)
             n, b = _copied(spark, wh)
             print(out.strip())
             print(
@@ -139,7 +133,7 @@ def bulk(args: argparse.Namespace) -> None:
                 f"MB/s, {n / r_s:,.0f} entries/s; ratio to raw ingest {b / r_s / raw:.2f} "
                 f"(exit {code})"
             )
-            c_s, counts = _audit(spark, sb.zk_connect, wh, "replicas")
+            c_s, counts = _audit(spark, args.executor, sb.zk_connect, wh, "replicas")
             print(f"re-audit replicas: {c_s:.1f}s, fragments {counts.get('fragments', 0)}")
         finally:
             spark.stop()
@@ -169,12 +163,14 @@ def fleet(args: argparse.Namespace) -> None:
         )
         spark = build_spark("bkaudit-bench", master="local[2]")
         try:
-            _audit(spark, sb.zk_connect, f"{tmp}/warm", "lost")  # JIT and caches warm
+            _audit(
+                spark, args.executor, sb.zk_connect, f"{tmp}/warm", "lost"
+            )  # JIT and caches warm
             victim = sb.bookie_ids[0]
             sb.stop_bookie(victim)
             wh = f"{tmp}/wh"
             t0 = time.perf_counter()
-            a_s, counts = _audit(spark, sb.zk_connect, wh, "lost")
+            a_s, counts = _audit(spark, args.executor, sb.zk_connect, wh, "lost")
             print(
                 f"audit lost: {a_s:.1f}s, {counts.get('underreplicated_ledgers')} ledgers "
                 "under-replicated"
@@ -182,9 +178,9 @@ def fleet(args: argparse.Namespace) -> None:
             rounds = 0
             while True:
                 rounds += 1
-                r_s, code, _ = _repair(spark, sb.zk_connect, wh)
+                r_s, code, _ = _repair(spark, args.executor, sb.zk_connect, wh)
                 print(f"rereplicate round {rounds}: {r_s:.1f}s (exit {code})")
-                c_s, counts = _audit(spark, sb.zk_connect, wh, "replicas")
+                c_s, counts = _audit(spark, args.executor, sb.zk_connect, wh, "replicas")
                 print(f"re-audit replicas: {c_s:.1f}s, {counts.get('fragments', 0)} fragments")
                 if counts.get("fragments", 0) == 0 or rounds >= 3:
                     break
@@ -215,7 +211,6 @@ def main() -> None:
             help="executor of the audits and repairs (auto picks local below its limits)",
         )
     args = ap.parse_args()
-    EXECUTOR[0] = args.executor
     (bulk if args.scenario == "bulk" else fleet)(args)
 
 

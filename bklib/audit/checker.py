@@ -40,7 +40,7 @@ from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
 from bklib.availability import EntryRuns, from_entry_ids
 from bklib.availability import decode as decode_availability
 from bklib.client.pool import BookieClientPool, SyncBookieClient
-from bklib.client.replicator import RateLimiter
+from bklib.client.throttle import RateLimiter
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
     BKError,
@@ -97,11 +97,16 @@ class _Gate:
 
     def give(self, n: int) -> None:
         self._free += min(n, self.limit)
-        while self._waiters and self._waiters[0][0] <= self._free:
-            need, fut = self._waiters.popleft()
-            if not fut.done():
+        while self._waiters:
+            need, fut = self._waiters[0]
+            if fut.done():  # cancelled while waiting: it must not hold up those behind it
+                self._waiters.popleft()
+            elif need <= self._free:
+                self._waiters.popleft()
                 self._free -= need
                 fut.set_result(None)
+            else:
+                break
 
 
 # Errors meaning "cannot talk to this bookie at all": later requests would fail the same way.

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from bklib.client.connection import BookieConnection
 from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.client.pool import BookieClientPool, WireProtocol
 from bklib.client.reader import Reply, ask_replicas, read_verdict
+from bklib.client.throttle import RateLimiter
 from bklib.digest import DigestManager
 from bklib.errors import (
     BKError,
@@ -57,7 +57,7 @@ from bklib.quorum import iter_stripe, write_set
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CopyResult", "RateLimiter", "copy_fragment"]
+__all__ = ["CopyResult", "copy_fragment"]
 
 BATCH_ENTRIES = 64
 """Entries asked per batch read (BATCH_READ's maxCount)."""
@@ -66,30 +66,6 @@ BATCH_BYTES = 4 << 20
 (nettyMaxFrameSizeBytes); the bookie caps it at its own maxBatchReadSize."""
 PROBE_TIMEOUT = 2.0
 """Seconds a bookie gets to answer the batch-read probe (a healthy bookie answers in ms)."""
-
-
-class RateLimiter:
-    """A token bucket in bytes per second for one event loop (None or <= 0: unlimited).
-
-    The bucket holds at most one second of budget, so an idle spell cannot be followed by an
-    unbounded burst.
-    """
-
-    def __init__(self, rate: float | None) -> None:
-        self.rate = rate if rate and rate > 0 else None
-        self._tokens = self.rate or 0.0
-        self._stamp = time.monotonic()
-
-    async def acquire(self, nbytes: int) -> None:
-        """Wait until ``nbytes`` may be sent."""
-        if self.rate is None:
-            return
-        now = time.monotonic()
-        self._tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        self._tokens -= nbytes
-        if self._tokens < 0:
-            await asyncio.sleep(-self._tokens / self.rate)
 
 
 @dataclass

@@ -39,7 +39,8 @@ from bklib.audit.placement import PlacementRule
 from bklib.client.pool import BookieClientPool, SyncBookieClient, WireProtocol
 from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
 from bklib.client.recovery import recover_ledger
-from bklib.client.replicator import CopyResult, RateLimiter, copy_fragment
+from bklib.client.replicator import CopyResult, copy_fragment
+from bklib.client.throttle import RateLimiter
 from bklib.digest import digest_manager, master_key
 from bklib.errors import BKError, NoSuchLedgerError
 from bklib.meta.model import DigestType, LedgerMetadata

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from bklib.client.replicator import RateLimiter, _entries_to_copy
+from bklib.client.replicator import _entries_to_copy
+from bklib.client.throttle import RateLimiter
 from bklib.errors import NotEnoughBookiesError
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.racks import parse_racks
