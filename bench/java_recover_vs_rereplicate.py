@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.quorum import write_set  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 from tests.interop import harness  # noqa: E402
+from tests.interop.harness import bookies_cpu, children_cpu  # noqa: E402
 
 JVM = ["-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-Djava.net.preferIPv4Stack=true"]
 PWD = b"bench"
@@ -115,23 +115,6 @@ def check_repaired(store: LedgerStore, victim: str) -> None:
         assert all(victim not in s.ensemble for s in md.segments), (lid, md)
 
 
-def bookies_cpu(bookies: list[harness.JavaBookie]) -> float:
-    """CPU seconds (user + system) the live bookie processes have used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for b in bookies:
-        if b.alive() and b.proc is not None:
-            fields = Path(f"/proc/{b.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def tool_cpu() -> float:
-    """CPU seconds used by finished child processes (the repair tool under test)."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def cli(*args: str, log: Path) -> tuple[float, str]:
     t = time.perf_counter()
     res = subprocess.run(
@@ -178,10 +161,10 @@ def main() -> None:
                     shell = harness.JavaShell(
                         classpath, harness.metadata_uri(connect), base / "a", jvm=JVM
                     )
-                    t, c_bk, c_tool = time.perf_counter(), bookies_cpu(bookies), tool_cpu()
+                    t, c_bk, c_tool = time.perf_counter(), bookies_cpu(bookies), children_cpu()
                     shell.run("recover", "-f", victim, timeout=3600)
                     java_s = time.perf_counter() - t
-                    cpu["java"] = (bookies_cpu(bookies) - c_bk, tool_cpu() - c_tool)
+                    cpu["java"] = (bookies_cpu(bookies) - c_bk, children_cpu() - c_tool)
                     check_repaired(store, victim)
                 finally:
                     for b in bookies:
@@ -211,7 +194,7 @@ def main() -> None:
                         wh = str(base / f"warehouse-{name}")
                         c_bk = bookies_cpu(bookies)
                         common = ["--zk", connect, "--warehouse", wh]
-                        c_tool = tool_cpu()
+                        c_tool = children_cpu()
                         if name == "recover":
                             results[name], out = cli(
                                 "recover", victim, *common, *fast, log=base / f"{name}.log"
@@ -221,11 +204,11 @@ def main() -> None:
                                 "audit", *common, "--check", args.audit_check, *ex,
                                 log=base / "audit.log",
                             )  # fmt: skip
-                            c_bk, c_tool = bookies_cpu(bookies), tool_cpu()
+                            c_bk, c_tool = bookies_cpu(bookies), children_cpu()
                             results[name], out = cli(
                                 "rereplicate", *common, *fast, log=base / f"{name}.log"
                             )
-                        cpu[name] = (bookies_cpu(bookies) - c_bk, tool_cpu() - c_tool)
+                        cpu[name] = (bookies_cpu(bookies) - c_bk, children_cpu() - c_tool)
                         check_repaired(store, victim)
                     finally:
                         for b in bookies:

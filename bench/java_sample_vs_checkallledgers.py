@@ -12,17 +12,22 @@ middle. Their bodies go straight to the Java bookies through bklib's client.
    default). Its time is the Auditor's own "Completed checkAllLedgers in N milliSeconds"
    (JVM start-up not included); its findings are the under-replication marks it publishes.
    With three bookies and E=3 the ReplicationWorker has no replacement bookie, so the marks
-   stay for comparison.
+   stay for comparison. Each round deletes the ``checkallledgersctime`` znode and the marks
+   first, so every round's check starts from the same state.
 2. ``bkaudit audit --check sample --executor local`` on the same cluster: the wall time of
    the whole command (Python start-up included), and the span Java's figure covers, from the
    metadata scan (which opens the ZooKeeper session) to the last Delta commit, from its log.
+   The first round creates the warehouse's tables; later rounds append to them.
+   Steps 1 and 2 alternate ``--rounds`` times; medians are reported, and for each round the
+   CPU seconds the bookies and each tool's process used.
 3. ``bkaudit audit --check replicas --executor local`` (every entry, through the once-per-run
    capability probe and v2 batch reads, since DbLedgerStorage does not list).
 
 Both must flag the same ledgers: the first- and last-entry damage, and not the middle one
 (which neither samples at 0%); ``replicas`` must flag all three kinds.
 
-    .venv/bin/python bench/java_sample_vs_checkallledgers.py [--ledgers 200] [--entries 200]
+    .venv/bin/python bench/java_sample_vs_checkallledgers.py [--ledgers 200] [--entries 200] \
+        [--rounds 3]
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -50,9 +57,67 @@ from jobs.tables import delta  # noqa: E402
 from jobs.tables.schema import FRAGMENTS  # noqa: E402
 from tests.audit_helpers import metadata, write_ledger  # noqa: E402
 from tests.interop import harness  # noqa: E402
+from tests.interop.harness import bookies_cpu, children_cpu  # noqa: E402
 
 JVM = ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-Djava.net.preferIPv4Stack=true"]
 MARKS = "/ledgers/underreplication/ledgers"
+CTIME = "/ledgers/underreplication/checkallledgersctime"
+
+
+@dataclass
+class Timing:
+    """One side of one round: the span comparable across tools, the process's wall time, and
+    the CPU the bookies and the tool's process used meanwhile."""
+
+    span: float
+    wall: float
+    bookies_cpu: float
+    tool_cpu: float
+    phases: str = ""
+
+
+def java_round(
+    zk: KazooClient, recovery: harness.AutoRecovery, bookies: list[harness.JavaBookie]
+) -> Timing:
+    """Start AutoRecoveryMain with no ``checkallledgersctime`` znode and no marks, so that its
+    Auditor runs ``checkAllLedgers`` at once from a clean slate; stop it once it logs the
+    check's time."""
+    if zk.exists(CTIME):
+        zk.delete(CTIME)
+    if zk.exists(MARKS):
+        zk.delete(MARKS, recursive=True)
+    zk.ensure_path(MARKS)
+    offset = recovery.log_path.stat().st_size if recovery.log_path.exists() else 0
+    t, c_bk, c_tool = time.perf_counter(), bookies_cpu(bookies), children_cpu()
+    recovery.start()
+    done = None
+    try:
+        while done is None and time.perf_counter() - t < 1800:
+            time.sleep(0.1)
+            with open(recovery.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+            done = re.search(r"Completed checkAllLedgers in (\d+) milliSeconds", text)
+        if done is None:
+            raise SystemExit(f"checkAllLedgers did not finish:\n{recovery.log_tail()}")
+        wall, bk = time.perf_counter() - t, bookies_cpu(bookies) - c_bk
+    finally:
+        recovery.stop()
+    return Timing(int(done.group(1)) / 1000, wall, bk, children_cpu() - c_tool)
+
+
+def sample_round(connect: str, wh: Path, log: Path, bookies: list[harness.JavaBookie]) -> Timing:
+    """``bkaudit audit --check sample`` once, with its phases from its log."""
+    c_bk, c_tool = bookies_cpu(bookies), children_cpu()
+    wall = audit(connect, wh, "sample", log)
+    phases = re.findall(r"INFO jobs\.audit: (\w+): .*?; ([\d.]+)s$", log.read_text(), re.M)
+    return Timing(
+        engine_seconds(log),
+        wall,
+        bookies_cpu(bookies) - c_bk,
+        children_cpu() - c_tool,
+        ", ".join(f"{name} {secs} s" for name, secs in phases),
+    )
 
 
 def marked_ledgers(zk: KazooClient) -> set[int]:
@@ -108,6 +173,7 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=200)
     ap.add_argument("--entries", type=int, default=200)
     ap.add_argument("--damaged", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating Java/bkaudit rounds")
     args = ap.parse_args()
     classpath = harness.install()
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
@@ -123,6 +189,7 @@ def main() -> None:
                 harness.JavaBookie(classpath, uri, base / f"java{i}", jvm=JVM) for i in range(3)
             ]
             recovery: harness.AutoRecovery | None = None
+            rounds: list[tuple[Timing, Timing]] = []
             try:
                 harness.start_bookies(bookies, zk)
                 ids = [b.bookie_id for b in bookies]
@@ -150,31 +217,23 @@ def main() -> None:
                            "auditorLedgerVerificationPercentage": 0},
                 )  # fmt: skip
                 recovery.dir.mkdir(parents=True, exist_ok=True)
-                t = time.perf_counter()
-                recovery.start()
-                done = None
-                while done is None and time.perf_counter() - t < 1800:
-                    time.sleep(0.5)
-                    done = re.search(
-                        r"Completed checkAllLedgers in (\d+) milliSeconds",
-                        recovery.log_path.read_text(errors="replace"),
+                for n in range(args.rounds):
+                    java = java_round(zk, recovery, bookies)
+                    java_found = marked_ledgers(zk)
+                    # Round 0 creates the warehouse; later rounds append to it, as an
+                    # operator's next audit would.
+                    ours = sample_round(
+                        connect, base / "wh-sample", base / f"sample{n}.log", bookies
                     )
-                if done is None:
-                    raise SystemExit(f"checkAllLedgers did not finish:\n{recovery.log_tail()}")
-                java_wall = time.perf_counter() - t
-                java_s = int(done.group(1)) / 1000
-                java_found = marked_ledgers(zk)
-                recovery.stop()
+                    ours_found = flagged(base / "wh-sample")
+                    rounds.append((java, ours))
+                    print(f"round {n}: Java {java.span:.2f} s (its log; JVM {java.wall:.1f} s, "
+                          f"bookies {java.bookies_cpu:.1f} CPU-s, JVM {java.tool_cpu:.1f} "
+                          f"CPU-s); bkaudit {ours.span:.2f} s scan to last commit ({ours.phases}"
+                          f"; command {ours.wall:.2f} s, bookies {ours.bookies_cpu:.1f} CPU-s, "
+                          f"bkaudit {ours.tool_cpu:.1f} CPU-s); {java.span / ours.span:.2f}x",
+                          flush=True)  # fmt: skip
                 recovery = None
-
-                ours_s = audit(connect, base / "wh-sample", "sample", base / "sample.log")
-                ours_found = flagged(base / "wh-sample")
-                ours_engine = engine_seconds(base / "sample.log")
-                phases = re.findall(
-                    r"INFO jobs\.audit: (\w+): .*?; ([\d.]+)s$",
-                    (base / "sample.log").read_text(),
-                    re.M,
-                )
                 replicas_s = audit(connect, base / "wh-replicas", "replicas", base / "rep.log")
                 replicas_found = flagged(base / "wh-replicas")
             finally:
@@ -185,19 +244,23 @@ def main() -> None:
                 zk.stop()
                 client.close()
         total = args.ledgers + args.damaged
+        java_s = statistics.median(j.span for j, _ in rounds)
+        java_wall = statistics.median(j.wall for j, _ in rounds)
+        ours_s = statistics.median(o.wall for _, o in rounds)
+        ours_span = statistics.median(o.span for _, o in rounds)
         print(f"{total} ledgers, {args.damaged} damaged on one bookie "
               f"(first/last/middle: {len(expected['first'])}/{len(expected['last'])}/"
-              f"{len(expected['middle'])}); load {os.getloadavg()[0]:.1f}")  # fmt: skip
-        print(f"Java Auditor checkAllLedgers: {java_s:.1f} s (its log; {java_wall:.1f} s from "
+              f"{len(expected['middle'])}); load {os.getloadavg()[0]:.1f}; medians of "
+              f"{len(rounds)} alternating rounds")  # fmt: skip
+        print(f"Java Auditor checkAllLedgers: {java_s:.2f} s (its log; {java_wall:.1f} s from "
               f"JVM start), flagged {len(java_found)}")  # fmt: skip
         print(
-            f"bkaudit audit --check sample: {ours_s:.1f} s wall, flagged {len(ours_found)}; "
+            f"bkaudit audit --check sample: {ours_s:.2f} s wall, flagged {len(ours_found)}; "
             f"{java_s / ours_s:.2f}x Java's speed ({java_wall / ours_s:.2f}x from JVM start)"
         )
         print(
             f"  of which scan to last commit (start-up excluded, as Java's log): "
-            f"{ours_engine:.2f} s; {java_s / ours_engine:.2f}x Java's checkAllLedgers "
-            f"({', '.join(f'{name} {secs} s' for name, secs in phases)})"
+            f"{ours_span:.2f} s; {java_s / ours_span:.2f}x Java's checkAllLedgers"
         )
         print(f"bkaudit audit --check replicas: {replicas_s:.1f} s wall, flagged "
               f"{len(replicas_found)}")  # fmt: skip

@@ -29,6 +29,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
 import struct
@@ -60,6 +61,10 @@ log = logging.getLogger(__name__)
 
 SILENT_STRIKES = 3
 """Ledgers in a row on which a bookie answered nothing before it is treated as down."""
+
+# The sample's random source when it picks nothing at random (no --verify-percentage): seeding
+# one per (ledger, bookie) would cost more than the probe's own reads.
+_NO_PICKS = random.Random(0)
 
 
 class _Gate:
@@ -425,9 +430,18 @@ class ReplicaChecker:
         """Start reading the bookies that are probed from the start (no list-entries asked);
         the list-entries answers are looked at meanwhile."""
         dm = _digest(item.ledger)
-        for b, fut in item.list_futs.items():
-            if fut is None and b not in self.down and b not in item.probes:
-                item.probes[b] = self._probe_soon(item.ledger, b, lac, dm)
+        ledger = item.ledger
+        wanted = [
+            b
+            for b, fut in item.list_futs.items()
+            if fut is None and b not in self.down and b not in item.probes
+        ]
+        # One wake-up of the loop thread for the ledger's probes on all its bookies.
+        started = self.client.submit_many(
+            [functools.partial(self._read_entries, ledger=ledger, bookie=b, lac=lac, dm=dm)
+             for b in wanted]
+        )  # fmt: skip
+        item.probes.update(zip(wanted, started, strict=True))
 
     def _probe_soon(
         self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
@@ -552,7 +566,11 @@ class ReplicaChecker:
         # The sample's picks: reproducible per (ledger, bookie) under a seed, whatever order
         # the probes run in.
         seed = self.settings.sample_seed
-        rng = random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
+        rng = (
+            random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
+            if self.sample and pct > 0
+            else _NO_PICKS  # only the fragment's ends are read: nothing to pick
+        )
         limit = max(1, self.settings.reads_in_flight)
         try:
             for idx, first, last in plan:

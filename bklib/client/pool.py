@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -348,6 +349,37 @@ class _Runtime:
             rt.loop.close()
 
 
+async def _call(fn: Callable[[BookieClientPool], Awaitable[T]], pool: BookieClientPool) -> T:
+    return await fn(pool)
+
+
+def _chain(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[T], fut: concurrent.futures.Future[T]
+) -> None:
+    """Settle ``fut`` from ``task``, and cancel ``task`` when ``fut`` is cancelled: what
+    :func:`asyncio.run_coroutine_threadsafe` does for its one coroutine. ``fut`` stays pending
+    until ``task`` ends, so that a cancel from another thread still takes."""
+
+    def settle(t: asyncio.Task[T]) -> None:
+        if t.cancelled():
+            fut.cancel()
+        if not fut.set_running_or_notify_cancel():
+            return
+        exc = t.exception()
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(t.result())
+
+    def cancelled(f: concurrent.futures.Future[T]) -> None:
+        if f.cancelled():
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(settle)
+    fut.add_done_callback(cancelled)
+
+
 class SyncBookieClient:
     """Blocking bookie client for threads and Spark tasks; the asyncio pool runs in a private
     background thread. Methods mirror :class:`BookieClientPool` and raise the same bklib.errors.
@@ -472,6 +504,25 @@ class SyncBookieClient:
             return await fn(rt.pool)
 
         return asyncio.run_coroutine_threadsafe(invoke(), rt.loop)
+
+    def submit_many(
+        self, fns: list[Callable[[BookieClientPool], Awaitable[T]]]
+    ) -> list[concurrent.futures.Future[T]]:
+        """:meth:`submit` for several calls at once, waking the loop thread once for all of
+        them rather than once each (a checker starting a ledger's probes on every bookie).
+        Cancelling a returned future cancels its call, as with :meth:`submit`."""
+        rt = self._runtime()
+        if rt.in_loop_thread():
+            raise RuntimeError("blocking SyncBookieClient call from its own event-loop thread")
+        out: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in fns]
+
+        def start() -> None:
+            for fn, fut in zip(fns, out, strict=True):
+                if not fut.cancelled():
+                    _chain(rt.loop, rt.loop.create_task(_call(fn, rt.pool)), fut)
+
+        rt.loop.call_soon_threadsafe(start)
+        return out
 
     def run(
         self, fn: Callable[[BookieClientPool], Awaitable[T]], timeout: float | None = None

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -136,6 +137,25 @@ def java_command(
         main,
         *args,
     ]
+
+
+def bookies_cpu(bookies: Iterable[JavaBookie]) -> float:
+    """CPU seconds (user + system) the live bookie processes have used so far (from /proc):
+    benches report it beside wall times, since bookies and tools share the machine's cores."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for b in bookies:
+        if b.alive() and b.proc is not None:
+            fields = Path(f"/proc/{b.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def children_cpu() -> float:
+    """CPU seconds used so far by this process's finished (waited-for) child processes: the
+    tool a bench just ran."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 class JavaBookie:

@@ -297,6 +297,44 @@ def test_sync_client_from_many_threads_shares_one_connection(bookie: MockBookie)
     assert bookie.connections == 1
 
 
+def test_sync_client_submit_many_settles_each_call_and_cancels_the_cancelled(
+    bookie: MockBookie,
+) -> None:
+    with SyncBookieClient(addresses={"b": bookie.address}, config=fast_config()) as client:
+        client.add("b", 3, 0, KEY, b"zero")
+        started = threading.Event()
+        release = threading.Event()
+        cancelled: list[bool] = []
+
+        async def stuck(_: BookieClientPool) -> None:
+            started.set()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        futs = client.submit_many(
+            [
+                lambda p: p.read("b", 3, 0),
+                lambda p: p.read("b", 3, 1),  # the bookie has no entry 1
+                stuck,
+            ]
+        )
+        assert futs[0].result(5).body == b"zero"
+        with pytest.raises(NoSuchEntryError):
+            futs[1].result(5)
+        assert started.wait(5)
+        assert futs[2].cancel()  # still pending: the cancel takes, and reaches the call
+        release.set()
+        deadline = time.monotonic() + 5
+        while not cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cancelled == [True]
+        assert client.submit_many([]) == []
+
+
 def test_sync_client_timeout(bookie: MockBookie) -> None:
     async def handler(req: pb.Request, conn: MockConn) -> None:
         return
