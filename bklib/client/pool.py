@@ -356,9 +356,9 @@ async def _call(fn: Callable[[BookieClientPool], Awaitable[T]], pool: BookieClie
 def _chain(
     loop: asyncio.AbstractEventLoop, task: asyncio.Task[T], fut: concurrent.futures.Future[T]
 ) -> None:
-    """Settle ``fut`` from ``task``, and cancel ``task`` when ``fut`` is cancelled: what
-    :func:`asyncio.run_coroutine_threadsafe` does for its one coroutine. ``fut`` stays pending
-    until ``task`` ends, so that a cancel from another thread still takes."""
+    """Settle ``fut`` from ``task``, and cancel ``task`` when ``fut`` is cancelled, as
+    :func:`asyncio.run_coroutine_threadsafe` does for one coroutine. ``fut`` stays pending until
+    ``task`` ends, so that a cancel from another thread still takes."""
 
     def settle(t: asyncio.Task[T]) -> None:
         if t.cancelled():
@@ -496,14 +496,7 @@ class SyncBookieClient:
         """Run ``await fn(pool)`` on the client's loop and return a concurrent Future at once:
         how a plain thread pipelines many requests, e.g.
         ``[c.submit(lambda p, e=e: p.read(b, lid, e)) for e in ids]``."""
-        rt = self._runtime()
-        if rt.in_loop_thread():
-            raise RuntimeError("blocking SyncBookieClient call from its own event-loop thread")
-
-        async def invoke() -> T:
-            return await fn(rt.pool)
-
-        return asyncio.run_coroutine_threadsafe(invoke(), rt.loop)
+        return self.submit_many([fn])[0]
 
     def submit_many(
         self, fns: list[Callable[[BookieClientPool], Awaitable[T]]]
