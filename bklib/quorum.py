@@ -167,12 +167,19 @@ def stripe_first_last(idx: int, first: int, last: int, e: int, wq: int) -> tuple
 
 
 def sample_stripe(
-    idx: int, first: int, last: int, e: int, wq: int, percentage: float, rng: random.Random
+    idx: int,
+    first: int,
+    last: int,
+    e: int,
+    wq: int,
+    percentage: float,
+    rng: random.Random | None,
 ) -> list[int]:
     """The entries of ``[first, last]`` that index ``idx`` stores and that BookKeeper's
     ``LedgerChecker.verifyLedgerFragment`` would read: the first and last stored entry, plus
     ``percentage`` of the fragment's length picked at random, one per bucket, keeping those
-    the index stores (all of them when the percentage covers the fragment). Ascending."""
+    the index stores (all of them when the percentage covers the fragment). Ascending.
+    ``rng`` may be None when the percentage picks nothing (0: only the ends are read)."""
     ends = stripe_first_last(idx, first, last, e, wq)
     if ends is None:
         return []
@@ -183,6 +190,8 @@ def sample_stripe(
         return list(iter_stripe(idx, lo, hi, e, wq))
     picked = {lo, hi}
     if wanted > 0:
+        if rng is None:
+            raise ValueError("sampling a percentage of a fragment needs a random source")
         bucket = length // wanted
         for start in range(lo, hi - bucket - 1, bucket):
             x = start + rng.randrange(bucket)

@@ -62,10 +62,6 @@ log = logging.getLogger(__name__)
 SILENT_STRIKES = 3
 """Ledgers in a row on which a bookie answered nothing before it is treated as down."""
 
-# The sample's random source when it picks nothing at random (no --verify-percentage): seeding
-# one per (ledger, bookie) would cost more than the probe's own reads.
-_NO_PICKS = random.Random(0)
-
 
 class _Gate:
     """Entry reads a bookie may have outstanding, shared by every probe reading from it (all
@@ -436,6 +432,8 @@ class ReplicaChecker:
             for b, fut in item.list_futs.items()
             if fut is None and b not in self.down and b not in item.probes
         ]
+        if not wanted:
+            return
         # One wake-up of the loop thread for the ledger's probes on all its bookies.
         started = self.client.submit_many(
             [functools.partial(self._read_entries, ledger=ledger, bookie=b, lac=lac, dm=dm)
@@ -566,10 +564,12 @@ class ReplicaChecker:
         # The sample's picks: reproducible per (ledger, bookie) under a seed, whatever order
         # the probes run in.
         seed = self.settings.sample_seed
+        # None without --verify-percentage: only the ends are read, and seeding a source per
+        # (ledger, bookie) would cost more than the probe's own reads.
         rng = (
             random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
             if self.sample and pct > 0
-            else _NO_PICKS  # only the fragment's ends are read: nothing to pick
+            else None
         )
         limit = max(1, self.settings.reads_in_flight)
         try:

@@ -508,11 +508,23 @@ class SyncBookieClient:
         if rt.in_loop_thread():
             raise RuntimeError("blocking SyncBookieClient call from its own event-loop thread")
         out: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in fns]
+        if not out:
+            return out  # nothing to start: do not wake the loop
 
         def start() -> None:
             for fn, fut in zip(fns, out, strict=True):
-                if not fut.cancelled():
-                    _chain(rt.loop, rt.loop.create_task(_call(fn, rt.pool)), fut)
+                if fut.cancelled():
+                    # Cancelled before it started: notify, so wait() and as_completed() see it.
+                    fut.set_running_or_notify_cancel()
+                    continue
+                # The future stays pending while its call runs, so that a cancel still takes.
+                try:
+                    task = rt.loop.create_task(_call(fn, rt.pool))
+                except BaseException as exc:  # the others still start
+                    if fut.set_running_or_notify_cancel():
+                        fut.set_exception(exc)
+                    continue
+                _chain(rt.loop, task, fut)
 
         rt.loop.call_soon_threadsafe(start)
         return out

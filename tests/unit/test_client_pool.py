@@ -7,6 +7,7 @@ everything else needs no ZooKeeper.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import inspect
 import os
@@ -333,6 +334,23 @@ def test_sync_client_submit_many_settles_each_call_and_cancels_the_cancelled(
             time.sleep(0.01)
         assert cancelled == [True]
         assert client.submit_many([]) == []
+
+        # Cancelled before the loop got to start it: never runs, and counts as done for wait().
+        loop_free = threading.Event()
+        ran: list[int] = []
+
+        async def mark(_: BookieClientPool) -> None:
+            ran.append(1)
+
+        client.run(lambda _: asyncio.sleep(0))  # the loop is up
+        assert client._rt is not None
+        client._rt.loop.call_soon_threadsafe(loop_free.wait, 5)  # hold the loop thread
+        later = client.submit_many([mark, mark])
+        assert later[0].cancel()
+        loop_free.set()
+        _, not_done = concurrent.futures.wait(later, 5)
+        assert not not_done and later[0].cancelled() and later[1].result() is None
+        assert ran == [1]
 
 
 def test_sync_client_timeout(bookie: MockBookie) -> None:

@@ -327,6 +327,17 @@ def test_classify_replicas_edges() -> None:
     assert classify_replicas(1, 2, 2) == BELOW_AQ
 
 
+def test_sample_stripe_needs_no_random_source_at_zero_percent() -> None:
+    from bklib.quorum import sample_stripe, stripe_first_last
+
+    assert sample_stripe(1, 0, 99, 3, 2, 0.0, None) == sample_stripe(
+        1, 0, 99, 3, 2, 0.0, random.Random(7)
+    )
+    assert sample_stripe(1, 0, 99, 3, 2, 0.0, None) == list(stripe_first_last(1, 0, 99, 3, 2) or ())
+    with pytest.raises(ValueError, match="random source"):
+        sample_stripe(1, 0, 99, 3, 2, 10.0, None)
+
+
 def test_sample_stripe_follows_ledger_checker() -> None:
     from bklib.quorum import sample_stripe, stripe_first_last
 
