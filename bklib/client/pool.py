@@ -327,6 +327,13 @@ class _Runtime:
 
     async def _aclose(self) -> None:
         await self.pool.close()
+        # Calls still outstanding (waiting on a gate, a rate limit, a caller's own await) end
+        # cancelled, so that nobody waits forever on a closed client's future.
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
         await self.loop.shutdown_default_executor()
 
     @staticmethod
@@ -569,7 +576,8 @@ class SyncBookieClient:
 
     def close(self, timeout: float = 10.0) -> None:
         """Close every connection, stop the loop thread and the ZooKeeper client it started.
-        Idempotent. Outstanding requests fail with ClientClosedError."""
+        Idempotent. Outstanding requests fail with ClientClosedError; other calls still
+        running (from :meth:`submit`) are cancelled, so their futures end."""
         self._drop_inherited_runtime()
         with self._lock:
             self._closed = True

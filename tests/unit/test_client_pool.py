@@ -353,6 +353,21 @@ def test_sync_client_submit_many_settles_each_call_and_cancels_the_cancelled(
         assert ran == [1]
 
 
+def test_sync_client_close_cancels_calls_still_outstanding(bookie: MockBookie) -> None:
+    client = SyncBookieClient(addresses={"b": bookie.address}, config=fast_config())
+
+    async def forever(_: BookieClientPool) -> None:
+        await asyncio.Event().wait()
+
+    waiting = client.submit(forever)
+    client.run(lambda _: asyncio.sleep(0.05))  # the call has started
+    assert not waiting.done()
+    client.close()
+    assert waiting.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        waiting.result(0)
+
+
 def test_sync_client_timeout(bookie: MockBookie) -> None:
     async def handler(req: pb.Request, conn: MockConn) -> None:
         return
