@@ -5,9 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
+
+## Byte-compile our packages, as pip does when it installs one: with PYTHONDONTWRITEBYTECODE
+## set (some CI machines), every bkaudit and bookie process would compile them again.
+bytecode: venv
+	$(PY) -m compileall -q -j 0 bklib jobs airflow_dags tests bench
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,7 +53,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
-test: venv java-deps bookkeeper-deps airflow chromium lint
+test: venv java-deps bookkeeper-deps airflow chromium lint bytecode
 	$(PY) -m pytest -q --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
@@ -60,7 +65,7 @@ SOAK_KILLS ?= 25
 ifndef SOAK_SEED
 SOAK_SEED := $(shell date +%s)
 endif
-soak: venv java-deps bookkeeper-deps airflow
+soak: venv java-deps bookkeeper-deps airflow bytecode
 	$(PY) -m pytest -q -s tests/soak/test_chaos_soak.py \
 		--soak-minutes $(SOAK_MINUTES) --soak-seed $(SOAK_SEED)
 	$(PY) -m pytest -q -s tests/soak/test_kill_campaign.py \
@@ -81,7 +86,7 @@ proto: venv
 	scripts/gen_proto.sh
 
 ## The main story on the embedded sandbox.
-demo: venv java-deps
+demo: venv java-deps bytecode
 	$(PY) -m jobs.cli demo
 
 bench-metadata: venv java-deps

@@ -43,6 +43,7 @@ sys.path[:0] = [str(REPO)]
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.quorum import write_set  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
+from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
 from tests.interop.harness import bookies_cpu, children_cpu  # noqa: E402
 
@@ -147,6 +148,7 @@ def main() -> None:
     ap.add_argument("--executor", default="auto", choices=("auto", "local", "spark"))
     ap.add_argument("--audit-check", default="lost", choices=("lost", "replicas", "deep"))
     args = ap.parse_args()
+    byte_compile()  # as an installed package is
     classpath = harness.install()
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
         base = Path(tmp)

@@ -56,6 +56,7 @@ from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 from jobs.tables import delta  # noqa: E402
 from jobs.tables.schema import FRAGMENTS  # noqa: E402
 from tests.audit_helpers import metadata, write_ledger  # noqa: E402
+from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
 from tests.interop.harness import bookies_cpu, children_cpu  # noqa: E402
 
@@ -175,6 +176,7 @@ def main() -> None:
     ap.add_argument("--damaged", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3, help="alternating Java/bkaudit rounds")
     args = ap.parse_args()
+    byte_compile()  # as an installed package is
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     classpath = harness.install()

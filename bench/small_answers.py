@@ -28,6 +28,9 @@ from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import write_ledgers
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+from tests.cli_helpers import byte_compile  # noqa: E402
 
 SPARK_LIST = """
 import sys
@@ -60,6 +63,7 @@ def main() -> None:
     ap.add_argument("--bookies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    byte_compile()  # as an installed package is
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp, Sandbox(Path(tmp) / "sb", args.bookies) as sb:
         written = asyncio.run(write_ledgers(sb.zk_connect, args.ledgers, max_entries=60))

@@ -53,6 +53,7 @@ from bklib.meta.serde import decode_metadata  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.meta.underreplication import UnderReplicationManager  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer, free_port, terminate  # noqa: E402
+from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
 
 JVM = ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-Djava.net.preferIPv4Stack=true"]
@@ -259,6 +260,7 @@ def main() -> None:
         help="one side only, to iterate on it (a ratio is only taken from both in one run)",
     )
     args = ap.parse_args()
+    byte_compile()  # as an installed package is
     classpath = harness.install()
     mb = args.ledgers * args.entries * args.size / 1e6
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
