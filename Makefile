@@ -12,7 +12,7 @@ venv: $(VENV)/.installed
 ## Byte-compile our packages, as pip does when it installs one: with PYTHONDONTWRITEBYTECODE
 ## set (some CI machines), every bkaudit and bookie process would compile them again.
 bytecode: venv
-	$(PY) -m compileall -q -j 0 bklib jobs airflow_dags tests bench
+	$(PY) -c 'from tests.cli_helpers import byte_compile; byte_compile()'
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -176,9 +176,9 @@ def main() -> None:
     ap.add_argument("--damaged", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3, help="alternating Java/bkaudit rounds")
     args = ap.parse_args()
-    byte_compile()  # as an installed package is
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    byte_compile()  # as an installed package is
     classpath = harness.install()
     with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
         base = Path(tmp)

@@ -527,7 +527,9 @@ class SyncBookieClient:
                 # The future stays pending while its call runs, so that a cancel still takes.
                 try:
                     task = rt.loop.create_task(_call(fn, rt.pool))
-                except BaseException as exc:  # the others still start
+                except Exception as exc:
+                    # The caller gets the error from this future (never a silent result);
+                    # the others still start.
                     if fut.set_running_or_notify_cancel():
                         fut.set_exception(exc)
                     continue

@@ -352,6 +352,24 @@ def test_sync_client_submit_many_settles_each_call_and_cancels_the_cancelled(
         assert not not_done and later[0].cancelled() and later[1].result() is None
         assert ran == [1]
 
+        # A call that cannot start fails its own future with the error; the others run.
+        loop = client._rt.loop
+        refused = [True]
+
+        def factory(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+            if refused:
+                refused.clear()
+                coro.close()
+                raise RuntimeError("no task for this call")
+            return asyncio.Task(coro, loop=lp, **kw)
+
+        client.run(lambda _: asyncio.sleep(0, loop.set_task_factory(factory)))
+        failed, fine = client.submit_many([mark, mark])
+        with pytest.raises(RuntimeError, match="no task for this call"):
+            failed.result(5)
+        assert fine.result(5) is None and ran == [1, 1]
+        client.run(lambda _: asyncio.sleep(0, loop.set_task_factory(None)))
+
 
 def test_sync_client_close_cancels_calls_still_outstanding(bookie: MockBookie) -> None:
     client = SyncBookieClient(addresses={"b": bookie.address}, config=fast_config())
