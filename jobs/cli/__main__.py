@@ -2,6 +2,6 @@
 
 import sys
 
-from jobs.cli.commands import main
+from jobs.cli.commands import run
 
-sys.exit(main())
+sys.exit(run())

@@ -381,5 +381,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def run() -> int:
+    """The ``bkaudit`` command in a process of its own: :func:`main` without pandas
+    (:mod:`jobs.pandas_free`)."""
+    from jobs.pandas_free import decline_pandas
+
+    decline_pandas()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

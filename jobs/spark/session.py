@@ -140,6 +140,9 @@ def build_spark(
     Python workers run the same interpreter as the driver unless ``PYSPARK_PYTHON`` says
     otherwise, so executors see the same bklib and pyarrow.
     """
+    from jobs.pandas_free import allow_pandas
+
+    allow_pandas()  # mapInArrow asks for pandas in the driver
     # Workers default to `python3` on PATH, which may lack the venv's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
