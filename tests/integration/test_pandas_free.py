@@ -26,6 +26,13 @@ def _python(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _prints_ok(code: str) -> None:
+    """Run ``code`` in a fresh interpreter; it must exit 0 having printed just "ok"."""
+    proc = _python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok", proc.stdout
+
+
 def test_declined_pandas_is_not_installed_and_arrow_still_converts() -> None:
     code = """
 import datetime, sys
@@ -49,9 +56,7 @@ assert pa.Table.from_pylist(rows, schema=schema).to_pylist() == rows
 assert "pandas" not in sys.modules
 print("ok")
 """
-    proc = _python("-c", code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    _prints_ok(code)
 
 
 def test_spark_gets_pandas_back_after_arrow_ran_without_it() -> None:
@@ -72,9 +77,7 @@ require_minimum_pandas_version()
 import pandas
 print("ok")
 """
-    proc = _python("-c", code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    _prints_ok(code)
 
 
 def test_a_process_that_already_has_pandas_keeps_it() -> None:
@@ -87,9 +90,7 @@ import pandas.api.types
 assert not any(type(f).__name__ == "_DeclinePandas" for f in sys.meta_path)
 print("ok")
 """
-    proc = _python("-c", code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    _prints_ok(code)
 
 
 def test_bkaudit_writes_and_reads_its_tables_without_pandas(zk_chroot: str, tmp_path: Path) -> None:
