@@ -50,5 +50,11 @@ def decline_pandas() -> bool:
 
 
 def allow_pandas() -> None:
-    """Undo :func:`decline_pandas`: ``import pandas`` works again in this process."""
+    """Undo :func:`decline_pandas`: ``import pandas`` works again in this process.
+
+    pyarrow itself does not look again: once it has converted a value without pandas, it keeps
+    treating pandas objects as unknown (a ``pandas.Timestamp`` loses its nanoseconds, ``NaT``
+    is refused). Spark's driver code here hands pyarrow no pandas objects (its DataFrames are
+    built from rows and RDDs, and ``mapInArrow`` runs in worker processes of their own); keep
+    it that way, or build the session before the first Arrow conversion."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _DeclinePandas)]

@@ -1,6 +1,8 @@
 """A ``bkaudit`` process never loads pandas (:mod:`jobs.pandas_free`), and its Delta tables
 still read and write as before. Each case runs in a subprocess, since declining pandas is for
-the rest of a process's life."""
+the rest of a process's life. That ``build_spark`` allows pandas again is exercised by every
+test running Spark through ``python -m jobs.cli`` (test_secret_scan, test_demo): without it,
+``mapInArrow`` stops them with "Pandas >= 2.0.0 must be installed"."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ print("ok")
     _prints_ok(code)
 
 
-def test_spark_gets_pandas_back_after_arrow_ran_without_it() -> None:
+def test_spark_can_import_pandas_again_after_arrow_ran_without_it() -> None:
     code = """
 from jobs.pandas_free import allow_pandas, decline_pandas
 decline_pandas()
@@ -104,6 +106,12 @@ def test_bkaudit_writes_and_reads_its_tables_without_pandas(zk_chroot: str, tmp_
         assert proc.returncode == 0, proc.stderr
         assert "COMPLETED" in proc.stdout and "5 ledgers" in proc.stdout, proc.stdout
         assert "pandas loaded: False" in proc.stderr, proc.stderr
+
+    out = tmp_path / "report.html"
+    proc = _python("-c", AS_BKAUDIT, "report", "--warehouse", wh, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "pandas loaded: False" in proc.stderr, proc.stderr
+    assert out.read_text().count("10.255.0.1:3181") >= 1
 
     proc = _python("-c", AS_BKAUDIT, "listunderreplicated", "--warehouse", wh)
     assert proc.returncode == 1, proc.stderr  # findings exist
