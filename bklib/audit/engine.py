@@ -27,6 +27,7 @@ from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
 from bklib.client.connection import ClientConfig
 from bklib.errors import BKError
+from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
@@ -97,12 +98,15 @@ class ScanPlan:
         return account
 
 
-def require_cluster(hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None) -> None:
-    """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster is at
-    ``hosts`` / ``root`` (see :meth:`LedgerStore.require_cluster`)."""
+def require_cluster(
+    hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
+) -> ClusterLayout:
+    """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster (of
+    BookKeeper's or Pulsar's driver) is at ``hosts`` / ``root``; return which (see
+    :meth:`LedgerStore.require_cluster`)."""
     zk = connect(hosts, auth=auth)
     try:
-        LedgerStore(zk, root).require_cluster(hosts.rstrip("/"))
+        return LedgerStore(zk, root).require_cluster(hosts.rstrip("/"))
     finally:
         zk.stop()
         zk.close()

@@ -4,6 +4,7 @@ and the under-replication/autorecovery znodes. Pure bytes <-> value functions, n
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -333,6 +334,26 @@ def decode_auditor_vote(data: bytes) -> str:
     msg = AuditorVoteFormat()
     _parse_text(msg, _utf8(data, "auditor vote"), "auditor vote")
     return msg.bookieId
+
+
+PULSAR_AUDITOR_LEADER = "leader"
+"""Pulsar's Auditor election key under ``underreplication`` (``PulsarLedgerAuditorManager``)."""
+
+
+def encode_pulsar_leader(bookie_id: str) -> bytes:
+    """The leader value Pulsar's ``LeaderElectionImpl`` writes: the bookie id as JSON."""
+    return json.dumps(bookie_id).encode()
+
+
+def decode_pulsar_leader(data: bytes) -> str:
+    """The bookie id in Pulsar's Auditor leader key; text that is no JSON string is returned
+    as it stands (it is only shown to the operator)."""
+    text = data.decode("utf-8", errors="replace")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text.strip()
+    return value if isinstance(value, str) else text.strip()
 
 
 def encode_check_ctime(ctime_ms: int) -> bytes:

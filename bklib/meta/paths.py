@@ -8,8 +8,19 @@ from enum import Enum
 # Ids strictly below Integer.MAX_VALUE use the short (legacy) hierarchical path.
 SHORT_ID_LIMIT = 2_147_483_647
 
+LAYOUT_ZNODE = "LAYOUT"
+INSTANCEID_ZNODE = "INSTANCEID"
+AVAILABLE_ZNODE = "available"
 SPECIAL_ZNODES = frozenset(
-    {"available", "cookies", "LAYOUT", "INSTANCEID", "underreplication", "idgen", "idgen-long"}
+    {
+        AVAILABLE_ZNODE,
+        "cookies",
+        LAYOUT_ZNODE,
+        INSTANCEID_ZNODE,
+        "underreplication",
+        "idgen",
+        "idgen-long",
+    }
 )
 
 HIERARCHICAL_FACTORY = "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory"

@@ -25,7 +25,6 @@ from kazoo.exceptions import (
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from bklib.errors import (
-    ClusterNotFoundError,
     CompatibilityError,
     CorruptMetadataError,
     LedgerExistsError,
@@ -35,6 +34,7 @@ from bklib.errors import (
     ZKError,
 )
 from bklib.meta import paths
+from bklib.meta.cluster import ClusterLayout, MetadataDriver, recognise_cluster
 from bklib.meta.formats import LedgerLayout, encode_layout, parse_layout
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
@@ -111,14 +111,15 @@ class LedgerStore:
 
     def read_layout(self) -> LedgerLayout | None:
         try:
-            data, _ = self.zk.get(paths.join(self.root, "LAYOUT"))
+            data, _ = self.zk.get(paths.join(self.root, paths.LAYOUT_ZNODE))
         except NoNodeError:
             return None
         return parse_layout(data)
 
     @property
     def kind(self) -> LayoutKind:
-        """The ledger manager in force: from LAYOUT, else BookKeeper's default (hierarchical)."""
+        """The ledger manager in force: from LAYOUT, else hierarchical (BookKeeper's default,
+        and the only manager of Pulsar's driver, which writes no LAYOUT)."""
         if self._kind is None:
             layout = self.read_layout()
             self._kind = (
@@ -147,23 +148,34 @@ class LedgerStore:
             self._kind = kind
             return existing
 
-    def init_cluster(self, kind: LayoutKind = LayoutKind.HIERARCHICAL) -> str:
+    def init_cluster(
+        self,
+        kind: LayoutKind = LayoutKind.HIERARCHICAL,
+        driver: MetadataDriver = MetadataDriver.BOOKKEEPER,
+    ) -> str:
         """Like ``bookkeeper shell initnewcluster``: root, available, readonly, INSTANCEID and
-        LAYOUT. Idempotent; returns the instance id."""
-        for p in ("", "available", "available/readonly"):
+        LAYOUT. With Pulsar's driver, as ``PulsarClusterMetadataSetup`` (through
+        ``BookKeeperAdmin.format``) leaves it: the same without LAYOUT, hierarchical only.
+        Idempotent; returns the instance id."""
+        if driver is MetadataDriver.PULSAR and kind is not LayoutKind.HIERARCHICAL:
+            raise ValueError(f"Pulsar's driver lays ledgers out hierarchically, not {kind.value}")
+        for p in ("", paths.AVAILABLE_ZNODE, paths.join(paths.AVAILABLE_ZNODE, "readonly")):
             self.zk.ensure_path(paths.join(self.root, p) if p else self.root)
-        iid_path = paths.join(self.root, "INSTANCEID")
+        iid_path = paths.join(self.root, paths.INSTANCEID_ZNODE)
         try:
             instance_id = str(uuid.uuid4())
             self.zk.create(iid_path, instance_id.encode())
         except NodeExistsError:
             instance_id = self.zk.get(iid_path)[0].decode()
-        self.ensure_layout(kind)
+        if driver is MetadataDriver.BOOKKEEPER:
+            self.ensure_layout(kind)
+        else:
+            self._kind = kind
         return instance_id
 
     def instance_id(self) -> str | None:
         try:
-            data: bytes = self.zk.get(paths.join(self.root, "INSTANCEID"))[0]
+            data: bytes = self.zk.get(paths.join(self.root, paths.INSTANCEID_ZNODE))[0]
             return data.decode()
         except NoNodeError:
             return None
@@ -205,22 +217,23 @@ class LedgerStore:
             out[path] = stat[1] if stat is not None else None
         return out
 
-    def require_cluster(self, where: str = "") -> None:
-        """Fail closed before reading anything: the ledgers root, BookKeeper's ``LAYOUT``
-        znode and ``available/`` must exist, or a typo in a chroot or ``--ledgers-root`` would
-        audit an empty tree and report a healthy cluster. ``where`` names the connect string
-        in the message."""
-        for name in ("", "LAYOUT", "available"):
-            path = paths.join(self.root, name) if name else self.root
+    def require_cluster(self, where: str = "") -> ClusterLayout:
+        """Fail closed before reading anything: the ledgers root must be a cluster of
+        BookKeeper's driver (``LAYOUT``) or Pulsar's (``INSTANCEID``, no ``LAYOUT``), with
+        ``available/``, or a typo in a chroot or ``--ledgers-root`` would audit an empty tree
+        and report a healthy cluster (:func:`~bklib.meta.cluster.recognise_cluster`).
+        ``where`` names the connect string in the message. Returns what was recognised."""
+
+        def exists(path: str) -> bool:
             try:
-                stat = _LIST_RETRY.copy()(self.zk.exists, path)
+                return _LIST_RETRY.copy()(self.zk.exists, path) is not None
             except (KazooException, RetryFailedError) as exc:
                 raise ZKError(f"cannot read: {type(exc).__name__} {exc}", path=path) from exc
-            if stat is None:
-                what = f"{name} znode missing" if name else "ledgers root missing"
-                raise ClusterNotFoundError(
-                    f"no BookKeeper cluster at {where}{self.root}: {what} ({path})"
-                )
+
+        found = recognise_cluster(self.root, exists, where)
+        if found.kind is not None and self._kind is None:
+            self._kind = found.kind
+        return found
 
     def leaf_dirs(self, *, with_counts: bool = True) -> list[LeafDir]:
         """Every directory holding ledger znodes, each one contiguous id range, in id order

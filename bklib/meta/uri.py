@@ -12,10 +12,16 @@ BookKeeper (``MetadataDrivers.getClientDriver``, ``ZKMetadataDriverBase``):
 
 Pulsar's driver (``org.apache.pulsar.metadata.bookkeeper.AbstractMetadataDriver``, scheme
 ``metadata-store``) takes ``metadata-store:`` + a Pulsar metadata store URL, e.g.
-``metadata-store:zk:h1:2181,h2:2181/ledgers`` (what a broker derives from ``metadataStoreUrl``);
-``zk:`` is optional, as in Pulsar. The path is the ledgers root, ``/ledgers`` when absent.
-Other metadata stores (``etcd``, ``oxia``, ``rocksdb``, ``memory``) are not ZooKeeper and are
-refused by :class:`UnsupportedMetadataUri`, as is any other scheme.
+``metadata-store:zk:h1:2181,h2:2181/pulsar``; ``zk:`` is optional, as in Pulsar, and ``;``
+separates servers too. The URI is opaque to ``java.net.URI``, so the driver's ledgers root is
+always ``/ledgers``; the store URL's path is a ZooKeeper chroot (``ZKMetadataStore`` hands
+it to the ZooKeeper client). ``metadata-store:zk:h1:2181/pulsar`` is therefore ledgers root
+``/ledgers`` under chroot ``/pulsar``, i.e. ``/pulsar/ledgers``, and
+``metadata-store:zk:h1:2181/ledgers`` is ``/ledgers/ledgers``, as a Java bookie given it reads.
+``metadata-store:zk://h1:2181/x`` is refused, as Pulsar refuses it (``//h1:2181/x`` is no
+connect string). Other metadata stores (``etcd``, ``oxia``, ``rocksdb``, ``memory``) are not
+ZooKeeper and are refused by :class:`UnsupportedMetadataUri`, as is any other scheme.
+See docs/pulsar.md.
 """
 
 from __future__ import annotations
@@ -54,13 +60,16 @@ class MetadataTarget:
     """Where the metadata is: ZooKeeper ``connect`` string (no chroot) and ``ledgers_root``."""
 
     connect: str
+    """The ZooKeeper connect string; Pulsar's form may end in a chroot (``h1:2181/pulsar``)."""
     ledgers_root: str
     layout: str | None = None
     """The ledger manager the URI names, or None (the cluster's ``LAYOUT`` decides)."""
+    pulsar_driver: bool = False
+    """The URI names Pulsar's driver (``metadata-store:``), whose clusters have no ``LAYOUT``."""
 
 
 def parse_metadata_uri(uri: str) -> MetadataTarget:
-    """Parse ``zk[+layout]://SERVERS/ROOT`` or ``metadata-store:[zk:]SERVERS[/ROOT]``.
+    """Parse ``zk[+layout]://SERVERS/ROOT`` or ``metadata-store:[zk:]SERVERS[/CHROOT]``.
 
     Raises :class:`UnsupportedMetadataUri` for another metadata store and
     :class:`InvalidMetadataUri` for text that is no such URI; both messages name the URI.
@@ -92,26 +101,30 @@ def parse_metadata_uri(uri: str) -> MetadataTarget:
         raise InvalidMetadataUri(f"invalid metadata service URI {uri!r}: no servers")
     authority, path = _split_authority(rest[2:])
     servers = _servers(uri, authority)
-    return MetadataTarget(servers, _root(uri, path, default=None), layout)
+    return MetadataTarget(servers, _root(uri, path), layout)
 
 
 def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
     store = rest
     if store.lower().startswith("zk:"):
         store = store[3:]
-        if store.startswith("//"):  # metadata-store:zk://h:2181/ledgers
-            store = store[2:]
     else:
         inner = _SCHEME.match(store)
         name = inner.group(1).lower() if inner else ""
         if "://" in store or name in _PULSAR_NON_ZK:
             raise UnsupportedMetadataUri(
                 f"metadata service URI {uri!r}: metadata store {name or store!r} is not "
-                "supported (only ZooKeeper: metadata-store:zk:HOST:PORT/ledgers)"
+                "supported (only ZooKeeper: metadata-store:zk:HOST:PORT[/chroot])"
             )
+    if store.startswith("//"):  # ZKMetadataStore: Invalid path string "//h:2181/..."
+        raise InvalidMetadataUri(
+            f"invalid metadata service URI {uri!r}: Pulsar takes metadata-store:zk:HOST:PORT"
+            "[/chroot], without '//'"
+        )
     authority, path = _split_authority(store)
     servers = _servers(uri, authority)
-    return MetadataTarget(servers, _root(uri, path, default=DEFAULT_PULSAR_LEDGERS_ROOT))
+    chroot = path.rstrip("/")
+    return MetadataTarget(servers + chroot, DEFAULT_PULSAR_LEDGERS_ROOT, pulsar_driver=True)
 
 
 def _split_authority(text: str) -> tuple[str, str]:
@@ -128,12 +141,10 @@ def _servers(uri: str, authority: str) -> str:
     return ",".join(servers)
 
 
-def _root(uri: str, path: str, default: str | None) -> str:
+def _root(uri: str, path: str) -> str:
     root = path.rstrip("/")
-    if root:
-        return root
-    if default is None:
+    if not root:
         raise InvalidMetadataUri(
             f"metadata service URI {uri!r} names no ledgers root (e.g. .../ledgers)"
         )
-    return default
+    return root

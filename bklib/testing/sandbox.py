@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 from kazoo.client import KazooClient
 
 from bklib.bookie.faults import AdminClient
+from bklib.meta.cluster import MetadataDriver
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LedgerStore, connect
 from bklib.meta.underreplication import UnderReplicationManager
@@ -402,6 +403,9 @@ class Sandbox:
     detach: bool = False
     tls: bool = False
     """Bookies serve TLS only, with certificates made under ``<base_dir>/tls``."""
+    metadata_driver: MetadataDriver = MetadataDriver.BOOKKEEPER
+    """Lay the cluster out as this driver does: Pulsar's writes no ``LAYOUT`` and leaves the
+    ``underreplication`` tree to the first Auditor or ReplicationWorker."""
     bookies: list[BookieProcess] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = None
     pki: SandboxPki | None = None
@@ -438,8 +442,9 @@ class Sandbox:
         zk = connect(self.zk_connect)
         try:
             store = LedgerStore(zk, self.ledgers_root)
-            store.init_cluster()
-            UnderReplicationManager(zk, self.ledgers_root).ensure_layout()
+            store.init_cluster(driver=self.metadata_driver)
+            if self.metadata_driver is MetadataDriver.BOOKKEEPER:
+                UnderReplicationManager(zk, self.ledgers_root).ensure_layout()
             for i in range(self.num_bookies):
                 self.add_bookie(index=i, wait=False)
             self.wait_registered(self.bookie_ids, zk, timeout)

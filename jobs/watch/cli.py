@@ -281,10 +281,10 @@ def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
     from bklib.meta.store import connect
     from bklib.meta.underreplication import UnderReplicationManager
     from jobs.watch.election import election_path, read_leader
-    from jobs.watch.watcher import java_auditor
+    from jobs.watch.watcher import auditor_key, java_auditor
 
     root = args.ledgers_root
-    require_cluster(args.zk, root, args.zk_auth)
+    cluster = require_cluster(args.zk, root, args.zk_auth)
     zk = connect(args.zk, auth=args.zk_auth)
     try:
         reg = list_bookies(zk, root)
@@ -305,7 +305,9 @@ def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
             "watch_leader": leader,
             "watch_instances": members,
             "watch_election": election_path(root),
+            "metadata_driver": cluster.driver.value,
             "java_auditor": java_auditor(zk, root),
+            "java_auditor_key": auditor_key(root, cluster.driver),
             "autorecovery_enabled": urm.is_replication_enabled(),
             "lost_bookie_recovery_delay": urm.get_lost_bookie_recovery_delay(),
         }
@@ -381,7 +383,10 @@ def run_status(args: argparse.Namespace) -> int:
         )
     else:
         print(f"watch leader: none (no instance in {st['watch_election']})")
-    print(f"java auditor: {st['java_auditor'] or 'none elected'}")
+    print(
+        f"java auditor: {st['java_auditor'] or 'none elected'} ({st['java_auditor_key']}; "
+        f"{st['metadata_driver']} metadata driver)"
+    )
     print(
         "autorecovery: "
         + ("enabled" if st["autorecovery_enabled"] else "DISABLED (underreplication/disable)")

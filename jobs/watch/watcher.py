@@ -17,6 +17,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 
 from bklib.meta import paths
+from bklib.meta.cluster import MetadataDriver
+from bklib.meta.formats import PULSAR_AUDITOR_LEADER, decode_pulsar_leader
 from bklib.meta.registration import list_bookies
 from bklib.meta.underreplication import UnderReplicationManager
 
@@ -36,7 +38,8 @@ class ClusterSnapshot:
     disabled: bool
     """``underreplication/disable`` exists: autorecovery is paused."""
     auditor: str | None = None
-    """The Java Auditor elected in ``underreplication/auditorelection``, if any."""
+    """The Java Auditor elected (``underreplication/auditorelection``, or Pulsar's
+    ``underreplication/leader``), if any."""
     marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """Under-replication marks: ledger -> missing replicas."""
 
@@ -46,10 +49,29 @@ class ClusterSnapshot:
         return self.writable | self.readonly
 
 
+def auditor_key(ledgers_root: str, driver: MetadataDriver) -> str:
+    """Where the driver's Java Auditor is elected (for the operator: ``status``)."""
+    base = paths.ur_base(ledgers_root)
+    if driver is MetadataDriver.PULSAR:
+        return paths.join(base, PULSAR_AUDITOR_LEADER)
+    return paths.join(base, "auditorelection")
+
+
 def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
-    """The bookie id of the Java Auditor leading ``underreplication/auditorelection`` (its
-    vote data is a text-format ``AuditorVoteFormat`` with ``bookieId: "..."``), or None."""
-    path = paths.join(paths.ur_base(ledgers_root), "auditorelection")
+    """The bookie id of the Java Auditor, or None when none is elected.
+
+    On Pulsar's driver (``PulsarLedgerAuditorManager``) the leader holds the ephemeral key
+    ``underreplication/leader``, whose data is the bookie id as a JSON string. On BookKeeper's
+    (``ZkLedgerAuditorManager``) the lowest vote under ``underreplication/auditorelection``
+    leads; its data is a text-format ``AuditorVoteFormat`` with ``bookieId: "..."``."""
+    base = paths.ur_base(ledgers_root)
+    try:
+        data, _ = zk.get(paths.join(base, PULSAR_AUDITOR_LEADER))
+    except NoNodeError:
+        pass
+    else:
+        return decode_pulsar_leader(data)
+    path = paths.join(base, "auditorelection")
     try:
         votes = [c for c in zk.get_children(path) if c.startswith("V_")]
     except NoNodeError:

@@ -51,9 +51,23 @@ def test_a_wrong_ledgers_root_is_not_a_clean_cluster(cluster: str, tmp_path: Pat
         "--ledgers-root", "/nope",
     )  # fmt: skip
     line = one_error_line(proc)
-    assert (
-        line
-        == f"audit: no BookKeeper cluster at {cluster}/nope: LAYOUT znode missing (/nope/LAYOUT)"
+    assert line == (
+        f"audit: no BookKeeper cluster at {cluster}/nope: LAYOUT znode missing, and no "
+        "INSTANCEID of Pulsar's driver (/nope/LAYOUT)"
+    )
+
+
+def test_a_pulsar_uri_with_a_wrong_chroot_is_not_a_clean_cluster(
+    cluster: str, tmp_path: Path
+) -> None:
+    # metadata-store:zk:H/<chroot>/ledgers is <chroot>/ledgers/ledgers to Pulsar: no cluster.
+    hosts, _, chroot = cluster.partition("/")
+    uri = f"metadata-store:zk:{hosts}/{chroot}/ledgers"
+    proc = bkaudit("audit", "--metadata-uri", uri, "--warehouse", str(tmp_path / "wh"))
+    line = one_error_line(proc)
+    assert line == (
+        f"audit: no BookKeeper cluster at {cluster}/ledgers/ledgers: ledgers root missing "
+        "(/ledgers)"
     )
 
 

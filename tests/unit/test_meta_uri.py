@@ -6,7 +6,9 @@ separated servers), testResolveLedgerManagerFactoryNullScheme, ...UnknownScheme,
 ...UnspecifiedLayout, ...NullLayout, ...Flat, ...Ms (we refuse ms: not a ZooKeeper layout we
 read), ...Hierarchical, ...LongHierarchical, ...UnknownLedgerManagerFactory.
 From Pulsar (ServiceConfigurationTest.testZookeeperServers / testMetadataStoreUrl):
-``metadata-store:zk:zk1:2181/ledgers`` and ``metadata-store:zk1:2181/ledgers``.
+``metadata-store:zk:zk1:2181/ledgers`` and ``metadata-store:zk1:2181/ledgers``. Pulsar's
+driver (``AbstractMetadataDriver``) reads the path as a ZooKeeper chroot and keeps its ledgers
+at ``/ledgers`` inside it; tests/pulsar/test_metadata_uri_java.py holds a Java bookie to that.
 """
 
 from __future__ import annotations
@@ -55,14 +57,25 @@ from jobs.connection import ConnectionArgsError, add_connection_arguments, resol
             "ZK+Hierarchical://h1:2181;h2:2181/pulsar/ledgers/",
             MetadataTarget("h1:2181,h2:2181", "/pulsar/ledgers", "hierarchical"),
         ),
-        # Pulsar: ServiceConfigurationTest
-        ("metadata-store:zk:zk1:2181/ledgers", MetadataTarget("zk1:2181", "/ledgers")),
-        ("metadata-store:zk1:2181/ledgers", MetadataTarget("zk1:2181", "/ledgers")),
+        # Pulsar: ServiceConfigurationTest's forms. The path is a chroot, the root /ledgers.
         (
-            "metadata-store:zk:h1:2181;h2:2181/ledgers",
-            MetadataTarget("h1:2181,h2:2181", "/ledgers"),
+            "metadata-store:zk:zk1:2181/ledgers",
+            MetadataTarget("zk1:2181/ledgers", "/ledgers", pulsar_driver=True),
         ),
-        ("metadata-store:zk:h1:2181", MetadataTarget("h1:2181", "/ledgers")),
+        (
+            "metadata-store:zk1:2181/ledgers",
+            MetadataTarget("zk1:2181/ledgers", "/ledgers", pulsar_driver=True),
+        ),
+        (
+            "metadata-store:zk:h1:2181;h2:2181/pulsar",
+            MetadataTarget("h1:2181,h2:2181/pulsar", "/ledgers", pulsar_driver=True),
+        ),
+        (
+            "metadata-store:zk:h1:2181/pulsar/",
+            MetadataTarget("h1:2181/pulsar", "/ledgers", pulsar_driver=True),
+        ),
+        ("metadata-store:zk:h1:2181", MetadataTarget("h1:2181", "/ledgers", pulsar_driver=True)),
+        ("metadata-store:h1:2181", MetadataTarget("h1:2181", "/ledgers", pulsar_driver=True)),
     ],
 )
 def test_zookeeper_uris(uri: str, expected: MetadataTarget) -> None:
@@ -98,6 +111,7 @@ def test_other_backends_are_refused_by_name(uri: str, named: str) -> None:
         "zk:///ledgers",
         "zk://h1:2181",  # no ledgers root
         "zk://h1:2181;;h2:2181/ledgers",
+        "metadata-store:zk://h1:2181/pulsar",  # Pulsar: Invalid path string "//h1:2181/pulsar"
     ],
 )
 def test_malformed_uris(uri: str) -> None:
@@ -127,6 +141,8 @@ def test_metadata_uri_sets_zk_and_ledgers_root() -> None:
     args = _resolve(["--metadata-uri", "zk+hierarchical://h1:2181;h2:2181/pulsar/ledgers"])
     assert (args.zk, args.ledgers_root) == ("h1:2181,h2:2181", "/pulsar/ledgers")
     assert _resolve(["--zk", "h:1"]).zk == "h:1"
+    args = _resolve(["--metadata-uri", "metadata-store:zk:h1:2181/pulsar"])
+    assert (args.zk, args.ledgers_root) == ("h1:2181/pulsar", "/ledgers")
 
 
 @pytest.mark.parametrize(
