@@ -65,7 +65,9 @@ def test_every_command_on_pulsars_layout(
         assert zk.exists("/ledgers/LAYOUT") is None and zk.exists("/ledgers/INSTANCEID")
         assert zk.exists("/ledgers/underreplication") is None
         # A Java Auditor on Pulsar's driver leads at the single key underreplication/leader.
-        zk.create("/ledgers/underreplication/leader", encode_pulsar_leader("b9:3181"), makepath=True)
+        zk.create(
+            "/ledgers/underreplication/leader", encode_pulsar_leader("b9:3181"), makepath=True
+        )
     finally:
         zk.stop()
         zk.close()
