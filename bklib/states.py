@@ -21,6 +21,7 @@ __all__ = [
     "CountKey",
     "Executor",
     "FetchMethod",
+    "PulsarFinding",
     "Reason",
     "RepairMode",
     "ReplicaStatus",
@@ -45,7 +46,13 @@ class Check:
     SAMPLE = "sample"
     """BookKeeper's LedgerChecker: the first and last entry of each fragment on each bookie,
     plus a percentage spread over it, read and digest-verified. Can miss a middle entry."""
+    PULSAR = "pulsar"
+    """Pulsar's metadata (managed ledgers, cursors, schemas) against BookKeeper's ledgers:
+    dangling references and orphan ledgers (``pulsar_checks``, ``pulsar_references``)."""
     ALL = (LOST, SAMPLE, REPLICAS, DEEP)
+    """The checks of BookKeeper's replication (``audit_runs``)."""
+    CHOICES = (*ALL, PULSAR)
+    """What ``audit --check`` takes."""
     READS_ENTRIES = (SAMPLE, REPLICAS, DEEP)
     """Checks that ask the bookies (the others read metadata only)."""
 
@@ -134,6 +141,26 @@ class ActionKind:
     CLEAR_MARK = "CLEAR_MARK"
     """A marked ledger the latest audit did not flag, checked now and found fully replicated:
     its under-replication mark is removed, as BookKeeper's ReplicationWorker does."""
+    UNLOAD_TOPIC = "UNLOAD_TOPIC"
+    """A Pulsar topic unloaded through the admin API after its ledgers were repaired, so its
+    broker drops stale ledger handles (``topic`` names it; docs/pulsar.md)."""
+    DELETE_ORPHAN = "DELETE_ORPHAN"
+    """``bkaudit orphans delete``: a ledger Pulsar no longer lists, deleted (its metadata
+    removed by compare-and-set; the bookies reclaim its entries)."""
+    NOT_LEDGER_REPAIRS = frozenset({UNLOAD_TOPIC, DELETE_ORPHAN})
+    """Actions that say nothing about their ledger's repair status: readers that decide
+    whether a ledger is repaired leave them out."""
+
+
+class PulsarFinding:
+    """``pulsar_references.kind``."""
+
+    DANGLING = "DANGLING"
+    """Pulsar names a ledger BookKeeper does not have: the topic's reads fail."""
+    ORPHAN = "ORPHAN"
+    """A ledger Pulsar's tags give an owner that does not list it: disk held forever."""
+    ERROR = "ERROR"
+    """A Pulsar key that could not be decoded: what it references is unknown."""
 
 
 class ActionStatus:
@@ -163,6 +190,8 @@ class RepairMode:
     RECOVER = "recover"
     DECOMMISSION = "decommission"
     ALL = (REREPLICATE, RECOVER, DECOMMISSION)
+    ORPHANS = "orphans"
+    """``bkaudit orphans delete`` (not a repair: its rows are DELETE_ORPHAN actions)."""
 
 
 class Executor:

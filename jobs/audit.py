@@ -61,11 +61,13 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
     parser.add_argument(
         "--check",
-        choices=Check.ALL,
+        choices=Check.CHOICES,
         default=Check.REPLICAS,
         help="lost: metadata only; sample: BookKeeper's LedgerChecker (first and last entry of "
         "each fragment on each bookie, plus --verify-percentage); replicas: compare bookie "
-        "entry lists (default); deep: read every replica and verify its digest",
+        "entry lists (default); deep: read every replica and verify its digest; pulsar: "
+        "Pulsar's managed ledgers, cursors and schemas against BookKeeper's ledgers "
+        "(dangling and orphan ledgers; docs/pulsar.md)",
     )
     parser.add_argument(
         "--verify-percentage",
@@ -118,6 +120,9 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     from jobs.placement import add_placement_arguments
 
     add_placement_arguments(parser, command="audit")
+    from jobs.pulsar_check import add_pulsar_check_arguments
+
+    add_pulsar_check_arguments(parser)
     add_executor_arguments(parser)
     from jobs.connection import add_connection_arguments
 
@@ -129,6 +134,10 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
 
     A caller that hands in a SparkSession gets Spark under ``--executor auto``.
     """
+    if args.check == Check.PULSAR:  # metadata only, in this process (jobs.pulsar_check)
+        from jobs.pulsar_check import run_pulsar_check
+
+        return run_pulsar_check(args)
     config = AuditConfig.from_args(args)
     requested = getattr(args, "executor", Executor.AUTO)
     if spark is not None and requested == Executor.AUTO:

@@ -629,7 +629,15 @@ def _read_inputs(warehouse: str, cutoff: datetime) -> RetentionPlan:
     """Read what retention needs (audit_runs, the candidates' fragments, the actions, the
     blast_radius and triage run times) and plan."""
     from jobs.tables import delta
-    from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BLAST_RADIUS, FRAGMENTS, TRIAGE
+    from jobs.tables.schema import (
+        ACTIONS,
+        AUDIT_RUNS,
+        BLAST_RADIUS,
+        FRAGMENTS,
+        PULSAR_CHECKS,
+        PULSAR_REFERENCES,
+        TRIAGE,
+    )
 
     runs = [
         AuditRun.from_row(r)
@@ -640,7 +648,7 @@ def _read_inputs(warehouse: str, cutoff: datetime) -> RetentionPlan:
     actions = delta.read_rows(
         warehouse,
         ACTIONS,
-        columns=["run_id", "mode", "audit_run_id", "ledger_id", "status", "started_at"],
+        columns=["run_id", "mode", "audit_run_id", "ledger_id", "action", "status", "started_at"],
     )
     key_cols = ["run_id", "ledger_id", "segment_first_entry_id", "bookie_id"]
     candidates = [r.run_id for r in open_finding_candidates(runs)]
@@ -662,7 +670,12 @@ def _read_inputs(warehouse: str, cutoff: datetime) -> RetentionPlan:
         ):
             kept_ledgers[f["run_id"]].add(int(f["ledger_id"]))
     other: dict[str, dict[str, datetime]] = {}
-    for table, column in ((BLAST_RADIUS, "computed_at"), (TRIAGE, "triaged_at")):
+    for table, column in (
+        (BLAST_RADIUS, "computed_at"),
+        (TRIAGE, "triaged_at"),
+        (PULSAR_CHECKS, "started_at"),
+        (PULSAR_REFERENCES, "detected_at"),
+    ):
         times: dict[str, datetime] = {}
         for r in delta.read_rows(warehouse, table, columns=["run_id", column]):
             t = r[column]
@@ -690,6 +703,8 @@ def deletions(plan: RetentionPlan, runs_day: Mapping[str, date]) -> list[Deletio
         BOOKIES,
         FRAGMENTS,
         LEDGERS,
+        PULSAR_CHECKS,
+        PULSAR_REFERENCES,
         TRIAGE,
     )
 
@@ -708,7 +723,7 @@ def deletions(plan: RetentionPlan, runs_day: Mapping[str, date]) -> list[Deletio
     for table in (FRAGMENTS, LEDGERS, BOOKIES):
         out.append(Deletion(table, named(plan.deleted_audit), day, old_kept(plan.kept_audit)))
     out.append(Deletion(ACTIONS, named(plan.deleted_repair), day, old_kept(plan.kept_repair)))
-    for table in (BLAST_RADIUS, TRIAGE):
+    for table in (BLAST_RADIUS, TRIAGE, PULSAR_CHECKS, PULSAR_REFERENCES):
         out.append(Deletion(table, set(plan.deleted_other.get(table, set()))))
     return out
 

@@ -128,6 +128,7 @@ def stamp(
         r["mode"] = config.mode
         r["audit_run_id"] = config.audit_run_id
         r["executor"] = executor
+        r.setdefault("topic", None)
     return rows
 
 

@@ -155,6 +155,9 @@ def add_repair_arguments(
     from jobs.placement import add_placement_arguments
 
     add_placement_arguments(parser, command=mode)
+    from jobs.pulsar_unload import add_pulsar_admin_arguments
+
+    add_pulsar_admin_arguments(parser)
     add_executor_arguments(parser)
     from jobs.connection import add_connection_arguments
 
@@ -244,6 +247,20 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
         return 2, None
     status = print_summary(mode, run_id, rows)
+    from jobs.pulsar_unload import after_repair
+
+    after_repair(
+        args,
+        rows,
+        run_id=run_id,
+        mode=mode,
+        zk_hosts=config.zk,
+        ledgers_root=config.ledgers_root,
+        auth=config.zk_auth,
+        warehouse=config.warehouse,
+        audit_run_id=config.audit_run_id,
+        dry_run=config.settings.dry_run,
+    )
     if local.unreadable:
         # Fail closed: a ledger we cannot parse may still name the bookie.
         print(

@@ -9,7 +9,7 @@ __all__ = ["parse_duration", "parse_percentage", "parse_rate", "parse_size"]
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9}
 _SIZE_UNITS |= {"GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_TIME_UNITS = {"": 1, "S": 1, "MS": 1e-3, "M": 60, "MIN": 60, "H": 3600}
+_TIME_UNITS = {"": 1, "S": 1, "MS": 1e-3, "M": 60, "MIN": 60, "H": 3600, "D": 86400, "W": 604800}
 
 
 def parse_size(text: str) -> int:
@@ -31,10 +31,10 @@ def parse_rate(text: str) -> float | None:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from ``30``, ``30s``, ``500ms``, ``5m``, ``1h``."""
+    """Seconds from ``30``, ``30s``, ``500ms``, ``5m``, ``1h``, ``1d``, ``2w``."""
     m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).upper() not in _TIME_UNITS:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 5m, 500ms)")
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 5m, 500ms, 7d)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2).upper()]
 
 

@@ -31,9 +31,9 @@ if [ ! -f "$lib_stamp" ]; then
   rm -rf "$lib"
   mkdir -p "$lib"
   # netty-tcnative (TLS) is not used and is large; the other natives are used when they load.
-  mvn -q -B -f "$pom" dependency:copy-dependencies -Dbk.version="$version" \
+  mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -Dbk.version="$version" \
     -DoutputDirectory="$lib" -DincludeScope=runtime \
-    -DexcludeArtifactIds=netty-tcnative-boringssl-static
+    -DexcludeArtifactIds=netty-tcnative-boringssl-static >&2
   if [ ! -f "$lib/bookkeeper-server-$version.jar" ]; then
     echo "install_bookkeeper: bookkeeper-server-$version.jar was not resolved" >&2
     exit 1

@@ -65,6 +65,8 @@ class PulsarLedger:
     topic: str | None = None
     managed_ledger: str | None = None
     cursor: str | None = None
+    schema_id: str | None = None
+    application: str | None = None
 
 
 def _text(value: bytes | None) -> str | None:
@@ -99,8 +101,7 @@ def decode_pulsar_metadata(custom: Mapping[str, bytes]) -> PulsarLedger:
         topic = topic_of_managed_ledger(ml)
     if topic is None:
         topic = _text(custom.get(COMPACTED_TOPIC)) or _text(custom.get(LEGACY_COMPACTED_TOPIC))
-    if topic is None:
-        schema = _text(custom.get(SCHEMA_ID))
-        if schema is not None:
-            topic = schema if "://" in schema else f"persistent://{schema}"
-    return PulsarLedger(component, topic, ml, cursor)
+    schema = _text(custom.get(SCHEMA_ID))
+    if topic is None and schema is not None:
+        topic = schema if "://" in schema else f"persistent://{schema}"
+    return PulsarLedger(component, topic, ml, cursor, schema, _text(custom.get(APPLICATION)))

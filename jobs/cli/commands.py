@@ -154,7 +154,7 @@ def _triage_job() -> JobParts:
 
 SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
     "audit": (
-        "audit a cluster into Delta tables (--check lost|replicas|deep)",
+        "audit a cluster into Delta tables (--check lost|sample|replicas|deep|pulsar)",
         "Write one audit run of the cluster to the Delta tables under --warehouse.",
         _audit_job,
     ),
@@ -246,6 +246,23 @@ def _maintain_job() -> JobParts:
     from jobs.maintain import add_maintain_arguments, run_maintain
 
     return add_maintain_arguments, run_maintain
+
+
+def _orphans_job() -> JobParts:
+    from jobs.orphans import add_orphans_arguments, run_orphans
+
+    return add_orphans_arguments, run_orphans
+
+
+# Pulsar's unlisted ledgers (docs/pulsar.md); metadata only, no Spark.
+SPARK_COMMANDS["orphans"] = (
+    "delete ledgers Pulsar no longer lists",
+    "Delete orphan ledgers: ledgers whose Pulsar owner (managed ledger, cursor, schema) no "
+    "longer lists them, older than --older-than, found by two reads --delay apart that agree. "
+    "Every deletion is recorded in replication_actions. Exit 0 when all agreed orphans were "
+    "deleted, 1 when some were not, 2 on error.",
+    _orphans_job,
+)
 
 
 # Delta table upkeep (docs/tables.md); delta-rs, no Spark.

@@ -82,6 +82,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "audit": (
         "bkaudit audit --zk zk1:2181/pulsar --warehouse /data/bkaudit --check replicas",
         "bkaudit audit --check lost          # zk and warehouse from conf/bkaudit.yaml",
+        "bkaudit audit --check pulsar --metadata-uri metadata-store:zk:zk1:2181 --warehouse W",
         "BKAUDIT_AUDIT_CHECK=deep bkaudit audit --zk 127.0.0.1:2181 --warehouse /tmp/wh",
         "spark-submit jobs/audit.py --zk zk1:2181 --warehouse s3a://ops/bkaudit",
     ),
@@ -114,6 +115,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "bkaudit sandbox down",
     ),
     "demo": ("bkaudit demo", "bkaudit demo --ledgers 1000 --bookies 7 --dir /tmp/demo"),
+    "orphans": (
+        "bkaudit orphans delete --metadata-uri metadata-store:zk:zk1:2181 --warehouse /data/bkaudit"
+        " --older-than 7d --dry-run",
+        "bkaudit orphans delete --zk zk1:2181 --warehouse /data/bkaudit --older-than 14d",
+    ),
 }
 """``--help`` examples per command (see :func:`help_epilog`)."""
 EXAMPLES["watch"] = (

@@ -481,7 +481,11 @@ def collect_report_data(
     data = ReportData(warehouse, run, datetime.now(timezone.utc), title=title)
     actions = None
     if delta.table_exists(warehouse, ACTIONS):
-        actions = delta.read_rows(warehouse, ACTIONS, columns=_ACTION_COLUMNS_READ)
+        actions = [
+            a
+            for a in delta.read_rows(warehouse, ACTIONS, columns=_ACTION_COLUMNS_READ)
+            if a["action"] not in ActionKind.NOT_LEDGER_REPAIRS
+        ]
         data.has_actions = True
     if delta.table_exists(warehouse, FRAGMENTS):
         latest = delta.read_rows(

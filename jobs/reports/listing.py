@@ -23,7 +23,8 @@ from collections import defaultdict
 from typing import Any, TextIO
 
 from bklib.meta.zkaccess import ZkAuth
-from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, Reason, Severity
+from bklib.pulsar.unload import operator_command, topics_awaiting_unload
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, Reason, Severity
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 
@@ -82,6 +83,8 @@ def repair_status(
     skips the ledger does not undo an earlier repair."""
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for a in sorted(actions, key=lambda a: a["started_at"]):
+        if a["action"] in ActionKind.NOT_LEDGER_REPAIRS:
+            continue
         if since is None or a["started_at"] >= since:
             runs.setdefault(a["ledger_id"], {}).setdefault(a["run_id"], []).append(a)
     out: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -273,6 +276,11 @@ def list_underreplicated(
             else []
         )
         repairs = repair_status(actions, run["started_at"])
+        unloads = (
+            delta.read_rows(warehouse, ACTIONS, filters=[("action", "=", ActionKind.UNLOAD_TOPIC)])
+            if wanted
+            else []
+        )
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
@@ -281,6 +289,15 @@ def list_underreplicated(
         print(format_by_topic(run, frags, repairs), file=out or sys.stdout)
     else:
         print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
+    stale = topics_awaiting_unload(frags, [*actions, *unloads])
+    if stale:
+        print(
+            f"{len(stale)} Pulsar topics had ledgers repaired and were not unloaded since; "
+            "their brokers may hold stale ledger handles until each is unloaded:",
+            file=out or sys.stdout,
+        )
+        for topic in stale:
+            print(f"  {operator_command(topic)}", file=out or sys.stdout)
     left = {f["ledger_id"] for f in frags} - {
         lid for lid, (status, _) in repairs.items() if status in RESOLVED
     }

@@ -288,6 +288,8 @@ ACTIONS_SCHEMA = pa.schema(
         _f("started_at", TS, False),
         _f("finished_at", TS),
         _f("executor", pa.string()),
+        # UNLOAD_TOPIC: the Pulsar topic unloaded (None for every other action).
+        _f("topic", pa.string()),
     ]
 )
 """One repair action as the repair jobs build it (run_id, mode, audit_run_id stamped on)."""
@@ -362,10 +364,55 @@ TRIAGE_SCHEMA = pa.schema(
 )
 """One unrecoverable ledger and why (:func:`bklib.audit.triage.triage_ledger`)."""
 
+# ---- the Pulsar cross-check (audit --check pulsar; docs/pulsar.md) ----------------------------
+
+PULSAR_CHECKS = "pulsar_checks"
+PULSAR_REFERENCES = "pulsar_references"
+
+PULSAR_CHECKS_SCHEMA = pa.schema(
+    [
+        RUN_ID,
+        _f("started_at", TS, False),
+        _f("finished_at", TS),
+        _f("zk", pa.string()),
+        _f("pulsar_root", pa.string()),
+        _f("status", pa.string(), False),  # bklib.states.RunStatus
+        _f("counts", pa.map_(pa.string(), pa.int64())),
+        _f("error", pa.string()),
+    ]
+)
+"""One cross-check of Pulsar's metadata against BookKeeper's: what it read and found."""
+
+PULSAR_REFERENCES_SCHEMA = pa.schema(
+    [
+        RUN_ID,
+        _f("detected_at", TS, False),
+        _f("kind", pa.string(), False),  # bklib.states.PulsarFinding
+        _f("severity", pa.string()),
+        # None for an ERROR row about a key that names no single ledger.
+        _f("ledger_id", pa.int64()),
+        _f("topic", pa.string()),
+        _f("namespace", pa.string()),
+        # managed-ledger, cursor, schema, compacted-ledger: what names (or should name) it.
+        _f("component", pa.string()),
+        # The Pulsar key that references the ledger (DANGLING), should list it (ORPHAN) or
+        # could not be decoded (ERROR).
+        _f("key", pa.string()),
+        _f("bytes", pa.int64()),
+        _f("ledger_ctime", TS),
+        _f("error", pa.string()),
+    ]
+)
+"""A dangling reference, an orphan ledger, or an undecodable Pulsar key."""
+
 PARTITION_BY[BLAST_RADIUS] = []
 PARTITION_BY[TRIAGE] = []
+PARTITION_BY[PULSAR_CHECKS] = []
+PARTITION_BY[PULSAR_REFERENCES] = []
 TABLE_SCHEMAS[BLAST_RADIUS] = BLAST_RADIUS_SCHEMA
 TABLE_SCHEMAS[TRIAGE] = TRIAGE_SCHEMA
+TABLE_SCHEMAS[PULSAR_CHECKS] = PULSAR_CHECKS_SCHEMA
+TABLE_SCHEMAS[PULSAR_REFERENCES] = PULSAR_REFERENCES_SCHEMA
 
-ALL_TABLES = (*TABLES, BLAST_RADIUS, TRIAGE)
+ALL_TABLES = (*TABLES, BLAST_RADIUS, TRIAGE, PULSAR_CHECKS, PULSAR_REFERENCES)
 """Every table bkaudit writes under a warehouse (what ``bkaudit maintain`` looks after)."""

@@ -106,6 +106,7 @@ def _action(run_id: str, audit_run: str, ledger: int, at: datetime) -> dict[str,
         "started_at": at,
         "finished_at": at + timedelta(seconds=1),
         "executor": "local",
+        "topic": None,
     }
 
 

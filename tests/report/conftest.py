@@ -163,6 +163,7 @@ def _append_repair_run(spark: SparkSession, wh: ReportWarehouse) -> None:
             "started_at": start,
             "finished_at": end,
             "executor": Executor.SPARK,
+            "topic": None,
         }
         rows.append(tuple(row[col.name] for col in load.ACTIONS_SCHEMA.fields))
         return end

@@ -39,6 +39,7 @@ def _action(run_id: str, ledger_id: int, executor: str) -> dict[str, Any]:
         "started_at": T0,
         "finished_at": T0,
         "executor": executor,
+        "topic": None,
     }
 
 

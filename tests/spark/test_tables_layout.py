@@ -70,6 +70,7 @@ def _action() -> dict[str, Any]:
         "started_at": STARTED,
         "finished_at": STARTED,
         "executor": "x",
+        "topic": None,
     }
 
 

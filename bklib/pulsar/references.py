@@ -1,0 +1,267 @@
+"""Which ledgers Pulsar's metadata references, read from its metadata store (ZooKeeper).
+
+Pulsar keeps, next to BookKeeper's ``ledgers`` tree (usually under the same root):
+
+* ``managed-ledgers/<tenant>/<namespace>/persistent/<topic>`` (v1 names add ``<cluster>``
+  after the tenant): a topic's ledgers, and as children its cursors, each naming its ledger;
+* ``schemas/<tenant>/<namespace>/<topic>``: the ledgers of a topic's schema versions.
+
+:func:`read_references` walks both and decodes every value (:mod:`bklib.pulsar.metadata`).
+A value that does not decode is an error naming its key, and the owner it describes is then
+unknown: nothing it might list may be judged orphan. A key deleted during the walk (a topic
+deleted meanwhile) is simply absent. Reads are pipelined a batch at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import unquote_plus
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from bklib.errors import ZKError
+from bklib.meta import paths
+from bklib.meta.pulsar import topic_of_managed_ledger
+from bklib.pulsar.metadata import (
+    CorruptPulsarMetadata,
+    decode_cursor,
+    decode_managed_ledger,
+    decode_schema_ledgers,
+)
+
+__all__ = [
+    "MANAGED_LEDGERS",
+    "SCHEMAS",
+    "Owner",
+    "PulsarReferences",
+    "Reference",
+    "cursor_key",
+    "managed_ledger_key",
+    "read_references",
+    "schema_key",
+]
+
+log = logging.getLogger(__name__)
+
+MANAGED_LEDGERS = "managed-ledgers"
+SCHEMAS = "schemas"
+DOMAIN = "persistent"
+BATCH = 256
+
+
+class Owner:
+    """What references a ledger (``pulsar_references.component``)."""
+
+    MANAGED_LEDGER = "managed-ledger"
+    CURSOR = "cursor"
+    SCHEMA = "schema"
+    COMPACTED = "compacted-ledger"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One ledger id named by one Pulsar key."""
+
+    ledger_id: int
+    key: str
+    owner: str
+    topic: str | None
+    bookkeeper_deleted: bool = False
+    """Offloaded and deleted from BookKeeper on purpose: its absence is no loss."""
+
+
+@dataclass
+class PulsarReferences:
+    """Everything the walk found: the references, each owner key's listed ledgers, and the
+    keys that could not be decoded (``errors``: key -> reason)."""
+
+    refs: list[Reference] = field(default_factory=list)
+    listed: dict[str, frozenset[int]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    managed_ledgers: int = 0
+    cursors: int = 0
+    schemas: int = 0
+
+    def referenced(self) -> dict[int, list[Reference]]:
+        """The references by ledger id."""
+        out: dict[int, list[Reference]] = {}
+        for r in self.refs:
+            out.setdefault(r.ledger_id, []).append(r)
+        return out
+
+
+def managed_ledger_key(root: str, name: str) -> str:
+    """The key of managed ledger ``name`` (``tenant/namespace/persistent/topic``)."""
+    return paths.join(root, MANAGED_LEDGERS, name)
+
+
+def cursor_key(root: str, managed_ledger: str, cursor: str) -> str:
+    return paths.join(root, MANAGED_LEDGERS, managed_ledger, cursor)
+
+
+def schema_key(root: str, schema_id: str) -> str:
+    return paths.join(root, SCHEMAS, schema_id)
+
+
+def schema_topic(schema_id: str) -> str:
+    """``tenant/namespace/topic`` -> ``persistent://tenant/namespace/topic`` (decoded)."""
+    head, _, local = schema_id.rpartition("/")
+    return f"persistent://{head}/{unquote_plus(local)}"
+
+
+class _Reader:
+    def __init__(self, zk: KazooClient) -> None:
+        self.zk = zk
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(path))
+        except NoNodeError:
+            return []
+        except KazooException as exc:
+            what = f"cannot list Pulsar metadata: {type(exc).__name__} {exc}"
+            raise ZKError(what, path=path) from exc
+
+    def values(self, keys: Iterable[str]) -> Iterator[tuple[str, bytes | None]]:
+        """(key, data) for each key, None when deleted meanwhile; pipelined."""
+        batch: list[str] = []
+        for key in keys:
+            batch.append(key)
+            if len(batch) >= BATCH:
+                yield from self._get(batch)
+                batch = []
+        yield from self._get(batch)
+
+    def _get(self, keys: list[str]) -> Iterator[tuple[str, bytes | None]]:
+        pending = [(k, self.zk.get_async(k)) for k in keys]
+        for key, result in pending:
+            try:
+                data: bytes = result.get()[0]
+            except NoNodeError:
+                yield key, None
+                continue
+            except KazooException as exc:
+                what = f"cannot read Pulsar metadata: {type(exc).__name__} {exc}"
+                raise ZKError(what, path=key) from exc
+            yield key, data
+
+
+def _managed_ledger_names(r: _Reader, root: str) -> Iterator[str]:
+    """Every managed-ledger name: the children of a ``persistent`` level two (v2) or three
+    (v1) levels below ``managed-ledgers``."""
+    base = paths.join(root, MANAGED_LEDGERS)
+
+    def walk(rel: list[str]) -> Iterator[str]:
+        if len(rel) in (2, 3) and rel[-1] == DOMAIN:
+            for topic in r.children(paths.join(base, *rel)):
+                yield "/".join([*rel, topic])
+            return
+        if len(rel) >= 3:
+            return
+        for child in r.children(paths.join(base, *rel) if rel else base):
+            yield from walk([*rel, child])
+
+    yield from walk([])
+
+
+def read_references(
+    zk: KazooClient, root: str = "/", progress: Callable[[int], None] | None = None
+) -> PulsarReferences:
+    """Read every managed ledger, cursor and schema under ``root`` (Pulsar's metadata root:
+    the parent of BookKeeper's ledgers root when both share a store). ``progress`` is called
+    with the count of keys read so far."""
+    r = _Reader(zk)
+    out = PulsarReferences()
+    read = 0
+
+    def tick() -> None:
+        nonlocal read
+        read += 1
+        if progress is not None and read % 1000 == 0:
+            progress(read)
+
+    names = list(_managed_ledger_names(r, root))
+    for key, data in r.values(managed_ledger_key(root, n) for n in names):
+        tick()
+        name = key[len(paths.join(root, MANAGED_LEDGERS)) + 1 :]
+        if data is None:
+            continue
+        topic = topic_of_managed_ledger(name)
+        out.managed_ledgers += 1
+        try:
+            ml = decode_managed_ledger(key, data)
+        except CorruptPulsarMetadata as exc:
+            _error(out, key, exc)
+        else:
+            out.listed[key] = frozenset(e.ledger_id for e in ml.ledgers)
+            out.refs.extend(
+                Reference(e.ledger_id, key, Owner.MANAGED_LEDGER, topic, e.bookkeeper_deleted)
+                for e in ml.ledgers
+            )
+        cursor_keys = [cursor_key(root, name, c) for c in r.children(key)]
+        for ckey, cdata in r.values(cursor_keys):
+            tick()
+            if cdata is None:
+                continue
+            out.cursors += 1
+            try:
+                cursor = decode_cursor(ckey, cdata)
+            except CorruptPulsarMetadata as exc:
+                _error(out, ckey, exc)
+                continue
+            own = {cursor.cursor_ledger} - {None}
+            out.listed[ckey] = frozenset(x for x in own if x is not None)
+            out.refs.extend(Reference(x, ckey, Owner.CURSOR, topic) for x in out.listed[ckey])
+            # The property is authoritative only while the position lives in the value: with a
+            # cursor ledger, the ledger's last entry holds it and the value may be stale.
+            if cursor.compacted_ledger is not None and cursor.cursor_ledger is None:
+                out.refs.append(Reference(cursor.compacted_ledger, ckey, Owner.COMPACTED, topic))
+    for key, data in r.values(_schema_keys(r, root)):
+        tick()
+        if not data:  # deleted meanwhile, or an empty namespace level (no locator is empty)
+            continue
+        out.schemas += 1
+        schema_id = key[len(paths.join(root, SCHEMAS)) + 1 :]
+        try:
+            ledgers = decode_schema_ledgers(key, data)
+        except CorruptPulsarMetadata as exc:
+            _error(out, key, exc)
+            continue
+        out.listed[key] = frozenset(ledgers)
+        out.refs.extend(Reference(x, key, Owner.SCHEMA, schema_topic(schema_id)) for x in ledgers)
+    log.info(
+        "pulsar metadata: %d managed ledgers, %d cursors, %d schemas, %d ledger references, "
+        "%d undecodable keys",
+        out.managed_ledgers,
+        out.cursors,
+        out.schemas,
+        len(out.refs),
+        len(out.errors),
+    )
+    return out
+
+
+def _schema_keys(r: _Reader, root: str) -> Iterator[str]:
+    """Schema keys: ``schemas/tenant/namespace/topic`` (v1: ``tenant/cluster/ns/topic``),
+    the leaves three or four levels down."""
+    base = paths.join(root, SCHEMAS)
+
+    def walk(rel: list[str]) -> Iterator[str]:
+        kids = r.children(paths.join(base, *rel) if rel else base)
+        if not kids and len(rel) in (3, 4):
+            yield paths.join(base, *rel)
+            return
+        if len(rel) >= 4:
+            return
+        for child in kids:
+            yield from walk([*rel, child])
+
+    yield from walk([])
+
+
+def _error(out: PulsarReferences, key: str, exc: CorruptPulsarMetadata) -> None:
+    log.error("pulsar metadata %s: %s", key, exc.reason)
+    out.errors[key] = exc.reason

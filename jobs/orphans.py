@@ -1,0 +1,232 @@
+"""``bkaudit orphans delete``: delete the ledgers Pulsar no longer lists, safely.
+
+    bkaudit orphans delete --zk HOST:PORT[/chroot] --warehouse W --older-than 7d [--dry-run]
+
+Two full cross-checks (:func:`jobs.pulsar_check.check_pulsar`) are read ``--delay`` apart; a
+ledger is deleted only when both found it orphaned, its metadata did not change between them,
+and a last read of its owner, just before the delete, still does not list it. The delete is
+BookKeeper's: the metadata znode is removed by compare-and-set on the version both reads saw
+(``BookKeeper.deleteLedger``); the bookies reclaim the entries at their next garbage
+collection. A ledger without Pulsar's tags is never deleted unless ``--include-unowned`` is
+given, and then only when no Pulsar key failed to decode in either read. A run whose ledger
+scan was incomplete deletes nothing. Every deletion (or planned one) is a ``DELETE_ORPHAN``
+row in ``replication_actions``; at most ``--rate`` ledgers are deleted a second.
+See docs/pulsar.md.
+
+Exit status: 0 when every agreed orphan was deleted (or planned), 1 when some were not, 2 on
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from bklib.errors import BKError
+from bklib.meta.pulsar import decode_pulsar_metadata
+from bklib.meta.store import LedgerStore, connect
+from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
+from bklib.states import ActionKind, ActionStatus, RepairMode
+from jobs.messages import one_line
+from jobs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
+
+__all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
+
+log = logging.getLogger("jobs.orphans")
+
+UNOWNED = "unowned"
+"""The owner of a ledger without Pulsar's tags (``--include-unowned``)."""
+
+
+def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from jobs.units import parse_duration
+
+    parser.add_argument("action", choices=["delete"], help="what to do with the orphans")
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
+    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        help="delete only orphans created longer ago than this (e.g. 7d)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="record what would be deleted; delete nothing"
+    )
+    parser.add_argument(
+        "--include-unowned",
+        action="store_true",
+        help="also delete old ledgers without Pulsar's tags that no Pulsar key references "
+        "(other applications' ledgers look the same: be sure)",
+    )
+    parser.add_argument(
+        "--delay",
+        type=parse_duration,
+        default=30.0,
+        help="time between the two reads that must agree (default 30s)",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=10.0, help="ledgers deleted per second at most"
+    )
+    parser.add_argument(
+        "--pulsar-root",
+        default=None,
+        help="where Pulsar's managed-ledgers and schemas are (default: the ledgers root's parent)",
+    )
+    parser.add_argument("--ledgers-root", default="/ledgers", help="BookKeeper's ledgers root")
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    from jobs.connection import add_connection_arguments
+
+    return add_connection_arguments(parser)
+
+
+def _unowned(check: PulsarCheck, bk: dict[int, BookKeeperLedger], min_age_ms: int) -> list[Orphan]:
+    """Old ledgers without any Pulsar tag that no Pulsar key references."""
+    referenced = {r.ledger_id for r in check.refs.refs}
+    now = int(time.time() * 1000)
+    return [
+        Orphan(led, "", UNOWNED)
+        for lid, led in sorted(bk.items())
+        if lid not in referenced
+        and led.tags == decode_pulsar_metadata({})
+        and led.ctime_ms is not None
+        and now - led.ctime_ms >= min_age_ms
+    ]
+
+
+def agreed_orphans(first: Sequence[Orphan], second: Sequence[Orphan]) -> list[Orphan]:
+    """The orphans both reads found, with unchanged metadata (same znode version)."""
+    before = {o.ledger.ledger_id: o.ledger.version for o in first}
+    return [
+        o
+        for o in second
+        if o.ledger.ledger_id in before and before[o.ledger.ledger_id] == o.ledger.version
+    ]
+
+
+def _read(args: argparse.Namespace, root: str) -> tuple[PulsarCheck, list[Orphan]]:
+    check = check_pulsar(
+        args.zk,
+        args.ledgers_root,
+        args.zk_auth,
+        pulsar_root=root,
+        orphan_min_age=args.older_than,
+    )
+    if not check.scan_complete:
+        raise BKError(f"metadata scan incomplete ({check.scan_account}); nothing deleted")
+    found = list(check.orphans)
+    if args.include_unowned:
+        if check.refs.errors:
+            raise BKError(
+                f"{len(check.refs.errors)} Pulsar keys could not be decoded (e.g. "
+                f"{next(iter(sorted(check.refs.errors)))}): with --include-unowned nothing is "
+                "deleted, as such a key may reference any ledger"
+            )
+        found += _unowned(check, check.bookkeeper, int(args.older_than * 1000))
+    return check, found
+
+
+def run_orphans(args: argparse.Namespace) -> int:
+    """``bkaudit orphans delete``: read twice, delete what both reads agree on."""
+    from bklib.audit.engine import require_cluster
+    from jobs.tables import delta
+    from jobs.tables.runs import new_run_id
+    from jobs.tables.schema import ACTIONS
+
+    run_id = new_run_id(datetime.now(timezone.utc))
+    root = args.pulsar_root or pulsar_root_of(args.ledgers_root)
+    try:
+        delta.check_writable(args.warehouse, (ACTIONS,))
+        require_cluster(args.zk, args.ledgers_root, args.zk_auth)
+        _, first = _read(args, root)
+        log.info("orphans: %d found; reading again in %gs", len(first), args.delay)
+        time.sleep(args.delay)
+        _, second = _read(args, root)
+    except Exception as exc:  # one line for the operator; nothing was deleted
+        log.debug("orphans failed", exc_info=True)
+        print(f"orphans: {one_line(exc)}", file=sys.stderr)
+        return 2
+    agreed = agreed_orphans(first, second)
+    rows = _delete(args, agreed, run_id)
+    delta.append_rows(args.warehouse, ACTIONS, rows)
+    done = [r for r in rows if r["status"] in (ActionStatus.DONE, ActionStatus.PLANNED)]
+    freed = sum(
+        o.ledger.length or 0 for o in agreed if o.ledger.ledger_id in {r["ledger_id"] for r in done}
+    )
+    verb = "would delete" if args.dry_run else "deleted"
+    print(
+        f"orphans {run_id}: {len(first)} and {len(second)} orphans in the two reads, "
+        f"{len(agreed)} agreed; {verb} {len(done)} ({freed / 1e6:.1f} MB)"
+    )
+    for r in rows:
+        print(
+            f"  ledger {r['ledger_id']:<12} {r['status']:<8} {r['topic'] or '-'} {r['error'] or ''}"
+        )
+    return 0 if len(done) == len(agreed) else 1
+
+
+def _delete(
+    args: argparse.Namespace, orphans: Sequence[Orphan], run_id: str
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    zk = connect(args.zk, auth=args.zk_auth)
+    try:
+        store = LedgerStore(zk, args.ledgers_root)
+        for o in orphans:
+            started = datetime.now(timezone.utc)
+            lid = o.ledger.ledger_id
+            status, error = ActionStatus.PLANNED, None
+            if o.owner != UNOWNED:
+                listed, gone = listed_now(zk, o.owner_key, o.owner)
+                if not confirm_orphan(o, listed, gone):
+                    status, error = (
+                        ActionStatus.SKIPPED,
+                        f"{o.owner_key} lists it again, or no longer decodes",
+                    )
+            if status == ActionStatus.PLANNED and not args.dry_run:
+                try:
+                    store.delete_ledger(
+                        lid, version=o.ledger.version if o.ledger.version is not None else -1
+                    )
+                    status = ActionStatus.DONE
+                    log.info(
+                        "ledger %d: orphan of %s deleted (%d bytes)",
+                        lid,
+                        o.owner_key or UNOWNED,
+                        o.ledger.length or 0,
+                    )
+                except BKError as exc:  # changed since both reads: left alone
+                    status, error = ActionStatus.FAILED, str(exc)
+                time.sleep(interval)
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "mode": RepairMode.ORPHANS,
+                    "audit_run_id": None,
+                    "ledger_id": lid,
+                    "segment_first_entry_id": None,
+                    "segment_last_entry_id": None,
+                    "old_bookie": None,
+                    "new_bookie": None,
+                    "action": ActionKind.DELETE_ORPHAN,
+                    "entries_copied": 0,
+                    "bytes_copied": 0,
+                    "no_replica_entries": None,
+                    "status": status,
+                    "error": error,
+                    "started_at": started,
+                    "finished_at": datetime.now(timezone.utc),
+                    "executor": None,
+                    "topic": o.ledger.tags.topic,
+                }
+            )
+    finally:
+        zk.stop()
+        zk.close()
+    return rows

@@ -1,0 +1,206 @@
+"""After a repair: make Pulsar's brokers drop their stale ledger handles (``--pulsar-admin-url``).
+
+The flags, the topics behind the ledgers a run changed (read from each ledger's Pulsar custom
+metadata), the unloads through the admin API (:mod:`bklib.pulsar.unload`), the
+``UNLOAD_TOPIC`` rows in ``replication_actions``, and the lines the operator reads. Without
+the URL the topics are named with the command that fixes them. See docs/pulsar.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from bklib.errors import BKError
+from bklib.meta.pulsar import decode_pulsar_metadata
+from bklib.meta.store import LedgerStore, connect
+from bklib.meta.zkaccess import ZkAuth
+from bklib.pulsar.admin import AdminSettings, PulsarAdmin
+from bklib.pulsar.unload import (
+    UnloadOutcome,
+    ledgers_changed,
+    operator_command,
+    topics_to_unload,
+    unload_topics,
+)
+from bklib.states import ActionKind, ActionStatus
+
+__all__ = [
+    "add_pulsar_admin_arguments",
+    "admin_settings",
+    "after_repair",
+    "outcome_rows",
+    "topics_of",
+]
+
+log = logging.getLogger("jobs.rereplicate")
+
+
+def add_pulsar_admin_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``--pulsar-admin-*`` flags of the repair commands."""
+    parser.add_argument(
+        "--pulsar-admin-url",
+        default=None,
+        help="a Pulsar broker's admin API (http(s)://HOST:8080): after the repair, unload the "
+        "topics whose ledgers changed, so brokers drop stale ledger handles",
+    )
+    parser.add_argument(
+        "--pulsar-token-file",
+        default=None,
+        help="file holding a JWT for the admin API (Pulsar's token authentication)",
+    )
+    parser.add_argument("--pulsar-tls-ca", default=None, help="CA (PEM) of an https admin API")
+    parser.add_argument(
+        "--pulsar-tls-cert", default=None, help="client certificate (PEM) for admin API mTLS"
+    )
+    parser.add_argument("--pulsar-tls-key", default=None, help="its private key (PEM)")
+    parser.add_argument(
+        "--unload-rate",
+        type=float,
+        default=2.0,
+        help="topic unloads per second at most (each makes the topic's clients reconnect)",
+    )
+    return parser
+
+
+def admin_settings(args: argparse.Namespace) -> AdminSettings | None:
+    """The admin API settings the flags give (None without ``--pulsar-admin-url``)."""
+    url = getattr(args, "pulsar_admin_url", None)
+    if not url:
+        return None
+    token = None
+    token_file = getattr(args, "pulsar_token_file", None)
+    if token_file:
+        from jobs.connection import read_secret_file
+
+        token = read_secret_file(token_file, "--pulsar-token-file").strip()
+    return AdminSettings(
+        url=url,
+        token=token,
+        tls_ca=getattr(args, "pulsar_tls_ca", None),
+        tls_cert=getattr(args, "pulsar_tls_cert", None),
+        tls_key=getattr(args, "pulsar_tls_key", None),
+    )
+
+
+def topics_of(
+    zk_hosts: str, ledgers_root: str, auth: ZkAuth, ledger_ids: Iterable[int]
+) -> dict[int, str | None]:
+    """Each ledger's Pulsar topic, from its custom metadata (None: untagged, or deleted)."""
+    out: dict[int, str | None] = {}
+    ids = sorted(set(ledger_ids))
+    if not ids:
+        return out
+    zk = connect(zk_hosts, auth=auth)
+    try:
+        store = LedgerStore(zk, ledgers_root)
+        for lid in ids:
+            try:
+                md = store.read_ledger(lid).value
+            except BKError as exc:  # deleted since, or unreadable: no handle to refresh
+                log.info("ledger %d: no topic to unload (%s)", lid, exc)
+                out[lid] = None
+                continue
+            out[lid] = decode_pulsar_metadata(md.custom_metadata).topic
+    finally:
+        zk.stop()
+        zk.close()
+    return out
+
+
+def outcome_rows(
+    outcomes: Sequence[UnloadOutcome], *, run_id: str, mode: str, audit_run_id: str | None
+) -> list[dict[str, Any]]:
+    """``replication_actions`` rows, one ``UNLOAD_TOPIC`` per topic (its first ledger in
+    ``ledger_id``)."""
+
+    def ts(t: float) -> datetime:
+        return datetime.fromtimestamp(t, timezone.utc)
+
+    return [
+        {
+            "run_id": run_id,
+            "mode": mode,
+            "audit_run_id": audit_run_id,
+            "ledger_id": o.ledger_ids[0],
+            "segment_first_entry_id": None,
+            "segment_last_entry_id": None,
+            "old_bookie": None,
+            "new_bookie": None,
+            "action": ActionKind.UNLOAD_TOPIC,
+            "entries_copied": 0,
+            "bytes_copied": 0,
+            "no_replica_entries": None,
+            "status": o.status,
+            "error": o.error,
+            "started_at": ts(o.started_at),
+            "finished_at": ts(o.finished_at),
+            "executor": None,
+            "topic": o.topic,
+        }
+        for o in outcomes
+    ]
+
+
+def after_repair(
+    args: argparse.Namespace,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    run_id: str,
+    mode: str,
+    zk_hosts: str,
+    ledgers_root: str,
+    auth: ZkAuth,
+    warehouse: str,
+    audit_run_id: str | None,
+    dry_run: bool,
+) -> None:
+    """Unload (or name) the topics behind the ledgers the run changed. Never raises for the
+    admin API or the topic lookup: the repair is done whatever happens here."""
+    changed = ledgers_changed(rows, dry_run=dry_run)
+    if not changed:
+        return
+    try:
+        plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
+    except BKError as exc:
+        print(f"{mode}: could not read the repaired ledgers' topics: {exc}")
+        return
+    if not plan:
+        return
+    settings = admin_settings(args)
+    if settings is None:
+        print(
+            f"  {len(plan)} Pulsar topics had ledgers repaired; their brokers may hold stale "
+            "ledger handles until each is unloaded (or pass --pulsar-admin-url):"
+        )
+        for topic in plan:
+            print(f"    {operator_command(topic)}")
+        return
+    outcomes = unload_topics(
+        PulsarAdmin(settings), plan, per_second=args.unload_rate, dry_run=dry_run
+    )
+    from jobs.tables import delta
+    from jobs.tables.schema import ACTIONS
+
+    delta.append_rows(
+        warehouse,
+        ACTIONS,
+        outcome_rows(outcomes, run_id=run_id, mode=mode, audit_run_id=audit_run_id),
+    )
+    by = {s: [o for o in outcomes if o.status == s] for s in {o.status for o in outcomes}}
+    done = len(by.get(ActionStatus.DONE, [])) + len(by.get(ActionStatus.PLANNED, []))
+    verb = "would unload" if dry_run else "unloaded"
+    print(f"  {verb} {done} of {len(outcomes)} Pulsar topics through {settings.url}")
+    failed = by.get(ActionStatus.FAILED, [])
+    if failed:
+        reasons = sorted({o.error or "" for o in failed})
+        print(
+            f"  {len(failed)} topics still need an unload ({reasons[0]}"
+            + (f"; {len(reasons) - 1} other errors" if len(reasons) > 1 else "")
+            + "):"
+        )
+        for o in failed:
+            print(f"    {operator_command(o.topic)}")

@@ -1,0 +1,313 @@
+"""bkaudit on a cluster Pulsar runs: a live broker, five Java bookies, producers sending
+throughout, two bookies lost in turn and repaired; then Pulsar's own metadata cross-checked.
+
+Run on each metadata driver:
+
+* ``pulsar``: bookies and broker on ``metadata-store:zk:`` (no ``LAYOUT``); bkaudit is given
+  the same URI and ``--pulsar-admin-url``, and the consumer reads everything back through the
+  same live broker, with no manual unload.
+* ``zk``: bookies on ``zk+hierarchical://``; without the URL, the repair and
+  ``listunderreplicated`` name the topics needing an unload and the command; the test then
+  unloads them as the operator would.
+
+Then, after topic deletion, retention trimming and rollovers, a ledger made and never added to
+its managed ledger (an orphan) and a managed ledger's ledger deleted underneath it (dangling):
+``audit --check pulsar`` finds exactly those two.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from bklib.client.pool import BookieClientPool
+from bklib.client.reader import ClientContext
+from bklib.client.writer import LedgerWriter
+from bklib.meta.model import DigestType
+from bklib.meta.store import LedgerStore, connect
+from bklib.pulsar.admin import AdminSettings, PulsarAdmin
+from bklib.pulsar.metadata import decode_managed_ledger
+from bklib.pulsar.topics import parse_topic
+from bklib.states import ActionKind, ActionStatus, PulsarFinding
+from jobs.tables.delta import read_rows
+from tests.cli_helpers import bkaudit
+from tests.pulsar.harness import PulsarCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.pulsar, pytest.mark.timeout(900)]
+
+TOPICS = [f"persistent://public/default/orders-{i}" for i in range(4)]
+KEEP = "keep"  # a durable subscription that holds every message
+
+
+class Traffic:
+    """Producers sending to every topic until stopped; what was acknowledged, per topic."""
+
+    def __init__(self, client: pulsar.Client) -> None:
+        self.producers = {t: client.create_producer(t, batching_enabled=False) for t in TOPICS}
+        self.acked: dict[str, list[bytes]] = {t: [] for t in TOPICS}
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.seq = 0
+
+    def send(self, rounds: int) -> None:
+        for _ in range(rounds):
+            for t, p in self.producers.items():
+                payload = f"{t}#{self.seq}".encode()
+                try:
+                    p.send(payload)
+                except Exception as exc:  # recorded: the test asserts none
+                    self.failed.append(f"{t}#{self.seq}: {exc}")
+                else:
+                    self.acked[t].append(payload)
+            self.seq += 1
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.send(1)
+                time.sleep(0.05)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(120)
+        for p in self.producers.values():
+            p.close()
+
+
+def _meta(cluster: PulsarCluster) -> list[str]:
+    if cluster.driver == "pulsar":
+        return ["--metadata-uri", f"metadata-store:zk:{cluster.connect}"]
+    return ["--zk", cluster.connect]
+
+
+def _run(*args: str, codes: tuple[int, ...] = (0,)) -> str:
+    proc = bkaudit(*args, timeout=600)
+    assert proc.returncode in codes, (args, proc.returncode, proc.stdout, proc.stderr[-4000:])
+    return proc.stdout
+
+
+def _busiest(cluster: PulsarCluster, alive: set[str]) -> str:
+    """The live bookie named in the most ledger ensembles."""
+    store = LedgerStore(cluster.zk)
+    count: Counter[str] = Counter()
+    for lid in store.list_ledger_ids():
+        for seg in store.read_ledger(lid).value.segments:
+            count.update(b for b in seg.ensemble if b in alive)
+    return count.most_common(1)[0][0]
+
+
+def _lose_and_repair(
+    cluster: PulsarCluster, wh: Path, alive: set[str], admin_url: str | None
+) -> str:
+    victim = _busiest(cluster, alive)
+    bookie = next(b for b in cluster.bookies if b.bookie_id == victim)
+    bookie.kill9()
+    alive.discard(victim)
+    deadline = time.monotonic() + 60
+    while cluster.zk.exists(f"/ledgers/available/{victim}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _run("audit", *_meta(cluster), "--warehouse", str(wh), "--check", "lost", "--executor", "local")
+    admin = ["--pulsar-admin-url", admin_url] if admin_url else []
+    out = ""
+    for _ in range(5):  # open ledgers may need a second pass once fenced
+        proc = bkaudit(
+            "rereplicate", *_meta(cluster), "--warehouse", str(wh), "--grace-period", "0s",
+            "--executor", "local", *admin, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), (proc.stdout, proc.stderr[-4000:])
+        out += proc.stdout
+        if proc.returncode == 0:
+            break
+        _run("audit", *_meta(cluster), "--warehouse", str(wh), "--check", "lost",
+             "--executor", "local")  # fmt: skip
+    else:
+        pytest.fail(f"repair of {victim} did not finish:\n{out}\n{cluster.logs()}")
+    return out
+
+
+def _consume_all(client: pulsar.Client, expected: dict[str, list[bytes]]) -> None:
+    for t, want in expected.items():
+        consumer = client.subscribe(t, KEEP, initial_position=pulsar.InitialPosition.Earliest)
+        got: set[bytes] = set()
+        try:
+            while len(got & set(want)) < len(want):
+                # No acknowledgement: the managed ledgers keep their ledgers for the cross-check.
+                got.add(consumer.receive(timeout_millis=30000).data())
+        except Exception as exc:
+            missing = sorted(set(want) - got)[:5]
+            pytest.fail(f"{t}: {len(set(want) - got)} acknowledged messages not read ({exc}): "
+                        f"{missing}")  # fmt: skip
+        finally:
+            consumer.close()
+
+
+@pytest.fixture
+def client_of() -> Iterator[Callable[[str], pulsar.Client]]:
+    clients: list[pulsar.Client] = []
+
+    def make(url: str) -> pulsar.Client:
+        c = pulsar.Client(
+            url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        )
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+@pytest.mark.parametrize("driver", ["pulsar", "zk"])
+def test_two_losses_repaired_under_a_live_broker(
+    driver: str,
+    pulsar_cluster: Callable[..., AbstractContextManager[PulsarCluster]],
+    client_of: Callable[[str], pulsar.Client],
+    tmp_path: Path,
+) -> None:
+    wh = tmp_path / "wh"
+    with pulsar_cluster(driver=driver, bookies=5, max_entries_per_ledger=20) as cluster:
+        broker = cluster.broker
+        assert broker is not None
+        client = client_of(broker.service_url)
+        for t in TOPICS:  # the subscription keeps every message
+            client.subscribe(t, KEEP, initial_position=pulsar.InitialPosition.Earliest).close()
+        traffic = Traffic(client)
+        traffic.send(50)
+        # A reader through the broker: it opens read handles of the closed ledgers, the
+        # handles a repair makes stale.
+        for t in TOPICS:
+            reader = client.create_reader(t, pulsar.MessageId.earliest)
+            for _ in range(50):
+                reader.read_next(timeout_millis=30000)
+            reader.close()
+        alive = set(cluster.bookie_ids)
+        url = broker.admin_url if driver == "pulsar" else None
+        traffic.start()
+        try:
+            outs = [_lose_and_repair(cluster, wh, alive, url) for _ in range(2)]
+        finally:
+            traffic.stop()
+        assert not traffic.failed, traffic.failed[:5]
+        actions = read_rows(str(wh), "replication_actions")
+        unloads = [a for a in actions if a["action"] == ActionKind.UNLOAD_TOPIC]
+        if driver == "pulsar":
+            assert unloads and {a["status"] for a in unloads} == {ActionStatus.DONE}, unloads
+            assert {a["topic"] for a in unloads} <= set(TOPICS)
+        else:
+            # Named, with the command that fixes them, by the repair and by the listing.
+            assert not unloads
+            named = {line.split()[-1] for o in outs for line in o.splitlines()
+                     if "pulsar-admin topics unload" in line}  # fmt: skip
+            assert named and named <= set(TOPICS), outs
+            listing = _run("listunderreplicated", "--warehouse", str(wh), codes=(0, 1))
+            assert "pulsar-admin topics unload" in listing, listing
+            admin = PulsarAdmin(AdminSettings(broker.admin_url))
+            for t in sorted(named):
+                admin.unload(parse_topic(t))
+        assert sum(len(v) for v in traffic.acked.values()) > 50 * len(TOPICS)
+        _consume_all(client, traffic.acked)
+        if driver == "pulsar":
+            assert cluster.zk.exists("/ledgers/LAYOUT") is None  # nobody wrote BookKeeper's
+
+        _dangling_and_orphans(cluster, client, wh, broker.admin_url, traffic.acked)
+
+
+def _dangling_and_orphans(
+    cluster: PulsarCluster,
+    client: pulsar.Client,
+    wh: Path,
+    admin_url: str,
+    acked: dict[str, list[bytes]],
+) -> None:
+    # Rollovers and retention trimming: a topic without a subscription keeps only its current
+    # ledger. A topic deletion removes a managed ledger and its ledgers.
+    for t in ("persistent://public/default/trimmed", "persistent://public/default/deleted"):
+        p = client.create_producer(t, batching_enabled=False)
+        for i in range(70):
+            p.send(f"{t}#{i}".encode())
+        p.close()
+    admin = PulsarAdmin(AdminSettings(admin_url))
+    admin.delete(parse_topic("persistent://public/default/deleted"))
+
+    ml = "public/default/persistent/orders-0"
+    ml_key = f"/managed-ledgers/{ml}"
+    listed = decode_managed_ledger(ml_key, cluster.zk.get(ml_key)[0]).ledgers
+    assert len(listed) >= 3, listed
+    store = LedgerStore(cluster.zk)
+    # Dangling: a listed, closed ledger deleted underneath the managed ledger.
+    gone = listed[0].ledger_id
+    store.delete_ledger(gone)
+    # Orphan: a ledger tagged for the topic and never added to its managed ledger.
+    orphan = _tagged_ledger(cluster.connect, ml)
+    time.sleep(2)  # background deletions of the trim and the topic delete settle
+
+    proc = bkaudit("audit", *_meta(cluster), "--warehouse", str(wh), "--check", "pulsar",
+                   "--orphan-min-age", "0s", timeout=300)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr[-3000:])
+    (check,) = read_rows(str(wh), "pulsar_checks")
+    assert check["status"] == "COMPLETED", check
+    found = {(r["kind"], r["ledger_id"]) for r in read_rows(str(wh), "pulsar_references")}
+    assert found == {(PulsarFinding.DANGLING, gone), (PulsarFinding.ORPHAN, orphan)}, proc.stdout
+
+    # Deleting the orphans removes exactly that ledger, and every topic still reads back.
+    before = set(store.list_ledger_ids())
+    out = _run("orphans", "delete", *_meta(cluster), "--warehouse", str(wh),
+               "--older-than", "0s", "--delay", "1s")  # fmt: skip
+    assert set(store.list_ledger_ids()) == before - {orphan}, out
+    deletions = [a for a in read_rows(str(wh), "replication_actions")
+                 if a["action"] == ActionKind.DELETE_ORPHAN]  # fmt: skip
+    assert [(a["ledger_id"], a["status"]) for a in deletions] == [(orphan, ActionStatus.DONE)]
+    for t in TOPICS[1:]:  # orders-0 now has the dangling ledger made above
+        reader = client.create_reader(t, pulsar.MessageId.earliest)
+        try:
+            got = {reader.read_next(timeout_millis=30000).data() for _ in acked[t]}
+        finally:
+            reader.close()
+        assert got == set(acked[t]), t
+
+
+def _tagged_ledger(connect_str: str, managed_ledger: str) -> int:
+    import asyncio
+
+    async def write() -> int:
+        zk = connect(connect_str)
+        try:
+            async with BookieClientPool(zk) as pool:
+                w = await LedgerWriter.create(
+                    ClientContext(LedgerStore(zk), pool),
+                    ensemble_size=2,
+                    write_quorum=2,
+                    ack_quorum=2,
+                    digest_type=DigestType.CRC32C,
+                    password=b"",
+                    custom_metadata=_tags(managed_ledger),
+                )
+                await w.add(b"never listed")
+                await w.close()
+                return int(w.ledger_id)
+        finally:
+            zk.stop()
+            zk.close()
+
+    return asyncio.run(write())
+
+
+def _tags(managed_ledger: str) -> dict[str, Any]:
+    return {
+        "application": b"pulsar",
+        "component": b"managed-ledger",
+        "pulsar/managed-ledger": managed_ledger.encode(),
+    }
