@@ -23,6 +23,7 @@ from bklib.pulsar.unload import (
     UnloadOutcome,
     ledgers_changed,
     operator_command,
+    topics_awaiting_unload,
     topics_to_unload,
     unload_topics,
 )
@@ -158,20 +159,32 @@ def after_repair(
     audit_run_id: str | None,
     dry_run: bool,
 ) -> None:
-    """Unload (or name) the topics behind the ledgers the run changed. Never raises for the
-    admin API or the topic lookup: the repair is done whatever happens here."""
+    """Unload (or record and name) the topics behind the ledgers the run changed, and, with
+    the admin API, those earlier runs could not unload. Never raises for the admin API or the
+    topic lookup: the repair is done whatever happens here."""
+    from jobs.tables import delta
+    from jobs.tables.schema import ACTIONS
+
     changed = ledgers_changed(rows, dry_run=dry_run)
-    if not changed:
-        return
+    settings = admin_settings(args)
     try:
         plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
     except BKError as exc:
         print(f"{mode}: could not read the repaired ledgers' topics: {exc}")
         return
+    if settings is not None and not dry_run:
+        for topic, lids in _left_by_earlier_runs(warehouse).items():
+            plan.setdefault(topic, lids)
     if not plan:
         return
-    settings = admin_settings(args)
-    if settings is None:
+    admin = PulsarAdmin(settings) if settings is not None else None
+    outcomes = unload_topics(admin, plan, per_second=args.unload_rate, dry_run=dry_run)
+    delta.append_rows(
+        warehouse,
+        ACTIONS,
+        outcome_rows(outcomes, run_id=run_id, mode=mode, audit_run_id=audit_run_id),
+    )
+    if settings is None and not dry_run:
         print(
             f"  {len(plan)} Pulsar topics had ledgers repaired; their brokers may hold stale "
             "ledger handles until each is unloaded (or pass --pulsar-admin-url):"
@@ -179,28 +192,32 @@ def after_repair(
         for topic in plan:
             print(f"    {operator_command(topic)}")
         return
-    outcomes = unload_topics(
-        PulsarAdmin(settings), plan, per_second=args.unload_rate, dry_run=dry_run
-    )
+    done = sum(o.status in (ActionStatus.DONE, ActionStatus.PLANNED) for o in outcomes)
+    verb = "would unload" if dry_run else "unloaded"
+    where = f" through {settings.url}" if settings is not None else ""
+    print(f"  {verb} {done} of {len(outcomes)} Pulsar topics{where}")
+    failed = [o for o in outcomes if o.status == ActionStatus.FAILED]
+    if failed:
+        reasons = sorted({o.error or "" for o in failed})
+        others = f"; {len(reasons) - 1} other errors" if len(reasons) > 1 else ""
+        print(f"  {len(failed)} topics still need an unload ({reasons[0]}{others}):")
+        for o in failed:
+            print(f"    {operator_command(o.topic)}")
+
+
+def _left_by_earlier_runs(warehouse: str) -> dict[str, list[int]]:
+    """Topics earlier runs recorded as still needing an unload, each with the ledger its
+    row named."""
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 
-    delta.append_rows(
+    if not delta.table_exists(warehouse, ACTIONS):
+        return {}
+    rows = delta.read_rows(
         warehouse,
         ACTIONS,
-        outcome_rows(outcomes, run_id=run_id, mode=mode, audit_run_id=audit_run_id),
+        columns=["ledger_id", "action", "status", "topic", "started_at"],
+        filters=[("action", "=", ActionKind.UNLOAD_TOPIC)],
     )
-    by = {s: [o for o in outcomes if o.status == s] for s in {o.status for o in outcomes}}
-    done = len(by.get(ActionStatus.DONE, [])) + len(by.get(ActionStatus.PLANNED, []))
-    verb = "would unload" if dry_run else "unloaded"
-    print(f"  {verb} {done} of {len(outcomes)} Pulsar topics through {settings.url}")
-    failed = by.get(ActionStatus.FAILED, [])
-    if failed:
-        reasons = sorted({o.error or "" for o in failed})
-        print(
-            f"  {len(failed)} topics still need an unload ({reasons[0]}"
-            + (f"; {len(reasons) - 1} other errors" if len(reasons) > 1 else "")
-            + "):"
-        )
-        for o in failed:
-            print(f"    {operator_command(o.topic)}")
+    waiting = set(topics_awaiting_unload(rows))
+    return {str(r["topic"]): [int(r["ledger_id"])] for r in rows if r["topic"] in waiting}

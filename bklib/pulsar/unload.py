@@ -61,26 +61,22 @@ def topics_to_unload(
     return dict(sorted(out.items()))
 
 
-def topics_awaiting_unload(
-    findings: Iterable[Mapping[str, Any]], actions: Iterable[Mapping[str, Any]]
-) -> list[str]:
-    """Topics of ``findings`` whose ledgers a repair changed (``CHANGES_HANDLES``, DONE) with
-    no unload of the topic (DONE, or SKIPPED because it was deleted) started after the latest
-    change: their brokers may still read through stale handles."""
-    topic_of = {int(f["ledger_id"]): str(f["topic"]) for f in findings if f.get("topic")}
-    changed: dict[str, Any] = {}
-    unloaded: dict[str, Any] = {}
+def topics_awaiting_unload(actions: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Topics whose latest ``UNLOAD_TOPIC`` row (dry runs aside) is not DONE or SKIPPED: a
+    repair changed their ledgers and no unload has reached their broker since (FAILED: the
+    admin API refused or was not given)."""
+    latest: dict[str, Mapping[str, Any]] = {}
     for a in actions:
-        if a["status"] not in (ActionStatus.DONE, ActionStatus.SKIPPED):
+        if a["action"] != ActionKind.UNLOAD_TOPIC or not a.get("topic"):
             continue
-        if a["action"] == ActionKind.UNLOAD_TOPIC and a.get("topic"):
-            t = str(a["topic"])
-            unloaded[t] = max(unloaded.get(t, a["started_at"]), a["started_at"])
-        elif a["action"] in CHANGES_HANDLES and a["status"] == ActionStatus.DONE:
-            topic = topic_of.get(int(a["ledger_id"]))
-            if topic and topic.startswith("persistent://"):
-                changed[topic] = max(changed.get(topic, a["started_at"]), a["started_at"])
-    return sorted(t for t, at in changed.items() if t not in unloaded or unloaded[t] < at)
+        if a["status"] == ActionStatus.PLANNED:
+            continue
+        t = str(a["topic"])
+        if t not in latest or a["started_at"] >= latest[t]["started_at"]:
+            latest[t] = a
+    return sorted(
+        t for t, a in latest.items() if a["status"] not in (ActionStatus.DONE, ActionStatus.SKIPPED)
+    )
 
 
 def operator_command(topic: str) -> str:
@@ -91,7 +87,8 @@ def operator_command(topic: str) -> str:
 @dataclass(frozen=True)
 class UnloadOutcome:
     """One topic's unload: ``status`` is DONE, PLANNED (dry run), SKIPPED (the topic no longer
-    exists, so no broker holds it) or FAILED (``error`` says why; the topic still needs one)."""
+    exists, so no broker holds it) or FAILED (``error`` says why; the topic still needs one,
+    and a later run with the admin API retries it)."""
 
     topic: str
     ledger_ids: tuple[int, ...]
@@ -112,15 +109,21 @@ def unload_topics(
 ) -> list[UnloadOutcome]:
     """Unload each topic of ``plan`` once, at most ``per_second`` a second (each unload makes
     the topic's producers and consumers reconnect). Never raises for the admin API: once it is
-    unreachable, the remaining topics fail with the same error without more attempts."""
+    unreachable, the remaining topics fail with the same error without more attempts. Without
+    an ``admin`` each topic is FAILED with the command that would unload it, so the need is
+    on record until a later run (or the operator) does it."""
     out: list[UnloadOutcome] = []
     interval = 1.0 / per_second if per_second > 0 else 0.0
     unreachable: str | None = None
     last = 0.0
     for topic, lids in plan.items():
         t0 = clock()
-        if dry_run or admin is None:
+        if dry_run:
             out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.PLANNED, None, t0, t0))
+            continue
+        if admin is None:
+            why = f"not unloaded: no --pulsar-admin-url; run {operator_command(topic)}"
+            out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.FAILED, why, t0, t0))
             continue
         if unreachable is not None:
             out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.FAILED, unreachable, t0, t0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bklib.client.pool import BookieClientPool
@@ -43,8 +44,10 @@ async def write_ledgers(
     concurrency: int = 16,
     ledgers_root: str = DEFAULT_LEDGERS_ROOT,
     shapes: tuple[tuple[int, int, int], ...] = SHAPES,
+    custom_metadata: Mapping[str, bytes] | None = None,
 ) -> list[WrittenLedger]:
-    """Write ``count`` ledgers with 1..``max_entries`` entries each; close most of them."""
+    """Write ``count`` ledgers with 1..``max_entries`` entries each; close most of them.
+    ``custom_metadata`` tags every ledger (default: ``application=bkaudit-demo``)."""
     rng = random.Random(seed)
     plan = [
         (rng.choice(shapes), rng.randint(1, max_entries), rng.random() >= open_fraction)
@@ -73,7 +76,7 @@ async def write_ledgers(
                         ack_quorum=aq,
                         digest_type=DigestType.CRC32C,
                         password=PASSWORD,
-                        custom_metadata={"application": b"bkaudit-demo"},
+                        custom_metadata=dict(custom_metadata or {"application": b"bkaudit-demo"}),
                     )
                     payload = bytes(rng.getrandbits(8) for _ in range(16)) * (payload_size // 16)
                     futs = [w.add_async(payload) for _ in range(n)]

@@ -277,8 +277,13 @@ def list_underreplicated(
         )
         repairs = repair_status(actions, run["started_at"])
         unloads = (
-            delta.read_rows(warehouse, ACTIONS, filters=[("action", "=", ActionKind.UNLOAD_TOPIC)])
-            if wanted
+            delta.read_rows(
+                warehouse,
+                ACTIONS,
+                columns=["action", "status", "topic", "started_at"],
+                filters=[("action", "=", ActionKind.UNLOAD_TOPIC)],
+            )
+            if delta.table_exists(warehouse, ACTIONS)
             else []
         )
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
@@ -289,7 +294,7 @@ def list_underreplicated(
         print(format_by_topic(run, frags, repairs), file=out or sys.stdout)
     else:
         print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
-    stale = topics_awaiting_unload(frags, [*actions, *unloads])
+    stale = topics_awaiting_unload(unloads)
     if stale:
         print(
             f"{len(stale)} Pulsar topics had ledgers repaired and were not unloaded since; "

@@ -20,8 +20,10 @@ from bklib.meta import paths
 from bklib.meta.formats import encode_pulsar_leader
 from bklib.meta.store import connect
 from bklib.meta.underreplication import UnderReplicationManager
+from bklib.states import ActionKind, ActionStatus
 from bklib.testing.sandbox import MetadataDriver, Sandbox
 from bklib.testing.workload import write_ledgers
+from bklib.testing.zkserver import free_port
 from jobs.tables.delta import read_rows
 from tests.cli_helpers import bkaudit
 
@@ -57,8 +59,20 @@ def _ok(*args: str, codes: tuple[int, ...] = (0,)) -> str:
 def test_every_command_on_pulsars_layout(
     pulsar_sandbox: Sandbox, zk_chroot: str, tmp_path: Path
 ) -> None:
+    tags = {
+        "application": b"pulsar",
+        "component": b"managed-ledger",
+        "pulsar/managed-ledger": b"public/default/persistent/orders",
+    }
     written = asyncio.run(
-        write_ledgers(zk_chroot, 16, max_entries=20, shapes=((3, 2, 2), (2, 2, 2)), seed=3)
+        write_ledgers(
+            zk_chroot,
+            16,
+            max_entries=20,
+            shapes=((3, 2, 2), (2, 2, 2)),
+            seed=3,
+            custom_metadata=tags,
+        )
     )
     zk = connect(zk_chroot)
     try:
@@ -97,13 +111,31 @@ def test_every_command_on_pulsars_layout(
     _ok("triage", *meta, "--warehouse", wh, codes=(0, 1))
     _ok("recover", victim, *meta, "--warehouse", wh, "--dry-run", codes=(0, 1))
 
-    _ok("rereplicate", *meta, "--warehouse", wh, "--grace-period", "0s", "--executor", "local")
+    # The admin API is down: the repair completes, and one line says which topic still
+    # needs an unload, with the command.
+    dead_admin = f"http://127.0.0.1:{free_port()}"
+    out = _ok(
+        "rereplicate", *meta, "--warehouse", wh, "--grace-period", "0s", "--executor", "local",
+        "--pulsar-admin-url", dead_admin,
+    )  # fmt: skip
+    assert "pulsar-admin topics unload persistent://public/default/orders" in out, out
+    assert sum("unreachable" in line for line in out.splitlines()) == 1, out
+    unloads = [
+        a for a in read_rows(wh, "replication_actions") if a["action"] == ActionKind.UNLOAD_TOPIC
+    ]
+    # The repair recorded it as still needed (the recover --dry-run above may have planned
+    # one too, when it planned a metadata update).
+    assert [(a["topic"], a["status"]) for a in unloads if a["mode"] == "rereplicate"] == [
+        ("persistent://public/default/orders", ActionStatus.FAILED)
+    ]
+    assert {a["status"] for a in unloads if a["mode"] == "recover"} <= {ActionStatus.PLANNED}
     _ok("audit", *meta, "--warehouse", wh, "--check", "replicas", "--executor", "local")
     assert _ledgers_on(zk_chroot, victim) == set()
     assert not [
         r for r in read_rows(wh, "underreplicated_fragments") if r["run_id"] != run["run_id"]
     ]
-    _ok("listunderreplicated", "--warehouse", wh)
+    listing = _ok("listunderreplicated", "--warehouse", wh)
+    assert "pulsar-admin topics unload persistent://public/default/orders" in listing
 
     zk = connect(zk_chroot)
     try:

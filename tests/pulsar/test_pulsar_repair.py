@@ -207,8 +207,9 @@ def test_two_losses_repaired_under_a_live_broker(
             assert unloads and {a["status"] for a in unloads} == {ActionStatus.DONE}, unloads
             assert {a["topic"] for a in unloads} <= set(TOPICS)
         else:
-            # Named, with the command that fixes them, by the repair and by the listing.
-            assert not unloads
+            # Recorded as still needed, and named with the command that fixes them by the
+            # repair and by the listing.
+            assert unloads and {a["status"] for a in unloads} == {ActionStatus.FAILED}
             named = {line.split()[-1] for o in outs for line in o.splitlines()
                      if "pulsar-admin topics unload" in line}  # fmt: skip
             assert named and named <= set(TOPICS), outs
@@ -234,7 +235,11 @@ def _dangling_and_orphans(
 ) -> None:
     # Rollovers and retention trimming: a topic without a subscription keeps only its current
     # ledger. A topic deletion removes a managed ledger and its ledgers.
-    for t in ("persistent://public/default/trimmed", "persistent://public/default/deleted"):
+    for t in (
+        "persistent://public/default/trimmed",
+        "persistent://public/default/deleted",
+        "persistent://public/default/corrupt",
+    ):
         p = client.create_producer(t, batching_enabled=False)
         for i in range(70):
             p.send(f"{t}#{i}".encode())
@@ -252,15 +257,23 @@ def _dangling_and_orphans(
     store.delete_ledger(gone)
     # Orphan: a ledger tagged for the topic and never added to its managed ledger.
     orphan = _tagged_ledger(cluster.connect, ml)
+    # Bad input: a corrupt ManagedLedgerInfo is an error naming its key; the ledgers it lists
+    # are unknown, never orphans.
+    corrupt_key = "/managed-ledgers/public/default/persistent/corrupt"
+    cluster.zk.set(corrupt_key, b"\xff\x01garbage")
     time.sleep(2)  # background deletions of the trim and the topic delete settle
 
     proc = bkaudit("audit", *_meta(cluster), "--warehouse", str(wh), "--check", "pulsar",
                    "--orphan-min-age", "0s", timeout=300)  # fmt: skip
     assert proc.returncode == 1, (proc.stdout, proc.stderr[-3000:])
     (check,) = read_rows(str(wh), "pulsar_checks")
-    assert check["status"] == "COMPLETED", check
-    found = {(r["kind"], r["ledger_id"]) for r in read_rows(str(wh), "pulsar_references")}
-    assert found == {(PulsarFinding.DANGLING, gone), (PulsarFinding.ORPHAN, orphan)}, proc.stdout
+    assert check["status"] == "COMPLETED_WITH_ERRORS", check
+    found = {(r["kind"], r["ledger_id"], r["key"]) for r in read_rows(str(wh), "pulsar_references")}
+    assert found == {
+        (PulsarFinding.DANGLING, gone, ml_key),
+        (PulsarFinding.ORPHAN, orphan, ml_key),
+        (PulsarFinding.ERROR, None, corrupt_key),
+    }, proc.stdout
 
     # Deleting the orphans removes exactly that ledger, and every topic still reads back.
     before = set(store.list_ledger_ids())

@@ -139,6 +139,9 @@ def test_rate_and_outcomes_against_a_broker(broker: str) -> None:
     assert len(sleeps) == 2 and all(1.5 < s <= 2.0 for s in sleeps)
     dry = unload_topics(None, plan, dry_run=True)
     assert {o.status for o in dry} == {ActionStatus.PLANNED} and len(_Broker.seen) == 6
+    named = unload_topics(None, plan)  # no admin API: recorded as still needed, with the command
+    assert {o.status for o in named} == {ActionStatus.FAILED}
+    assert "pulsar-admin topics unload persistent://a/b/t1" in str(named[0].error)
 
 
 def test_topics_awaiting_unload_until_a_later_unload() -> None:
@@ -148,32 +151,25 @@ def test_topics_awaiting_unload_until_a_later_unload() -> None:
 
     t0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
 
-    def act(lid: int, action: str, status: str, minute: int, topic: str | None = None) -> dict:
+    def unload(topic: str, status: str, minute: int) -> dict[str, object]:
         return {
-            "ledger_id": lid,
-            "action": action,
+            "ledger_id": 1,
+            "action": ActionKind.UNLOAD_TOPIC,
             "status": status,
             "started_at": t0 + timedelta(minutes=minute),
             "topic": topic,
         }
 
-    findings = [
-        {"ledger_id": 1, "topic": "persistent://a/b/t1"},
-        {"ledger_id": 2, "topic": "persistent://a/b/t2"},
-        {"ledger_id": 3, "topic": "persistent://a/b/t3"},
-        {"ledger_id": 4, "topic": None},
+    rows = [
+        unload("persistent://a/b/t1", ActionStatus.FAILED, 1),  # no URL, or refused
+        unload("persistent://a/b/t2", ActionStatus.FAILED, 1),
+        unload("persistent://a/b/t2", ActionStatus.DONE, 2),  # a later run did it
+        unload("persistent://a/b/t3", ActionStatus.SKIPPED, 1),  # deleted meanwhile
+        unload("persistent://a/b/t4", ActionStatus.PLANNED, 1),  # a dry run changes nothing
+        {**unload("persistent://a/b/t5", ActionStatus.DONE, 1), "action": ActionKind.COPY},
     ]
-    actions = [
-        act(1, ActionKind.METADATA_UPDATE, ActionStatus.DONE, 1),
-        act(2, ActionKind.FENCE_AND_CLOSE, ActionStatus.DONE, 1),
-        act(2, ActionKind.UNLOAD_TOPIC, ActionStatus.DONE, 2, "persistent://a/b/t2"),
-        act(3, ActionKind.METADATA_UPDATE, ActionStatus.FAILED, 1),  # nothing changed
-        act(4, ActionKind.METADATA_UPDATE, ActionStatus.DONE, 1),  # no topic
-        # An unload before a later change does not count.
-        act(1, ActionKind.UNLOAD_TOPIC, ActionStatus.DONE, 0, "persistent://a/b/t1"),
-    ]
-    assert topics_awaiting_unload(findings, actions) == ["persistent://a/b/t1"]
-    actions.append(act(1, ActionKind.UNLOAD_TOPIC, ActionStatus.FAILED, 3, "persistent://a/b/t1"))
-    assert topics_awaiting_unload(findings, actions) == ["persistent://a/b/t1"]
-    actions.append(act(1, ActionKind.UNLOAD_TOPIC, ActionStatus.SKIPPED, 4, "persistent://a/b/t1"))
-    assert topics_awaiting_unload(findings, actions) == []
+    assert topics_awaiting_unload(rows) == ["persistent://a/b/t1"]
+    rows.append(unload("persistent://a/b/t1", ActionStatus.PLANNED, 3))
+    assert topics_awaiting_unload(rows) == ["persistent://a/b/t1"]
+    rows.append(unload("persistent://a/b/t1", ActionStatus.DONE, 4))
+    assert topics_awaiting_unload(rows) == []
