@@ -16,11 +16,14 @@ import argparse
 import logging
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
+from bklib.errors import BKError
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE, read_racks
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import (
@@ -30,6 +33,7 @@ from bklib.states import (
     Reason,
     Severity,
 )
+from bklib.tls import TlsSettings
 from jobs.messages import one_line
 
 __all__ = ["add_triage_arguments", "collect_triage", "run_triage"]
@@ -69,8 +73,11 @@ def collect_triage(
     auth: ZkAuth = None,
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     run_id: str | None = None,
+    tls: TlsSettings | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """The triage rows (TRIAGE_SCHEMA) and the audit run they come from."""
+    """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With ``zk``, a
+    Pulsar data ledger's lost entries are also named as message ids, with the publish-time
+    range the surviving neighbours bound (:func:`pulsar_loss`)."""
     from jobs.reports.listing import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -152,6 +159,9 @@ def collect_triage(
         )
         first = fs[0]
         ctime = _ts(view.ctime) if view is not None else None
+        loss = PulsarLoss()
+        if zk is not None and view is not None and res.lost_ranges:
+            loss = pulsar_loss(zk, root, auth, tls, view, res.lost_ranges)
         detected = [f["first_detected_at"] for f in fs if f.get("first_detected_at")]
         out.append(
             {
@@ -175,9 +185,70 @@ def collect_triage(
                 "age_seconds": int((now - ctime).total_seconds()) if ctime else None,
                 "first_detected_at": min(detected) if detected else None,
                 "repair_status": status,
+                "lost_message_ids": loss.message_ids,
+                "lost_published_after": _ts(loss.after_ms),
+                "lost_published_before": _ts(loss.before_ms),
             }
         )
     return out, run["run_id"]
+
+
+@dataclass(frozen=True)
+class PulsarLoss:
+    """A Pulsar data ledger's lost messages: their ids, and the publish times of the nearest
+    surviving entries around them (None: not a data ledger, or no neighbour read)."""
+
+    message_ids: str | None = None
+    after_ms: int | None = None
+    before_ms: int | None = None
+
+
+def pulsar_loss(
+    zk: str,
+    root: str,
+    auth: ZkAuth,
+    tls: TlsSettings | None,
+    view: LedgerView,
+    lost: Sequence[tuple[int, int]],
+) -> PulsarLoss:
+    """Name the lost entries of a Pulsar topic's data ledger as message ids (``L:E``) and read
+    the entries just before and after them for the publish-time range. A cursor, schema or
+    untagged ledger holds no messages: nothing is named. A neighbour that cannot be read
+    leaves its end of the range unknown."""
+    from bklib.client.pool import SyncBookieClient
+    from bklib.client.reader import read_entries_blocking
+    from bklib.meta.pulsar import COMPONENT_MANAGED_LEDGER, decode_pulsar_metadata
+    from bklib.meta.store import LedgerStore, connect
+    from bklib.pulsar.messages import format_message_ids, publish_time
+
+    client = connect(zk, auth=auth)
+    try:
+        store = LedgerStore(client, root)
+        try:
+            md = store.read_ledger(view.ledger_id).value
+        except BKError:
+            return PulsarLoss()
+        tags = decode_pulsar_metadata(md.custom_metadata)
+        if tags.component != COMPONENT_MANAGED_LEDGER or tags.cursor or not tags.managed_ledger:
+            return PulsarLoss()
+        ids = format_message_ids(view.ledger_id, lost)
+        last = md.last_entry_id if md.is_closed else None
+        before_first, after_last = lost[0][0] - 1, lost[-1][1] + 1
+        times: dict[int, int | None] = {}
+        with SyncBookieClient(client, ledgers_root=root, tls=tls) as bookies:
+            for entry in (before_first, after_last):
+                if entry < 0 or (last is not None and entry > last):
+                    continue
+                try:
+                    (got,) = read_entries_blocking(bookies, store, view.ledger_id, entry, entry)
+                except BKError as exc:
+                    log.info("ledger %d entry %d: unreadable (%s)", view.ledger_id, entry, exc)
+                    continue
+                times[entry] = publish_time(got.payload)
+        return PulsarLoss(ids, times.get(before_first), times.get(after_last))
+    finally:
+        client.stop()
+        client.close()
 
 
 def _age(seconds: int | None) -> str:
@@ -203,6 +274,7 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
             auth=args.zk_auth,
             racks_znode=args.racks_znode,
             run_id=args.run_id,
+            tls=getattr(args, "bookie_tls", None),
         )
         if rows:
             delta.append_rows(args.warehouse, TRIAGE, rows)
@@ -216,6 +288,13 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
             f"\t{r['detail']}",
             file=stream,
         )
+        if r["lost_message_ids"]:
+            after, before = r["lost_published_after"], r["lost_published_before"]
+            span = (
+                f"published after {after.isoformat() if after else '?'} and before "
+                f"{before.isoformat() if before else '?'}"
+            )
+            print(f"\tlost messages {r['lost_message_ids']}; {span}", file=stream)
     counts: dict[str, int] = defaultdict(int)
     for r in rows:
         counts[r["class"]] += 1

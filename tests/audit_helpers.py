@@ -9,7 +9,7 @@ import contextlib
 import io
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,10 +189,12 @@ def write_ledger(
     num_entries: int,
     *,
     skip: Iterable[tuple[int, str]] = (),
+    payload: Callable[[int], bytes] | None = None,
 ) -> LedgerMetadata:
     """Create ``md`` in ZooKeeper and store entries ``0 .. num_entries-1`` on each entry's
     write set (from the segment holding the entry). ``skip`` lists (entry, bookie) replicas
-    not to write. Entry bodies carry LAC = entry - 1, as a writer's would."""
+    not to write; ``payload`` makes entry x's body (default: a line naming it). Entry bodies
+    carry LAC = entry - 1, as a writer's would."""
     store.create_ledger(md)
     dm = digest_manager(md.ledger_id, md.digest_type or DigestType.CRC32C, md.password or b"")
     key = master_key(md.password or b"")
@@ -200,9 +202,9 @@ def write_ledger(
     futures = []
     length = 0
     for x in range(num_entries):
-        payload = f"ledger {md.ledger_id} entry {x}".encode()
-        length += len(payload)
-        body = dm.package_entry(x, x - 1, length, payload)
+        data = payload(x) if payload else f"ledger {md.ledger_id} entry {x}".encode()
+        length += len(data)
+        body = dm.package_entry(x, x - 1, length, data)
         ensemble = md.ensemble_for(x)
         for idx in write_set(x, md.ensemble_size, md.write_quorum):
             bookie = ensemble[idx]

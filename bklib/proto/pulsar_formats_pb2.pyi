@@ -138,3 +138,15 @@ class SchemaLocator(_message.Message):
     info: SchemaIndexEntry
     index: _containers.RepeatedCompositeFieldContainer[SchemaIndexEntry]
     def __init__(self, info: _Optional[_Union[SchemaIndexEntry, _Mapping]] = ..., index: _Optional[_Iterable[_Union[SchemaIndexEntry, _Mapping]]] = ...) -> None: ...
+
+class MessageMetadata(_message.Message):
+    __slots__ = ("producer_name", "sequence_id", "publish_time", "num_messages_in_batch")
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_IN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    producer_name: str
+    sequence_id: int
+    publish_time: int
+    num_messages_in_batch: int
+    def __init__(self, producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., publish_time: _Optional[int] = ..., num_messages_in_batch: _Optional[int] = ...) -> None: ...

@@ -360,6 +360,11 @@ TRIAGE_SCHEMA = pa.schema(
         _f("age_seconds", pa.int64()),
         _f("first_detected_at", TS),
         _f("repair_status", pa.string()),
+        # A Pulsar data ledger: its lost messages as ids (L:E, L:A..L:B), and the publish
+        # times of the surviving entries just before and after them (None: unknown).
+        _f("lost_message_ids", pa.string()),
+        _f("lost_published_after", TS),
+        _f("lost_published_before", TS),
     ]
 )
 """One unrecoverable ledger and why (:func:`bklib.audit.triage.triage_ledger`)."""

@@ -151,3 +151,56 @@ def test_whatif_blastradius_topics_and_triage(tmp_path: Path, zk_chroot: str) ->
         for tid in ('id="blast-bookies"', 'id="blast-racks"', 'id="topics"', 'id="triage"'):
             assert tid in page
         assert "NO_REPLACEMENT" in page and T2 in page
+
+
+def _message(x: int) -> bytes:
+    """Entry ``x`` as a broker stores a message: CRC32C marker, metadata, payload."""
+    import struct
+
+    import crc32c
+
+    from bklib.proto.pulsar_formats_pb2 import MessageMetadata
+
+    meta = MessageMetadata(
+        producer_name="p", sequence_id=x, publish_time=PUBLISHED + x * 1000
+    ).SerializeToString()
+    rest = struct.pack(">I", len(meta)) + meta + f"message {x}".encode()
+    return b"\x0e\x01" + struct.pack(">I", crc32c.crc32c(rest)) + rest
+
+
+PUBLISHED = 1_790_000_000_000
+
+
+def test_triage_names_lost_pulsar_messages_and_their_publish_times(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    from datetime import datetime, timezone
+
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sandbox", zk_chroot, bookies=2) as c:
+        b0, b1 = c.bookie_ids
+        ml = "acme/orders/persistent/created"
+        lid = c.store.generate_ledger_id()
+        md = metadata(lid, [(0, [b0, b1])], wq=2, aq=2, last=7)
+        md = md.replace(custom_metadata=_custom(ml), ctime=1_700_000_000_000, store_ctime=True)
+        # Entries 3 and 4 are on no bookie; 2 and 5 survive around them.
+        write_ledger(c.store, c.client, md, 8, skip=[(e, b) for e in (3, 4) for b in (b0, b1)],
+                     payload=_message)  # fmt: skip
+        # A cursor ledger with the same loss holds positions, not messages: no ids named.
+        cursor = _custom(ml) | {"pulsar/cursor": b"sub"}
+        clid = c.store.generate_ledger_id()
+        cmd = metadata(clid, [(0, [b0, b1])], wq=2, aq=2, last=4)
+        cmd = cmd.replace(custom_metadata=cursor, ctime=1_700_000_000_000, store_ctime=True)
+        write_ledger(c.store, c.client, cmd, 5, skip=[(3, b0), (3, b1)])
+        _run("audit", "--zk", c.zk, "--warehouse", wh, "--check", "replicas",
+             "--executor", "local")  # fmt: skip
+        p = _run("triage", "--warehouse", wh, "--zk", c.zk, ok=(1,))
+        got = {r["ledger_id"]: r for r in delta.read_rows(wh, TRIAGE)}
+        row = got[lid]
+        assert row["class"] == "ENTRIES_LOST" and row["topic"] == T1
+        assert row["lost_message_ids"] == f"{lid}:3..{lid}:4"
+        after = datetime.fromtimestamp((PUBLISHED + 2000) / 1000, timezone.utc)
+        before = datetime.fromtimestamp((PUBLISHED + 5000) / 1000, timezone.utc)
+        assert (row["lost_published_after"], row["lost_published_before"]) == (after, before)
+        assert f"lost messages {lid}:3..{lid}:4; published after {after.isoformat()}" in p.stdout
+        assert got[clid]["class"] == "ENTRIES_LOST" and got[clid]["lost_message_ids"] is None

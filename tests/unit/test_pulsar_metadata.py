@@ -164,3 +164,18 @@ def test_dangling_and_orphan_candidates() -> None:
     assert not confirm_orphan(orphans[0], frozenset({1, 4}), owner_gone=False)  # listed now
     assert not confirm_orphan(orphans[0], None, owner_gone=False)  # undecodable now
     assert confirm_orphan(orphans[0], None, owner_gone=True)
+
+
+def test_publish_time_with_and_without_the_optional_headers() -> None:
+    from bklib.proto.pulsar_formats_pb2 import MessageMetadata
+    from bklib.pulsar.messages import format_message_ids, publish_time
+
+    meta = MessageMetadata(producer_name="p", sequence_id=1, publish_time=1234).SerializeToString()
+    plain = struct.pack(">I", len(meta)) + meta + b"payload"
+    checked = b"\x0e\x01\x00\x00\x00\x00" + plain
+    broker = b"\x0e\x02" + struct.pack(">I", 3) + b"\x08\x01\x10" + checked
+    assert [publish_time(e) for e in (plain, checked, broker)] == [1234, 1234, 1234]
+    for junk in (b"", b"\x0e\x02\x00", b"\x00\x00\x00\x09abc", b"\x00\x00\x00\x02\xff\xff"):
+        assert publish_time(junk) is None
+    assert format_message_ids(7, [(3, 3), (5, 9)]) == "7:3, 7:5..7:9"
+    assert format_message_ids(7, [(i, i) for i in range(0, 50, 2)]).endswith("+5 more")
