@@ -34,10 +34,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bklib.states import ActionKind, ActionStatus, CountKey, RunStatus, Severity
+from bklib.states import ActionKind, ActionStatus, CountKey, PulsarFinding, RunStatus, Severity
 from jobs.cli.config import parse_with_config
+from jobs.reports.pulsar import latest_pulsar_check, orphans_per_namespace
 from jobs.tables import delta
-from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BLAST_RADIUS, FRAGMENTS, TRIAGE
+from jobs.tables.schema import (
+    ACTIONS,
+    AUDIT_RUNS,
+    BLAST_RADIUS,
+    FRAGMENTS,
+    PULSAR_CHECKS,
+    PULSAR_REFERENCES,
+    TRIAGE,
+)
 
 log = logging.getLogger("jobs.reports.html")
 
@@ -399,6 +408,10 @@ class ReportData:
     topics: list[dict[str, Any]] = field(default_factory=list)
     blast: list[dict[str, Any]] = field(default_factory=list)
     triage: list[dict[str, Any]] = field(default_factory=list)
+    pulsar_check: dict[str, Any] | None = None
+    """The latest ``audit --check pulsar`` run (``pulsar_checks``), if any."""
+    pulsar_namespaces: list[dict[str, Any]] = field(default_factory=list)
+    pulsar_dangling: list[dict[str, Any]] = field(default_factory=list)
 
 
 def affected_topics(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:
@@ -521,6 +534,16 @@ def collect_report_data(
         data.blast = latest_blast_radius(delta.read_rows(warehouse, BLAST_RADIUS))
     if delta.table_exists(warehouse, TRIAGE):
         data.triage = latest_triage(delta.read_rows(warehouse, TRIAGE))
+    if delta.table_exists(warehouse, PULSAR_CHECKS):
+        refs = (
+            delta.read_rows(warehouse, PULSAR_REFERENCES)
+            if delta.table_exists(warehouse, PULSAR_REFERENCES)
+            else []
+        )
+        check, findings = latest_pulsar_check(delta.read_rows(warehouse, PULSAR_CHECKS), refs)
+        data.pulsar_check = check
+        data.pulsar_namespaces = orphans_per_namespace(findings)
+        data.pulsar_dangling = [f for f in findings if f["kind"] == PulsarFinding.DANGLING]
     if actions is not None:
         data.bucket_seconds = choose_bucket_seconds(float(finished_span_seconds(actions)))
         data.throughput = repair_throughput(actions, data.bucket_seconds)
@@ -856,6 +879,41 @@ def render_risk_sections(data: ReportData) -> str:
             ("ledger", "class", "topic", "age (s)", "entries lost", "detail", "repair status"),
             triage,
             "No triage run recorded, or nothing to triage (bkaudit triage).",
+        )
+        + render_pulsar_section(data)
+    )
+
+
+def render_pulsar_section(data: ReportData) -> str:
+    """Pulsar's metadata against BookKeeper's: orphan bytes per namespace, dangling refs."""
+    check = data.pulsar_check
+    if check is None:
+        return (
+            "<h2>Pulsar metadata</h2>"
+            '<p class="empty" id="pulsar-empty">No Pulsar cross-check recorded '
+            "(bkaudit audit --check pulsar).</p>"
+        )
+    when = check["started_at"]
+    orphans = [[r["namespace"], r["orphans"], r["bytes"]] for r in data.pulsar_namespaces]
+    dangling = [
+        [r["ledger_id"], r.get("topic"), r.get("component"), r.get("key")]
+        for r in data.pulsar_dangling
+    ]
+    return (
+        f"<h2>Pulsar metadata (check {_e(check['run_id'])}, {_e(_fmt_ts(when))})</h2>"
+        + "<h3>Orphan ledgers per namespace</h3>"
+        + _table(
+            "pulsar-orphans",
+            ("namespace", "orphan ledgers", "bytes"),
+            orphans,
+            "No orphan ledgers.",
+        )
+        + "<h3>Dangling references (topics whose reads fail)</h3>"
+        + _table(
+            "pulsar-dangling",
+            ("ledger", "topic", "component", "key"),
+            dangling,
+            "No dangling references.",
         )
     )
 

@@ -226,6 +226,22 @@ def format_by_topic(
     return "\n".join(lines)
 
 
+def _pulsar_by_topic(warehouse: str) -> str | None:
+    """The latest Pulsar cross-check by topic, when one was recorded."""
+    from jobs.reports.pulsar import format_pulsar_by_topic, latest_pulsar_check
+    from jobs.tables.schema import PULSAR_CHECKS, PULSAR_REFERENCES
+
+    if not delta.table_exists(warehouse, PULSAR_CHECKS):
+        return None
+    refs = (
+        delta.read_rows(warehouse, PULSAR_REFERENCES)
+        if delta.table_exists(warehouse, PULSAR_REFERENCES)
+        else []
+    )
+    check, findings = latest_pulsar_check(delta.read_rows(warehouse, PULSAR_CHECKS), refs)
+    return format_pulsar_by_topic(check, findings) if check is not None else None
+
+
 def _one_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (delta-rs errors span many)."""
     text = str(exc).strip()
@@ -286,12 +302,15 @@ def list_underreplicated(
             if delta.table_exists(warehouse, ACTIONS)
             else []
         )
+        pulsar = _pulsar_by_topic(warehouse) if by_topic else None
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2
     if by_topic:
         print(format_by_topic(run, frags, repairs), file=out or sys.stdout)
+        if pulsar:
+            print(pulsar, file=out or sys.stdout)
     else:
         print(format_report(run, frags, errors, repairs), file=out or sys.stdout)
     stale = topics_awaiting_unload(unloads)

@@ -275,6 +275,14 @@ def _dangling_and_orphans(
         (PulsarFinding.ERROR, None, corrupt_key),
     }, proc.stdout
 
+    # The report and the listing by topic show them.
+    page = tmp_report(wh)
+    assert 'id="pulsar-orphans"' in page and "public/default" in page, page[-2000:]
+    assert 'id="pulsar-dangling"' in page and str(gone) in page
+    by_topic = _run("listunderreplicated", "--warehouse", str(wh), "--by-topic", codes=(0, 1))
+    assert f"persistent://public/default/orders-0  1 dangling (ledgers {gone}" in by_topic, by_topic
+    assert f"ledgers {orphan})" in by_topic and corrupt_key in by_topic
+
     # Deleting the orphans removes exactly that ledger, and every topic still reads back.
     before = set(store.list_ledger_ids())
     out = _run("orphans", "delete", *_meta(cluster), "--warehouse", str(wh),
@@ -290,6 +298,12 @@ def _dangling_and_orphans(
         finally:
             reader.close()
         assert got == set(acked[t]), t
+
+
+def tmp_report(wh: Path) -> str:
+    out = wh.parent / "report.html"
+    _run("report", "--warehouse", str(wh), "--out", str(out))
+    return out.read_text()
 
 
 def _tagged_ledger(connect_str: str, managed_ledger: str) -> int:
