@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -192,9 +192,12 @@ def check_pulsar(
     *,
     pulsar_root: str | None = None,
     orphan_min_age: float = DEFAULT_ORPHAN_MIN_AGE,
+    before_confirm: Callable[[], None] | None = None,
 ) -> PulsarCheck:
     """Cross-check Pulsar's metadata and BookKeeper's (both read from ``hosts``): read Pulsar's
-    references, scan the ledgers, pick candidates, and keep those a fresh read confirms."""
+    references, scan the ledgers, pick candidates, and keep those a fresh read confirms.
+    ``before_confirm`` runs between the two (tests use it to change the cluster there, as a
+    broker may)."""
     root = pulsar_root or pulsar_root_of(ledgers_root)
     zk = connect(hosts, auth=auth)
     try:
@@ -203,6 +206,8 @@ def check_pulsar(
         check = PulsarCheck(refs, len(bk), unreadable, complete, account)
         check.bookkeeper = bk
         store = LedgerStore(zk, ledgers_root)
+        if before_confirm is not None:
+            before_confirm()
         for ref in dangling_candidates(refs, bk.__contains__):
             listed, _ = listed_now(zk, ref.key, ref.owner)
             exists = zk.exists(store.path_for(ref.ledger_id)) is not None

@@ -150,16 +150,17 @@ class _Reader:
 
 
 def _managed_ledger_names(r: _Reader, root: str) -> Iterator[str]:
-    """Every managed-ledger name: the children of a ``persistent`` level two (v2) or three
-    (v1) levels below ``managed-ledgers``."""
+    """Every managed-ledger name: the children of a ``persistent`` level, the third (v2:
+    tenant/namespace/persistent) or fourth (v1: tenant/cluster/namespace/persistent) below
+    ``managed-ledgers``."""
     base = paths.join(root, MANAGED_LEDGERS)
 
     def walk(rel: list[str]) -> Iterator[str]:
-        if len(rel) in (2, 3) and rel[-1] == DOMAIN:
+        if len(rel) in (3, 4) and rel[-1] == DOMAIN:
             for topic in r.children(paths.join(base, *rel)):
                 yield "/".join([*rel, topic])
             return
-        if len(rel) >= 3:
+        if len(rel) >= 4:
             return
         for child in r.children(paths.join(base, *rel) if rel else base):
             yield from walk([*rel, child])
