@@ -200,6 +200,7 @@ def test_two_losses_repaired_under_a_live_broker(
             outs = [_lose_and_repair(cluster, wh, alive, url) for _ in range(2)]
         finally:
             traffic.stop()
+        victims = sorted(set(cluster.bookie_ids) - alive)
         assert not traffic.failed, traffic.failed[:5]
         actions = read_rows(str(wh), "replication_actions")
         unloads = [a for a in actions if a["action"] == ActionKind.UNLOAD_TOPIC]
@@ -221,9 +222,34 @@ def test_two_losses_repaired_under_a_live_broker(
         assert sum(len(v) for v in traffic.acked.values()) > 50 * len(TOPICS)
         _consume_all(client, traffic.acked)
         if driver == "pulsar":
+            _every_other_command(cluster, wh, alive, victims)
             assert cluster.zk.exists("/ledgers/LAYOUT") is None  # nobody wrote BookKeeper's
 
         _dangling_and_orphans(cluster, client, wh, broker.admin_url, traffic.acked)
+
+
+def _every_other_command(
+    cluster: PulsarCluster, wh: Path, alive: set[str], victims: list[str]
+) -> None:
+    """The commands the story above did not run, on the repaired cluster of Pulsar's driver."""
+    import json
+
+    meta = _meta(cluster)
+    status = json.loads(_run("status", *meta, "--format", "json", codes=(0, 1)))
+    assert status["metadata_driver"] == "pulsar" and set(status["writable"]) == alive, status
+    assert "SAFE" in _run("whatif", *meta, "--bookie", sorted(alive)[0])
+    _run("blastradius", *meta, "--warehouse", str(wh), "--executor", "local")
+    _run("audit", *meta, "--warehouse", str(wh), "--check", "sample", "--executor", "local")
+    (run,) = [r for r in read_rows(str(wh), "audit_runs") if r["check"] == "sample"]
+    assert run["status"] == "COMPLETED" and dict(run["counts"])["ledgers"] > 0, run
+    assert (
+        _run("listunderreplicated", "--warehouse", str(wh))
+        .strip()
+        .endswith("no under-replicated ledgers")
+    )
+    _run("triage", "--warehouse", str(wh), *meta)
+    out = _run("decommission", victims[0], *meta, "--warehouse", str(wh), "--executor", "local")
+    assert f"decommission of {victims[0]} complete" in out, out
 
 
 def _dangling_and_orphans(
