@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore, connect
@@ -38,6 +40,10 @@ from jobs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root
 __all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
 
 log = logging.getLogger("jobs.orphans")
+
+MIN_AGE = 3600.0
+"""The youngest ledger ``--older-than`` may delete: Pulsar lists a ledger only after creating
+it, and retries a failed listing; an hour is far past any such window."""
 
 UNOWNED = "unowned"
 """The owner of a ledger without Pulsar's tags (``--include-unowned``)."""
@@ -140,6 +146,13 @@ def run_orphans(args: argparse.Namespace) -> int:
 
     run_id = new_run_id(datetime.now(timezone.utc))
     root = args.pulsar_root or pulsar_root_of(args.ledgers_root)
+    if args.older_than < MIN_AGE:
+        print(
+            f"orphans: --older-than must be at least {MIN_AGE / 3600:g}h: Pulsar creates a "
+            "ledger before it lists it",
+            file=sys.stderr,
+        )
+        return 2
     try:
         delta.check_writable(args.warehouse, (ACTIONS,))
         require_cluster(args.zk, args.ledgers_root, args.zk_auth)
@@ -152,8 +165,16 @@ def run_orphans(args: argparse.Namespace) -> int:
         print(f"orphans: {one_line(exc)}", file=sys.stderr)
         return 2
     agreed = agreed_orphans(first, second)
-    rows = _delete(args, agreed, run_id)
-    delta.append_rows(args.warehouse, ACTIONS, rows)
+    rows: list[dict[str, Any]] = []
+    try:
+        _delete(args, agreed, run_id, rows)
+    except Exception as exc:  # ZooKeeper lost mid-way: what was deleted is still recorded
+        log.debug("orphans stopped", exc_info=True)
+        print(f"orphans: stopped after {len(rows)} ledgers: {one_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        if rows:
+            delta.append_rows(args.warehouse, ACTIONS, rows)
     done = [r for r in rows if r["status"] in (ActionStatus.DONE, ActionStatus.PLANNED)]
     freed = sum(
         o.ledger.length or 0 for o in agreed if o.ledger.ledger_id in {r["ledger_id"] for r in done}
@@ -171,9 +192,9 @@ def run_orphans(args: argparse.Namespace) -> int:
 
 
 def _delete(
-    args: argparse.Namespace, orphans: Sequence[Orphan], run_id: str
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+    args: argparse.Namespace, orphans: Sequence[Orphan], run_id: str, rows: list[dict[str, Any]]
+) -> None:
+    """Delete each orphan (or plan it), appending its row to ``rows`` as it goes."""
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     zk = connect(args.zk, auth=args.zk_auth)
     try:
@@ -201,7 +222,7 @@ def _delete(
                         o.owner_key or UNOWNED,
                         o.ledger.length or 0,
                     )
-                except BKError as exc:  # changed since both reads: left alone
+                except (BKError, KazooException) as exc:  # changed since both reads: left alone
                     status, error = ActionStatus.FAILED, str(exc)
                 time.sleep(interval)
             rows.append(
@@ -229,4 +250,3 @@ def _delete(
     finally:
         zk.stop()
         zk.close()
-    return rows

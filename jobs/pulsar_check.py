@@ -36,13 +36,15 @@ from bklib.pulsar.crosscheck import (
     dangling_candidates,
     orphan_candidates,
 )
-from bklib.pulsar.metadata import (
-    CorruptPulsarMetadata,
-    decode_cursor,
-    decode_managed_ledger,
-    decode_schema_ledgers,
+from bklib.pulsar.metadata import CorruptPulsarMetadata
+from bklib.pulsar.references import (
+    Owner,
+    PulsarMetadataMissing,
+    PulsarReferences,
+    Reference,
+    read_references,
+    references_in,
 )
-from bklib.pulsar.references import Owner, PulsarReferences, Reference, read_references
 from bklib.pulsar.topics import InvalidTopicName, parse_topic
 from bklib.states import PulsarFinding, RunStatus, Severity
 from jobs.messages import one_line
@@ -165,24 +167,20 @@ def _bookkeeper_ledgers(
 
 
 def listed_now(zk: KazooClient, key: str, owner: str) -> tuple[frozenset[int] | None, bool]:
-    """(ledgers ``key`` lists now, None if it no longer decodes; whether it is gone)."""
+    """(ledgers ``key`` references now, None if it no longer decodes; whether it is gone),
+    by the same rule as the walk (:func:`bklib.pulsar.references.references_in`)."""
     from kazoo.exceptions import NoNodeError
 
     try:
         data: bytes = zk.get(key)[0]
     except NoNodeError:
         return None, True
+    kind = Owner.CURSOR if owner == Owner.COMPACTED else owner
     try:
-        if owner == Owner.MANAGED_LEDGER:
-            return frozenset(e.ledger_id for e in decode_managed_ledger(key, data).ledgers), False
-        if owner in (Owner.CURSOR, Owner.COMPACTED):
-            c = decode_cursor(key, data)
-            return frozenset(
-                x for x in (c.cursor_ledger, c.compacted_ledger) if x is not None
-            ), False
-        return frozenset(decode_schema_ledgers(key, data)), False
+        refs = references_in(key, kind, data, None)
     except CorruptPulsarMetadata:
         return None, False
+    return frozenset(r.ledger_id for r in refs), False
 
 
 def check_pulsar(
@@ -205,6 +203,14 @@ def check_pulsar(
         bk, unreadable, complete, account = _bookkeeper_ledgers(hosts, ledgers_root, auth)
         check = PulsarCheck(refs, len(bk), unreadable, complete, account)
         check.bookkeeper = bk
+        tagged = sum(1 for led in bk.values() if led.tags.managed_ledger)
+        if refs.managed_ledgers == 0 and tagged:
+            # Pulsar's ledgers without Pulsar's metadata: the wrong root, not a cluster whose
+            # every topic is gone. Judging them would call every ledger an orphan.
+            raise PulsarMetadataMissing(
+                f"{tagged} ledgers are tagged for Pulsar topics but {root} has no managed "
+                "ledgers: give --pulsar-root (where managed-ledgers is)"
+            )
         store = LedgerStore(zk, ledgers_root)
         if before_confirm is not None:
             before_confirm()

@@ -68,7 +68,9 @@ def add_pulsar_admin_arguments(parser: argparse.ArgumentParser) -> argparse.Argu
 
 
 def admin_settings(args: argparse.Namespace) -> AdminSettings | None:
-    """The admin API settings the flags give (None without ``--pulsar-admin-url``)."""
+    """The admin API settings the flags give (None without ``--pulsar-admin-url``), checked
+    now (the URL, the token file, the TLS files): a repair never starts with flags that
+    would only fail after it. Raises ValueError or OSError with a one-line reason."""
     url = getattr(args, "pulsar_admin_url", None)
     if not url:
         return None
@@ -78,13 +80,15 @@ def admin_settings(args: argparse.Namespace) -> AdminSettings | None:
         from jobs.connection import read_secret_file
 
         token = read_secret_file(token_file, "--pulsar-token-file").strip()
-    return AdminSettings(
+    settings = AdminSettings(
         url=url,
         token=token,
         tls_ca=getattr(args, "pulsar_tls_ca", None),
         tls_cert=getattr(args, "pulsar_tls_cert", None),
         tls_key=getattr(args, "pulsar_tls_key", None),
     )
+    PulsarAdmin(settings)  # builds the TLS context: unreadable files fail here
+    return settings
 
 
 def topics_of(
@@ -158,20 +162,16 @@ def after_repair(
     warehouse: str,
     audit_run_id: str | None,
     dry_run: bool,
+    settings: AdminSettings | None,
 ) -> None:
     """Unload (or record and name) the topics behind the ledgers the run changed, and, with
-    the admin API, those earlier runs could not unload. Never raises for the admin API or the
-    topic lookup: the repair is done whatever happens here."""
+    the admin API (``settings``, from :func:`admin_settings`), those earlier runs could not
+    unload. The caller keeps the repair's outcome whatever this raises."""
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 
     changed = ledgers_changed(rows, dry_run=dry_run)
-    settings = admin_settings(args)
-    try:
-        plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
-    except BKError as exc:
-        print(f"{mode}: could not read the repaired ledgers' topics: {exc}")
-        return
+    plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
     if settings is not None and not dry_run:
         for topic, lids in _left_by_earlier_runs(warehouse).items():
             plan.setdefault(topic, lids)

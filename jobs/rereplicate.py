@@ -212,6 +212,9 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
     local = LocalRepair(config)
     account = None
     try:
+        from jobs.pulsar_unload import admin_settings
+
+        admin = admin_settings(args)
         # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
         require_cluster(config.zk, config.ledgers_root, config.zk_auth)
         if mode == MODE_REREPLICATE:
@@ -249,18 +252,23 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
     status = print_summary(mode, run_id, rows)
     from jobs.pulsar_unload import after_repair
 
-    after_repair(
-        args,
-        rows,
-        run_id=run_id,
-        mode=mode,
-        zk_hosts=config.zk,
-        ledgers_root=config.ledgers_root,
-        auth=config.zk_auth,
-        warehouse=config.warehouse,
-        audit_run_id=config.audit_run_id,
-        dry_run=config.settings.dry_run,
-    )
+    try:
+        after_repair(
+            args,
+            rows,
+            run_id=run_id,
+            mode=mode,
+            zk_hosts=config.zk,
+            ledgers_root=config.ledgers_root,
+            auth=config.zk_auth,
+            warehouse=config.warehouse,
+            audit_run_id=config.audit_run_id,
+            dry_run=config.settings.dry_run,
+            settings=admin,
+        )
+    except Exception as exc:  # the repair is done and recorded: unloads never undo that
+        log.debug("topic unloads after %s %s failed", mode, run_id, exc_info=True)
+        print(f"  Pulsar topic unloads not done: {one_line(exc)}")
     if local.unreadable:
         # Fail closed: a ledger we cannot parse may still name the bookie.
         print(

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from kazoo.exceptions import KazooException
+
 from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.errors import BKError
@@ -161,7 +163,12 @@ def collect_triage(
         ctime = _ts(view.ctime) if view is not None else None
         loss = PulsarLoss()
         if zk is not None and view is not None and res.lost_ranges:
-            loss = pulsar_loss(zk, root, auth, tls, view, res.lost_ranges)
+            try:
+                loss = pulsar_loss(
+                    zk, root, auth, tls, view, res.lost_ranges, res.lost_ranges_truncated
+                )
+            except (BKError, KazooException, OSError) as exc:  # optional detail: the class stands
+                log.warning("ledger %d: lost messages not named: %s", lid, exc)
         detected = [f["first_detected_at"] for f in fs if f.get("first_detected_at")]
         out.append(
             {
@@ -210,11 +217,13 @@ def pulsar_loss(
     tls: TlsSettings | None,
     view: LedgerView,
     lost: Sequence[tuple[int, int]],
+    truncated: bool = False,
 ) -> PulsarLoss:
     """Name the lost entries of a Pulsar topic's data ledger as message ids (``L:E``) and read
     the entries just before and after them for the publish-time range. A cursor, schema or
     untagged ledger holds no messages: nothing is named. A neighbour that cannot be read
-    leaves its end of the range unknown."""
+    leaves its end of the range unknown, as does a ``truncated`` list of ranges for the end
+    past the last one listed."""
     from bklib.client.pool import SyncBookieClient
     from bklib.client.reader import read_entries_blocking
     from bklib.meta.pulsar import COMPONENT_MANAGED_LEDGER, decode_pulsar_metadata
@@ -231,9 +240,10 @@ def pulsar_loss(
         tags = decode_pulsar_metadata(md.custom_metadata)
         if tags.component != COMPONENT_MANAGED_LEDGER or tags.cursor or not tags.managed_ledger:
             return PulsarLoss()
-        ids = format_message_ids(view.ledger_id, lost)
+        ids = format_message_ids(view.ledger_id, lost) + (", and more" if truncated else "")
         last = md.last_entry_id if md.is_closed else None
-        before_first, after_last = lost[0][0] - 1, lost[-1][1] + 1
+        before_first = lost[0][0] - 1
+        after_last = -1 if truncated else lost[-1][1] + 1
         times: dict[int, int | None] = {}
         with SyncBookieClient(client, ledgers_root=root, tls=tls) as bookies:
             for entry in (before_first, after_last):

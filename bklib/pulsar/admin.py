@@ -75,25 +75,29 @@ class PulsarAdmin:
         such topic) or :class:`PulsarAdminUnreachable`."""
         self._request("PUT", topic.admin_path("unload"), f"unload {topic}")
 
-    def delete(self, topic: TopicName, *, force: bool = False) -> None:
-        """Delete ``topic`` (``force``: even with producers, consumers or subscriptions)."""
-        query = "?force=true" if force else ""
-        self._request("DELETE", topic.admin_path() + query, f"delete {topic}")
-
-    def get_json(self, path: str) -> object:
-        """GET ``path`` and parse the JSON answer (e.g. ``/admin/v2/clusters``)."""
-        return json.loads(self._request("GET", path, f"GET {path}") or b"null")
-
     def _request(self, method: str, path: str, what: str) -> bytes:
-        url = urljoin(self.settings.url.rstrip("/") + "/", path.lstrip("/"))
+        base = urljoin(self.settings.url.rstrip("/") + "/", path.lstrip("/"))
+        url = base
         for _ in range(MAX_REDIRECTS + 1):
-            status, location, body = self._once(method, url, what)
+            try:
+                status, location, body = self._once(method, url, what)
+            except PulsarAdminUnreachable as exc:
+                if url == base:
+                    raise
+                # The owner the broker redirected to is unreachable, not the admin API: other
+                # topics may live on reachable brokers.
+                raise PulsarAdminError(what, 0, exc.reason) from exc
             if status in (301, 302, 303, 307, 308) and location:
-                url = urljoin(url, location)
+                target = urljoin(url, location)
+                if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
+                    # Never send the token in the clear.
+                    raise PulsarAdminError(what, status, f"refusing redirect to {target}")
+                url = target
                 continue
             if 200 <= status < 300:
                 return body
-            raise PulsarAdminError(what, status, _reason(body) or http.client.responses[status])
+            reason = _reason(body) or http.client.responses.get(status, "error")
+            raise PulsarAdminError(what, status, reason)
         raise PulsarAdminError(what, 0, f"more than {MAX_REDIRECTS} redirects, last to {url}")
 
     def _once(self, method: str, url: str, what: str) -> tuple[int, str | None, bytes]:

@@ -79,8 +79,14 @@ def owner_key(root: str, tags: PulsarLedger) -> tuple[str, str] | None:
 
 
 def dangling_candidates(refs: PulsarReferences, exists: Callable[[int], bool]) -> list[Reference]:
-    """References to ledgers BookKeeper does not have (``exists`` answers from the scan)."""
-    return [r for r in refs.refs if not r.bookkeeper_deleted and not exists(r.ledger_id)]
+    """References to ledgers BookKeeper does not have (``exists`` answers from the scan),
+    but for ledgers deleted on purpose after offloading and a managed ledger's current, empty
+    ledger (see :class:`~bklib.pulsar.references.Reference`)."""
+    return [
+        r
+        for r in refs.refs
+        if not r.bookkeeper_deleted and not r.current and not exists(r.ledger_id)
+    ]
 
 
 def orphan_candidates(

@@ -66,8 +66,7 @@ class ManagedLedgerEntry:
 
     ledger_id: int
     entries: int | None
-    size: int | None
-    offloaded: bool
+    """None for the ledger being written (the broker records the count when it closes it)."""
     bookkeeper_deleted: bool
     """Offloaded and deleted from BookKeeper on purpose: its absence is no loss."""
 
@@ -77,7 +76,6 @@ class ManagedLedger:
     """A topic's managed ledger: its ledgers in order (the last one is being written)."""
 
     ledgers: tuple[ManagedLedgerEntry, ...]
-    terminated: bool
 
 
 @dataclass(frozen=True)
@@ -150,13 +148,10 @@ def decode_managed_ledger(key: str, data: bytes) -> ManagedLedger:
             ManagedLedgerEntry(
                 li.ledgerId,
                 li.entries if li.HasField("entries") else None,
-                li.size if li.HasField("size") else None,
-                li.HasField("offloadContext") and li.offloadContext.complete,
                 li.HasField("offloadContext") and li.offloadContext.bookkeeperDeleted,
             )
             for li in info.ledgerInfo
-        ),
-        info.HasField("terminatedPosition"),
+        )
     )
 
 

@@ -36,11 +36,13 @@ __all__ = [
     "MANAGED_LEDGERS",
     "SCHEMAS",
     "Owner",
+    "PulsarMetadataMissing",
     "PulsarReferences",
     "Reference",
     "cursor_key",
     "managed_ledger_key",
     "read_references",
+    "references_in",
     "schema_key",
 ]
 
@@ -71,26 +73,27 @@ class Reference:
     topic: str | None
     bookkeeper_deleted: bool = False
     """Offloaded and deleted from BookKeeper on purpose: its absence is no loss."""
+    current: bool = False
+    """A managed ledger's last ledger with no entries recorded: the one being written, which
+    the broker deletes before unlisting when it closes it empty (``ManagedLedgerImpl.
+    ledgerClosed``) and drops when missing on reopen: its absence breaks no read."""
+
+
+class PulsarMetadataMissing(ValueError):
+    """No Pulsar metadata where it was looked for: a wrong ``--pulsar-root``, or a store of
+    its own. Nothing may be judged orphan then."""
 
 
 @dataclass
 class PulsarReferences:
-    """Everything the walk found: the references, each owner key's listed ledgers, and the
-    keys that could not be decoded (``errors``: key -> reason)."""
+    """Everything the walk found: the references, and the keys that could not be decoded
+    (``errors``: key -> reason)."""
 
     refs: list[Reference] = field(default_factory=list)
-    listed: dict[str, frozenset[int]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     managed_ledgers: int = 0
     cursors: int = 0
     schemas: int = 0
-
-    def referenced(self) -> dict[int, list[Reference]]:
-        """The references by ledger id."""
-        out: dict[int, list[Reference]] = {}
-        for r in self.refs:
-            out.setdefault(r.ledger_id, []).append(r)
-        return out
 
 
 def managed_ledger_key(root: str, name: str) -> str:
@@ -104,6 +107,37 @@ def cursor_key(root: str, managed_ledger: str, cursor: str) -> str:
 
 def schema_key(root: str, schema_id: str) -> str:
     return paths.join(root, SCHEMAS, schema_id)
+
+
+def references_in(key: str, owner: str, data: bytes, topic: str | None) -> list[Reference]:
+    """The ledgers one value references, by what kind of key it is: the one rule the walk and
+    every re-read use. Raises :class:`~bklib.pulsar.metadata.CorruptPulsarMetadata`."""
+    if owner == Owner.MANAGED_LEDGER:
+        ledgers = decode_managed_ledger(key, data).ledgers
+        last = len(ledgers) - 1
+        return [
+            Reference(
+                e.ledger_id,
+                key,
+                owner,
+                topic,
+                bookkeeper_deleted=e.bookkeeper_deleted,
+                current=i == last and not e.entries,
+            )
+            for i, e in enumerate(ledgers)
+        ]
+    if owner == Owner.CURSOR:
+        cursor = decode_cursor(key, data)
+        if cursor.cursor_ledger is not None:
+            return [Reference(cursor.cursor_ledger, key, owner, topic)]
+        # The compacted ledger's property is authoritative only while the position lives in
+        # the value: with a cursor ledger, that ledger's last entry holds it.
+        if cursor.compacted_ledger is not None:
+            return [Reference(cursor.compacted_ledger, key, Owner.COMPACTED, topic)]
+        return []
+    if owner == Owner.SCHEMA:
+        return [Reference(x, key, owner, topic) for x in decode_schema_ledgers(key, data)]
+    raise ValueError(f"unknown owner kind {owner!r}")
 
 
 def schema_topic(schema_id: str) -> str:
@@ -184,55 +218,33 @@ def read_references(
         if progress is not None and read % 1000 == 0:
             progress(read)
 
+    base = paths.join(root, MANAGED_LEDGERS)
+    if zk.exists(base) is None:
+        raise PulsarMetadataMissing(
+            f"no Pulsar metadata at {base}: give --pulsar-root (where managed-ledgers is)"
+        )
     names = list(_managed_ledger_names(r, root))
     for key, data in r.values(managed_ledger_key(root, n) for n in names):
         tick()
-        name = key[len(paths.join(root, MANAGED_LEDGERS)) + 1 :]
         if data is None:
             continue
-        topic = topic_of_managed_ledger(name)
+        topic = topic_of_managed_ledger(key[len(base) + 1 :])
         out.managed_ledgers += 1
-        try:
-            ml = decode_managed_ledger(key, data)
-        except CorruptPulsarMetadata as exc:
-            _error(out, key, exc)
-        else:
-            out.listed[key] = frozenset(e.ledger_id for e in ml.ledgers)
-            out.refs.extend(
-                Reference(e.ledger_id, key, Owner.MANAGED_LEDGER, topic, e.bookkeeper_deleted)
-                for e in ml.ledgers
-            )
-        cursor_keys = [cursor_key(root, name, c) for c in r.children(key)]
+        _collect(out, key, Owner.MANAGED_LEDGER, data, topic)
+        cursor_keys = [paths.join(key, c) for c in r.children(key)]
         for ckey, cdata in r.values(cursor_keys):
             tick()
             if cdata is None:
                 continue
             out.cursors += 1
-            try:
-                cursor = decode_cursor(ckey, cdata)
-            except CorruptPulsarMetadata as exc:
-                _error(out, ckey, exc)
-                continue
-            own = {cursor.cursor_ledger} - {None}
-            out.listed[ckey] = frozenset(x for x in own if x is not None)
-            out.refs.extend(Reference(x, ckey, Owner.CURSOR, topic) for x in out.listed[ckey])
-            # The property is authoritative only while the position lives in the value: with a
-            # cursor ledger, the ledger's last entry holds it and the value may be stale.
-            if cursor.compacted_ledger is not None and cursor.cursor_ledger is None:
-                out.refs.append(Reference(cursor.compacted_ledger, ckey, Owner.COMPACTED, topic))
+            _collect(out, ckey, Owner.CURSOR, cdata, topic)
     for key, data in r.values(_schema_keys(r, root)):
         tick()
         if not data:  # deleted meanwhile, or an empty namespace level (no locator is empty)
             continue
         out.schemas += 1
         schema_id = key[len(paths.join(root, SCHEMAS)) + 1 :]
-        try:
-            ledgers = decode_schema_ledgers(key, data)
-        except CorruptPulsarMetadata as exc:
-            _error(out, key, exc)
-            continue
-        out.listed[key] = frozenset(ledgers)
-        out.refs.extend(Reference(x, key, Owner.SCHEMA, schema_topic(schema_id)) for x in ledgers)
+        _collect(out, key, Owner.SCHEMA, data, schema_topic(schema_id))
     log.info(
         "pulsar metadata: %d managed ledgers, %d cursors, %d schemas, %d ledger references, "
         "%d undecodable keys",
@@ -263,6 +275,9 @@ def _schema_keys(r: _Reader, root: str) -> Iterator[str]:
     yield from walk([])
 
 
-def _error(out: PulsarReferences, key: str, exc: CorruptPulsarMetadata) -> None:
-    log.error("pulsar metadata %s: %s", key, exc.reason)
-    out.errors[key] = exc.reason
+def _collect(out: PulsarReferences, key: str, owner: str, data: bytes, topic: str | None) -> None:
+    try:
+        out.refs.extend(references_in(key, owner, data, topic))
+    except CorruptPulsarMetadata as exc:
+        log.error("pulsar metadata %s: %s", key, exc.reason)
+        out.errors[key] = exc.reason

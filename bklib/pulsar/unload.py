@@ -147,6 +147,8 @@ def unload_topics(
                 status, error = ActionStatus.SKIPPED, str(exc)
             else:
                 status, error = ActionStatus.FAILED, str(exc)
+            if exc.status in (401, 403):  # the credentials fail for every topic alike
+                unreachable = str(exc)
             log.warning("topic %s: %s", topic, exc)
         out.append(UnloadOutcome(topic, tuple(lids), status, error, t0, clock()))
     return out

@@ -28,7 +28,7 @@ from bklib.states import ActionKind, ActionStatus, PulsarFinding
 from jobs.pulsar_check import check_pulsar
 from jobs.tables.delta import read_rows
 from tests.audit_helpers import metadata
-from tests.cli_helpers import bkaudit
+from tests.cli_helpers import bkaudit, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -145,6 +145,17 @@ def test_dangling_orphans_and_errors_then_orphans_delete(zk_chroot: str, tmp_pat
         (PulsarFinding.ORPHAN, 6),
         (PulsarFinding.ORPHAN, 9),
     ]
+
+    # A wrong Pulsar root is one line, never "every Pulsar ledger is an orphan".
+    for cmd in (
+        ("audit", "--zk", zk_chroot, "--warehouse", wh, "--check", "pulsar"),
+        ("orphans", "delete", "--zk", zk_chroot, "--warehouse", wh, "--older-than", "1d"),
+    ):
+        line = one_error_line(bkaudit(*cmd, "--pulsar-root", "/elsewhere"))
+        assert "no Pulsar metadata at /elsewhere/managed-ledgers" in line, line
+    young = bkaudit("orphans", "delete", "--zk", zk_chroot, "--warehouse", wh,
+                    "--older-than", "10m")  # fmt: skip
+    assert "--older-than must be at least 1h" in one_error_line(young)
 
     args = ("orphans", "delete", "--zk", zk_chroot, "--warehouse", wh, "--older-than", "1d",
             "--delay", "0s")  # fmt: skip

@@ -39,10 +39,11 @@ from bklib.pulsar.topics import parse_topic
 from bklib.states import ActionKind, ActionStatus, PulsarFinding
 from jobs.tables.delta import read_rows
 from tests.cli_helpers import bkaudit
-from tests.pulsar.harness import PulsarCluster
+from tests.pulsar.harness import PulsarBroker, PulsarCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.pulsar, pytest.mark.timeout(900)]
 
+DAY_MS = 86_400_000
 TOPICS = [f"persistent://public/default/orders-{i}" for i in range(4)]
 KEEP = "keep"  # a durable subscription that holds every message
 
@@ -225,7 +226,7 @@ def test_two_losses_repaired_under_a_live_broker(
             _every_other_command(cluster, wh, alive, victims)
             assert cluster.zk.exists("/ledgers/LAYOUT") is None  # nobody wrote BookKeeper's
 
-        _dangling_and_orphans(cluster, client, wh, broker.admin_url, traffic.acked)
+        _dangling_and_orphans(cluster, client, wh, broker, traffic.acked)
 
 
 def _every_other_command(
@@ -256,7 +257,7 @@ def _dangling_and_orphans(
     cluster: PulsarCluster,
     client: pulsar.Client,
     wh: Path,
-    admin_url: str,
+    broker: PulsarBroker,
     acked: dict[str, list[bytes]],
 ) -> None:
     # Rollovers and retention trimming: a topic without a subscription keeps only its current
@@ -270,8 +271,10 @@ def _dangling_and_orphans(
         for i in range(70):
             p.send(f"{t}#{i}".encode())
         p.close()
-    admin = PulsarAdmin(AdminSettings(admin_url))
-    admin.delete(parse_topic("persistent://public/default/deleted"))
+    status, body = broker.admin(
+        "DELETE", parse_topic("persistent://public/default/deleted").admin_path()
+    )
+    assert status == 204, (status, body)
 
     ml = "public/default/persistent/orders-0"
     ml_key = f"/managed-ledgers/{ml}"
@@ -283,6 +286,9 @@ def _dangling_and_orphans(
     store.delete_ledger(gone)
     # Orphan: a ledger tagged for the topic and never added to its managed ledger.
     orphan = _tagged_ledger(cluster.connect, ml)
+    # ...made a day ago (the crash that left it happened then): only its age is set here.
+    store.update_ledger(orphan, lambda md: md.replace(ctime=int(time.time() * 1000) - DAY_MS,
+                                                      store_ctime=True))  # fmt: skip
     # Bad input: a corrupt ManagedLedgerInfo is an error naming its key; the ledgers it lists
     # are unknown, never orphans.
     corrupt_key = "/managed-ledgers/public/default/persistent/corrupt"
@@ -290,7 +296,7 @@ def _dangling_and_orphans(
     time.sleep(2)  # background deletions of the trim and the topic delete settle
 
     proc = bkaudit("audit", *_meta(cluster), "--warehouse", str(wh), "--check", "pulsar",
-                   "--orphan-min-age", "0s", timeout=300)  # fmt: skip
+                   "--orphan-min-age", "1h", timeout=300)  # fmt: skip
     assert proc.returncode == 1, (proc.stdout, proc.stderr[-3000:])
     (check,) = read_rows(str(wh), "pulsar_checks")
     assert check["status"] == "COMPLETED_WITH_ERRORS", check
@@ -312,7 +318,7 @@ def _dangling_and_orphans(
     # Deleting the orphans removes exactly that ledger, and every topic still reads back.
     before = set(store.list_ledger_ids())
     out = _run("orphans", "delete", *_meta(cluster), "--warehouse", str(wh),
-               "--older-than", "0s", "--delay", "1s")  # fmt: skip
+               "--older-than", "1h", "--delay", "1s")  # fmt: skip
     assert set(store.list_ledger_ids()) == before - {orphan}, out
     deletions = [a for a in read_rows(str(wh), "replication_actions")
                  if a["action"] == ActionKind.DELETE_ORPHAN]  # fmt: skip

@@ -125,8 +125,9 @@ def test_dangling_and_orphan_candidates() -> None:
             Reference(1, ml_key, Owner.MANAGED_LEDGER, "persistent://public/default/t"),
             Reference(2, ml_key, Owner.MANAGED_LEDGER, "persistent://public/default/t"),
             Reference(3, ml_key, Owner.MANAGED_LEDGER, None, bookkeeper_deleted=True),
+            # The current ledger, closed empty and deleted before it was unlisted.
+            Reference(12, ml_key, Owner.MANAGED_LEDGER, None, current=True),
         ],
-        listed={ml_key: frozenset({1, 2, 3}), f"{ml_key}/sub": frozenset()},
         errors={"/managed-ledgers/public/default/persistent/broken": "invalid"},
     )
     day = 86_400_000
@@ -179,3 +180,24 @@ def test_publish_time_with_and_without_the_optional_headers() -> None:
         assert publish_time(junk) is None
     assert format_message_ids(7, [(3, 3), (5, 9)]) == "7:3, 7:5..7:9"
     assert format_message_ids(7, [(i, i) for i in range(0, 50, 2)]).endswith("+5 more")
+
+
+def test_references_in_is_the_one_rule_for_walk_and_re_read() -> None:
+    from bklib.pulsar.references import references_in
+
+    refs = references_in(KEY, Owner.MANAGED_LEDGER, _info(3, 7, 9), None)
+    assert [(r.ledger_id, r.current) for r in refs] == [(3, False), (7, False), (9, False)]
+    open_last = ManagedLedgerInfo()
+    open_last.ledgerInfo.add(ledgerId=3, entries=10)
+    open_last.ledgerInfo.add(ledgerId=4)  # being written: no entry count yet
+    refs = references_in(KEY, Owner.MANAGED_LEDGER, open_last.SerializeToString(), None)
+    assert [(r.ledger_id, r.current) for r in refs] == [(3, False), (4, True)]
+    # The compacted ledger counts only while the cursor has no ledger of its own.
+    c = ManagedCursorInfo(cursorsLedgerId=8)
+    c.properties.add(name="CompactedTopicLedger", value=42)
+    assert [r.ledger_id for r in references_in(KEY, Owner.CURSOR, c.SerializeToString(), None)] == [
+        8
+    ]
+    c.cursorsLedgerId = -1
+    (ref,) = references_in(KEY, Owner.CURSOR, c.SerializeToString(), None)
+    assert (ref.ledger_id, ref.owner) == (42, Owner.COMPACTED)

@@ -68,9 +68,15 @@ class _Broker(BaseHTTPRequestHandler):
     """Two "brokers" in one server: /owner/... owns topics, the rest redirect there."""
 
     seen: list[tuple[str, str, str | None]] = []
+    dead_port = 0
 
     def do_PUT(self) -> None:
         self.seen.append(("PUT", self.path, self.headers.get("Authorization")))
+        if "/elsewhere/" in self.path:  # owned by a broker we cannot reach
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{self.dead_port}{self.path}")
+            self.end_headers()
+            return
         if not self.path.startswith("/owner/"):
             self.send_response(307)
             self.send_header("Location", "/owner" + self.path)
@@ -94,6 +100,7 @@ class _Broker(BaseHTTPRequestHandler):
 def broker() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Broker)
     _Broker.seen = []
+    _Broker.dead_port = free_port()
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
     try:
@@ -123,6 +130,13 @@ def test_unloads_are_rated_and_an_unreachable_api_is_tried_once() -> None:
     assert [o.status for o in out] == [ActionStatus.FAILED] * 3
     assert len({o.error for o in out}) == 1 and "unreachable" in str(out[0].error)
     assert all(o.finished_at == o.started_at for o in out[1:])  # not tried again
+
+
+def test_an_unreachable_owner_fails_its_topic_only(broker: str) -> None:
+    plan = {"persistent://a/elsewhere/t1": [1], "persistent://a/b/t2": [2]}
+    out = unload_topics(PulsarAdmin(AdminSettings(broker, timeout=2.0)), plan, per_second=1000)
+    assert [o.status for o in out] == [ActionStatus.FAILED, ActionStatus.DONE]
+    assert "unreachable" in str(out[0].error)
 
 
 def test_rate_and_outcomes_against_a_broker(broker: str) -> None:
