@@ -40,6 +40,7 @@ from bklib.bookie.faults import AdminServer, FaultInjector, FaultRule
 from bklib.bookie.registration import Registration, check_bookie_id
 from bklib.bookie.server import BookieServer
 from bklib.bookie.storage import Storage
+from bklib.cancellation import cancel_and_wait
 from bklib.errors import BKError
 from bklib.meta.zkaccess import ZkAuth, add_zk_access_arguments, zk_access_from_args
 from bklib.proto.framing import MAX_FRAME_SIZE
@@ -169,11 +170,7 @@ class Bookie:
 
     async def stop(self) -> None:
         """Unregister, stop serving, sync the journal and release the data dir."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
+        await cancel_and_wait(list(self._tasks))
         await self._teardown()
         log.info("bookie %s stopped", self.bookie_id)
 

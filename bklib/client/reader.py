@@ -23,13 +23,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from bklib.cancellation import cancel_and_wait
 from bklib.client.placement import PlacementPolicy, writable_bookies
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.digest import DigestManager, EntryView, digest_manager, master_key
@@ -522,11 +522,7 @@ class LedgerReader:
                     next_id += 1
                 yield _entry_from_view(await inflight.pop(0))
         finally:
-            for t in inflight:
-                t.cancel()
-            for t in inflight:
-                with contextlib.suppress(BaseException):
-                    await t
+            await cancel_and_wait(inflight)
 
     async def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` (inclusive), verified, in order."""

@@ -36,11 +36,11 @@ WriteError (write-back), UnexpectedConditionError (close).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 
+from bklib.cancellation import cancel_and_wait
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.reader import (
     ClientContext,
@@ -372,11 +372,7 @@ class LedgerRecovery:
                     while len(outstanding) >= limit:
                         await outstanding.popleft()
             finally:
-                for t in reads:
-                    t.cancel()
-                for t in reads:
-                    with contextlib.suppress(BaseException):
-                        await t
+                await cancel_and_wait(reads)
             next_id += batch
         # Entries after the first absent one (batch > 1) are never written back: the ledger
         # ends before the gap.

@@ -39,6 +39,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bklib.cancellation import cancel_and_wait
 from bklib.client.connection import BookieConnection
 from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.client.pool import BookieClientPool, WireProtocol
@@ -209,9 +210,7 @@ async def _all(aws: list[Awaitable[None]]) -> None:
     try:
         await asyncio.gather(*tasks)
     except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         raise
 
 
@@ -451,9 +450,7 @@ async def copy_fragment(
     try:
         await asyncio.gather(*tasks)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
     result.no_replica.sort()
     if result.no_replica:
         log.error(

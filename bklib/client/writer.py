@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bklib.cancellation import wait_unwound
 from bklib.client.placement import PlacementPolicy
 from bklib.client.reader import ClientContext
 from bklib.digest import digest_manager, master_key
@@ -513,10 +514,7 @@ class AddPipeline:
 
     async def wait_stopped(self) -> None:
         """Wait until the cancelled tasks have unwound."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await wait_unwound(list(self._tasks))
 
 
 # ---- the writer ---------------------------------------------------------------------------------

@@ -146,6 +146,12 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="how soon unfinished repairs (grace period, locked, failed) are tried again",
     )
     parser.add_argument(
+        "--max-failed-cycles",
+        type=int,
+        default=5,
+        help="/healthz fails after this many leader cycles in a row raised (0: never)",
+    )
+    parser.add_argument(
         "--poll-interval",
         type=parse_duration,
         default=2.0,
@@ -228,6 +234,7 @@ def run_watch(args: argparse.Namespace) -> int:
         digest_type=DigestType[args.digest_type] if args.digest_type else None,
         retry_interval=args.retry_interval,
         poll_interval=args.poll_interval,
+        max_failed_cycles=args.max_failed_cycles,
         stop_timeout=args.stop_timeout,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,

@@ -91,6 +91,8 @@ class WatchConfig:
     digest_type: DigestType | None = None
     retry_interval: float = 5.0
     poll_interval: float = 2.0
+    max_failed_cycles: int = 5
+    """``/healthz`` fails after this many leader cycles in a row raised (0: never)."""
     stop_timeout: float = 30.0
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = None
@@ -114,7 +116,10 @@ class WatchService:
     def __init__(self, config: WatchConfig, metrics: WatchMetrics | None = None) -> None:
         self.cfg = config
         self.metrics = metrics or WatchMetrics()
-        self.health = Health(stale_after=max(60.0, 10 * config.poll_interval))
+        self.health = Health(
+            stale_after=max(60.0, 10 * config.poll_interval),
+            max_failed_cycles=config.max_failed_cycles,
+        )
         self.stopping = threading.Event()
         self.server: MetricsServer | None = None
         self.tracker = LossTracker()
@@ -271,15 +276,23 @@ class WatchService:
         try:
             if not self.leading:
                 self._take_over()
-            return self._lead()
+            wait = self._lead()
         except _Stopped as exc:
             log.info("watch: %s", exc)
             return 0.0
         except SpoolError:
             raise  # the service stops (run_watch prints it and exits 2)
-        except Exception as exc:
-            log.exception("watch: cycle failed: %s", one_line(exc))
+        except Exception as exc:  # logged, counted, and /healthz turns red if it keeps failing
+            self.health.cycle_failed(one_line(exc))
+            self.metrics.cycle_failures.inc()
+            log.exception(
+                "watch: cycle failed (%d in a row): %s",
+                self.health.failed_cycles,
+                one_line(exc),
+            )
             return self.cfg.retry_interval
+        self.health.cycle_ok()
+        return wait
 
     def _step_down(self, why: str | None) -> None:
         if self.leading:

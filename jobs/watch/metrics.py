@@ -114,6 +114,11 @@ class WatchMetrics:
         self.spooled_rows = Gauge(
             "bkaudit_spooled_rows", "Table rows waiting in the spool to be written", registry=r
         )
+        self.cycle_failures = Counter(
+            "bkaudit_watch_cycle_failures",
+            "Leader cycles that raised (an audit, a repair or a table step failed)",
+            registry=r,
+        )
         for s in BookieState.ALL:
             self.bookies.labels(s).set(0)
         for c in Check.ALL:
@@ -142,19 +147,34 @@ class WatchMetrics:
 class Health:
     """What ``/healthz`` and ``/readyz`` answer from: the loop's heartbeat and readiness."""
 
-    def __init__(self, stale_after: float) -> None:
+    def __init__(self, stale_after: float, max_failed_cycles: int = 5) -> None:
         self.stale_after = stale_after
+        self.max_failed_cycles = max_failed_cycles
         self.beat = time.monotonic()
         self.ready_reason: str | None = "starting"
         self.role = "starting"
+        self.failed_cycles = 0
+        """Consecutive leader cycles that raised: a loop that beats but fails every cycle
+        is alive but useless, and ``/healthz`` says so."""
+        self.last_failure: str | None = None
 
     def heartbeat(self) -> None:
         self.beat = time.monotonic()
+
+    def cycle_failed(self, why: str) -> None:
+        self.failed_cycles += 1
+        self.last_failure = why
+
+    def cycle_ok(self) -> None:
+        self.failed_cycles = 0
+        self.last_failure = None
 
     def healthy(self) -> tuple[bool, str]:
         age = time.monotonic() - self.beat
         if age > self.stale_after:
             return False, f"main loop silent for {age:.0f}s"
+        if self.max_failed_cycles > 0 and self.failed_cycles >= self.max_failed_cycles:
+            return False, f"{self.failed_cycles} cycles failed in a row: {self.last_failure}"
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from bklib.meta.model import LedgerMetadata
+from bklib.meta.paths import ur_ledger_path
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.testing.zkserver import free_port
 from jobs.tables import delta
@@ -323,3 +324,22 @@ def test_sigterm_mid_copy_exits_cleanly_and_a_later_run_converges(
         with watching(c.zk, wh, tmp_path, "w2", "--lost-bookie-recovery-delay", "0s") as w2:
             wait_for(lambda: repaired(c, ids, victim), 90, "the next run's repair", w2)
         assert_clean(c, ids, victim)
+
+
+def test_a_cycle_that_keeps_raising_turns_healthz_red(tmp_path: Path, zk_chroot: str) -> None:
+    # A corrupt under-replication mark makes every leader cycle raise (the marks are read each
+    # cycle, and one that cannot be parsed is never guessed at): the loop still beats, but
+    # /healthz must not stay green (--max-failed-cycles 3).
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=3) as c:
+        wh = str(tmp_path / "wh")
+        with watching(c.zk, wh, tmp_path, "w1", "--max-failed-cycles", "3") as w:
+            w.wait_role("leader")
+            assert w.get("/healthz")[0] == 200
+            mark = ur_ledger_path("/ledgers", 42)
+            c.store.zk.create(mark, b"replica: 5 garbage {", makepath=True)
+            wait_for(lambda: w.get("/healthz")[0] == 503, 60, "healthz red", w)
+            _, body = w.get("/healthz")
+            assert "cycles failed in a row" in body and "unparsable" in body, body
+            assert w.metrics()["bkaudit_watch_cycle_failures_total"] >= 3
+            c.store.zk.delete(mark)  # mended: the next cycle succeeds and resets the count
+            wait_for(lambda: w.get("/healthz")[0] == 200, 60, "healthz green again", w)

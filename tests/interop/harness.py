@@ -107,6 +107,12 @@ def metadata_uri(connect: str, root: str = "/ledgers") -> str:
     return f"zk+hierarchical://{hosts}{path}"
 
 
+def spawn_logged(cmd: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its output appended to ``log_path`` and no standard input."""
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
 def write_conf(path: Path, values: Mapping[str, object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
@@ -222,10 +228,7 @@ class JavaBookie:
         cmd = java_command(
             self.classpath, "org.apache.bookkeeper.server.Main", ["--conf", str(conf)], jvm=self.jvm
         )
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self.proc = spawn_logged(cmd, self.log_path)
 
     def wait_registered(self, zk: KazooClient, root: str = "/ledgers", timeout: float = 90) -> None:
         """Until the bookie's registration znode (writable or read-only) exists."""

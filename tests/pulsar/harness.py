@@ -43,6 +43,7 @@ from tests.interop.harness import (
     JavaUnavailable,
     java_command,
     metadata_uri,
+    spawn_logged,
     tail,
     write_conf,
 )
@@ -340,11 +341,8 @@ class PulsarBroker:
             ["--broker-conf", str(conf)],
             jvm=self.jvm,
         )
-        with open(self.log_path, "ab") as out:
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self.started_at = time.monotonic()
+        self.proc = spawn_logged(cmd, self.log_path)
 
     def start(self, timeout: float = 240) -> PulsarBroker:
         """Spawn and wait until the admin API answers ``GET /admin/v2/clusters`` with this
