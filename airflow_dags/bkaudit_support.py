@@ -147,15 +147,15 @@ def verification_outcome(
         return False, f"verifying audit {run['run_id']} is {run['status']}: {run.get('error')}"
     c = run["counts"]
     severities = ", ".join(
-        f"{k.removeprefix('severity_')} {v}"
+        f"{k.removeprefix(CountKey.SEVERITY_PREFIX)} {v}"
         for k, v in sorted(c.items())
-        if k.startswith("severity_")
+        if k.startswith(CountKey.SEVERITY_PREFIX)
     )
     summary = (
         f"verifying audit {run['run_id']}: {c.get(CountKey.UNDERREPLICATED_LEDGERS, 0)} "
         f"under-replicated ledgers, {c.get(CountKey.FRAGMENTS, 0)} fragments"
         + (f" ({severities})" if severities else "")
-        + f", {c.get('metadata_errors', 0)} unreadable znodes"
+        + f", {c.get(CountKey.METADATA_ERRORS, 0)} unreadable znodes"
     )
     if dry_run:
         return True, summary + "; dry run, nothing was repaired"

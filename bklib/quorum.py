@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 
 from bklib.errors import IncorrectParameterError, NoSuchEntryError, NoSuchLedgerError
+from bklib.states import Severity
 
 __all__ = [
     "BELOW_AQ",
@@ -380,9 +381,9 @@ def recovery_read_decision(
     return RecoveryReadDecision.PENDING
 
 
-NO_REPLICA = "NO_REPLICA"
-BELOW_AQ = "BELOW_AQ"
-BELOW_WQ = "BELOW_WQ"
+NO_REPLICA = Severity.NO_REPLICA
+BELOW_AQ = Severity.BELOW_AQ
+BELOW_WQ = Severity.BELOW_WQ
 
 
 def classify_replicas(min_replicas: int, wq: int, aq: int) -> str | None:

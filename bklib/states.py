@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_LEDGERS_ROOT",
+    "UNKNOWN_RACK",
     "ActionKind",
     "ActionStatus",
     "BookieState",
@@ -26,7 +27,10 @@ __all__ = [
     "RepairMode",
     "ReplicaStatus",
     "RunStatus",
+    "Scope",
     "Severity",
+    "TriageClass",
+    "Verdict",
     "parse_host_port",
 ]
 
@@ -243,10 +247,12 @@ class CountKey:
         """Fragments with ``reason``."""
         return f"reason_{reason}"
 
+    SEVERITY_PREFIX = "severity_"
+
     @staticmethod
     def severity(severity: str) -> str:
         """Fragments of ``severity``."""
-        return f"severity_{severity}"
+        return f"{CountKey.SEVERITY_PREFIX}{severity}"
 
     @staticmethod
     def bookies(state: str) -> str:
@@ -260,11 +266,13 @@ class CountKey:
 
 
 def parse_host_port(address: str) -> tuple[str, int] | None:
-    """``host:port`` -> (host, port), or None when ``address`` has no valid port.
+    """``host:port`` -> (host, port), or None when ``address`` has no valid port: the one
+    rule for every bookie id, whether listed, resolved or checked.
 
-    ``[v6addr]:port`` gives the address without brackets. Other ids split as Java's
-    ``BookieSocketAddress(String)`` splits them: on ``:``, first two parts, so
-    ``"a:1:2"`` is ``("a", 1)``.
+    Ids split as Java's ``BookieSocketAddress(String)`` splits them: on ``:``, the first two
+    parts, the port read as ``Integer.parseInt`` reads it (an optional sign, ASCII digits), so
+    ``"a:1:2"`` is ``("a", 1)`` and ``"a:+3181"`` is ``("a", 3181)``. ``[v6addr]:port`` gives
+    the address without brackets (Java cannot split it; bkaudit's own bookies may use it).
     """
     if address.startswith("["):
         host, sep, rest = address[1:].partition("]")
@@ -276,7 +284,8 @@ def parse_host_port(address: str) -> tuple[str, int] | None:
         if len(parts) < 2 or not parts[0]:
             return None
         host, port_text = parts[0], parts[1]
-    if not port_text.isdigit():
+    digits = port_text[1:] if port_text[:1] in ("+", "-") else port_text
+    if not digits or not digits.isascii() or not digits.isdigit():
         return None
     port = int(port_text)
     if not 0 <= port <= 65535:

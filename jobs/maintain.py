@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 from bklib.states import RunStatus
 from jobs.messages import one_line
+from jobs.units import parse_duration
 
 __all__ = [
     "AuditRun",
@@ -47,7 +48,6 @@ __all__ = [
     "build_parser",
     "main",
     "open_finding_runs",
-    "parse_keep",
     "plan_retention",
     "run_maintain",
 ]
@@ -61,19 +61,9 @@ are never in a partition this old."""
 DELETE_CHUNK = 500
 """Run ids per delete commit (keeps each predicate a reasonable size)."""
 
-_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 class MaintainError(RuntimeError):
     """Maintenance cannot proceed; the message says why in one line."""
-
-
-def parse_keep(text: str) -> float:
-    """Seconds from ``30d``, ``4w``, ``36h``, ``90m``, ``3600s`` or ``3600``."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in {"", *_UNITS}:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30d, 4w, 36h)")
-    return float(m.group(1)) * _UNITS.get(m.group(2).lower(), 1)
 
 
 DEFAULT_KEEP = "30d"
@@ -84,8 +74,8 @@ def add_maintain_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
     parser.add_argument(
         "--keep",
-        type=parse_keep,
-        default=parse_keep(DEFAULT_KEEP),
+        type=parse_duration,
+        default=parse_duration(DEFAULT_KEEP),
         metavar="DURATION",
         help="delete runs that started longer ago than this (30d, 4w, 36h; at least 1d), "
         "except the latest run of each check and runs with open findings (default 30d)",
@@ -103,7 +93,7 @@ def add_maintain_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     )
     parser.add_argument(
         "--vacuum-retention",
-        type=parse_keep,
+        type=parse_duration,
         default=None,
         metavar="DURATION",
         help="vacuum files unreferenced for longer than this (default: each table's "

@@ -23,6 +23,7 @@ from bklib.proto.formats_pb2 import (
     LockDataFormat,
     UnderreplicatedLedgerFormat,
 )
+from bklib.states import parse_host_port
 
 # ---- LAYOUT ----------------------------------------------------------------------------------
 
@@ -177,21 +178,16 @@ def decode_service_info(data: bytes, bookie_id: str) -> BookieServiceInfo:
 
 
 def _legacy_service_info(bookie_id: str) -> BookieServiceInfo:
-    # BookieSocketAddress(String): split on ':', at least two parts, the second an int.
-    parts = _java_split(bookie_id, ":")
-    port: int | None = None
-    if len(parts) >= 2:
-        try:
-            port = _java_int(parts[1])
-        except ValueError:
-            port = None
-    if port is None or not 0 <= port <= 65535:
+    # Empty registration data: the address is the id's, by the one host:port rule.
+    address = parse_host_port(bookie_id)
+    if address is None:
         raise CorruptMetadataError(
             "empty registration data and the bookie id is not host:port, so no address "
             "can be derived",
             bookie=bookie_id,
         )
-    return BookieServiceInfo((Endpoint(bookie_id, port, parts[0], BOOKIE_RPC_PROTOCOL),))
+    host, port = address
+    return BookieServiceInfo((Endpoint(bookie_id, port, host, BOOKIE_RPC_PROTOCOL),))
 
 
 # ---- cookies (cookies/<bookieId>) -------------------------------------------------------------

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from bklib.states import ActionKind, ActionStatus, Check, RepairMode, RunStatus
 from jobs import maintain
 from jobs.cli.commands import main as cli_main
-from jobs.maintain import AuditRun, open_finding_runs, parse_keep
+from jobs.maintain import AuditRun, open_finding_runs
 from jobs.reports.listing import list_underreplicated
 from jobs.spark import load
 from jobs.spark.schema import BOOKIE_SCHEMA, FRAGMENT_SCHEMA, LEDGER_SCHEMA
@@ -34,6 +34,7 @@ from jobs.tables.schema import (
     RUN_DATE,
     SCHEMA_VERSION_KEY,
 )
+from jobs.units import parse_duration
 
 NOW = datetime.now(timezone.utc)
 KEEP = "30d"
@@ -200,7 +201,7 @@ def test_maintain_bounds_partitions_and_files_of_100_runs_and_keeps_what_it_must
     assert before_files >= 108 and before_parts >= 50
 
     out = io.StringIO()
-    reports = maintain.maintain(wh.path, keep=parse_keep(KEEP), vacuum_retention=0.0, out=out)
+    reports = maintain.maintain(wh.path, keep=parse_duration(KEEP), vacuum_retention=0.0, out=out)
     text = out.getvalue()
 
     # Keep rules: recent runs, the latest of each check, the last report of an open finding.
@@ -241,7 +242,7 @@ def test_maintain_bounds_partitions_and_files_of_100_runs_and_keeps_what_it_must
     assert code == 1  # ledger 1's finding is still there
 
     # A second pass finds nothing more to delete.
-    again = {r.name: r for r in maintain.maintain(wh.path, keep=parse_keep(KEEP), out=out)}
+    again = {r.name: r for r in maintain.maintain(wh.path, keep=parse_duration(KEEP), out=out)}
     assert all(r.rows_deleted == 0 for r in again.values())
 
 
@@ -250,7 +251,7 @@ def test_runs_written_by_spark_are_maintained_alike(spark: SparkSession, tmp_pat
     wh = Warehouse(str(tmp_path / "wh"))
     old = _spark_run(spark, wh.path, NOW - timedelta(days=35))  # delta-spark's files
     recent = wh.audit(NOW - timedelta(days=1), findings=(1,))
-    maintain.maintain(wh.path, keep=parse_keep(KEEP), vacuum_retention=0.0, out=io.StringIO())
+    maintain.maintain(wh.path, keep=parse_duration(KEEP), vacuum_retention=0.0, out=io.StringIO())
     for table in (AUDIT_RUNS, *PER_RUN):
         assert _run_ids(wh.path, table) == {recent}, table
     assert old not in _run_ids(wh.path, LEDGERS)
