@@ -286,32 +286,24 @@ def stuck_ledgers(actions: Iterable[Mapping[str, Any]]) -> list[Row]:
 
 
 def findings_with_repair_status(
-    fragments: Iterable[Mapping[str, Any]], actions: Iterable[Mapping[str, Any]] | None
+    fragments: Iterable[Mapping[str, Any]],
+    actions: Iterable[Mapping[str, Any]] | None,
+    since: Any = None,
 ) -> list[Row]:
-    """One run's fragments with the latest repair action for the same fragment (ledger,
-    segment, missing bookie), else for the ledger. Adds repair_status and repair_error,
-    each taken from the fragment's action when it has one, else from the ledger's."""
+    """One run's fragments with what the repair runs started after ``since`` (the audit's
+    start) left their ledger in: ``repair_status`` and ``repair_error`` by the rule
+    ``listunderreplicated`` uses (:func:`jobs.reports.listing.repair_status`), so both
+    reports say the same of every finding."""
+    from jobs.reports.listing import REPAIRED, repair_status
+
     if actions is None:
         return [{**f, "repair_status": None, "repair_error": None} for f in fragments]
-    actions = list(actions)
-    per_fragment = _latest(
-        (a for a in actions if a["old_bookie"] is not None),
-        lambda a: (a["ledger_id"], a["segment_first_entry_id"], a["old_bookie"]),
-    )
-    per_ledger = _latest(actions, lambda a: a["ledger_id"])
+    repairs = repair_status([dict(a) for a in actions], since)
     out = []
     for f in fragments:
-        fa = per_fragment.get((f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"]))
-        la = per_ledger.get(f["ledger_id"])
-        status = [x["status"] for x in (fa, la) if x is not None and x["status"] is not None]
-        error = [x["error"] for x in (fa, la) if x is not None and x["error"] is not None]
-        out.append(
-            {
-                **f,
-                "repair_status": status[0] if status else None,
-                "repair_error": error[0] if error else None,
-            }
-        )
+        status, last = repairs.get(f["ledger_id"], (None, {}))
+        error = last.get("error") if status not in (None, REPAIRED) else None
+        out.append({**f, "repair_status": status, "repair_error": error})
     return out
 
 
@@ -525,7 +517,9 @@ def collect_report_data(
         data.findings_total = len(latest)
         data.topics = affected_topics(latest)
         # Worst first, so a truncated table still shows what matters.
-        data.findings = findings_with_repair_status(worst_findings(latest, max_findings), actions)
+        data.findings = findings_with_repair_status(
+            worst_findings(latest, max_findings), actions, run["started_at"]
+        )
     else:
         data.over_runs = [
             {**run, **dict.fromkeys((*SEVERITIES, "fragments", "underreplicated_ledgers"), 0)}
