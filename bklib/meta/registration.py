@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bklib.errors import CorruptMetadataError
 from bklib.meta import paths
-from bklib.meta.formats import BookieServiceInfo, Cookie, decode_service_info, parse_cookie
+from bklib.meta.formats import BookieServiceInfo, decode_service_info
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -80,20 +79,6 @@ def list_bookies(zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT) -> BookieReg
         except NoNodeError:
             continue
     return BookieRegistry(writable, readonly, stat.cversion)
-
-
-def read_cookie(
-    zk: KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT
-) -> tuple[Cookie, int]:
-    """A bookie's cookie and its znode version. Raises NoNodeError if it has none."""
-    path = paths.join(root, "cookies", bookie_id)
-    data, stat = zk.get(path)
-    try:
-        return parse_cookie(data), stat.version
-    except Exception as exc:
-        raise CorruptMetadataError(
-            f"unreadable cookie: {exc}", bookie=bookie_id, path=path
-        ) from exc
 
 
 def delete_cookie(zk: KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT) -> bool:

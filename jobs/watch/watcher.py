@@ -130,9 +130,6 @@ class ClusterWatcher:
             with contextlib.suppress(NoNodeError):
                 self.zk.ChildrenWatch(path, changed)
 
-    def stop_watching(self) -> None:
-        self._watching.clear()
-
     def snapshot(self, with_marks: bool = True) -> ClusterSnapshot:
         """Read the registrations, the flags and (optionally) the marks now."""
         reg = list_bookies(self.zk, self.root)
