@@ -267,8 +267,11 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
             settings=admin,
         )
     except Exception as exc:  # the repair is done and recorded: unloads never undo that
+        # Which topics still hold stale handles is now unknown, so this run is not "done":
+        # exit 1, and the line says why.
         log.debug("topic unloads after %s %s failed", mode, run_id, exc_info=True)
         print(f"  Pulsar topic unloads not done: {one_line(exc)}")
+        status = max(status, 1)
     if local.unreadable:
         # Fail closed: a ledger we cannot parse may still name the bookie.
         print(
