@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import write_ledgers
-from jobs.audit import add_audit_arguments, run_audit
+from jobs.commands.audit import add_audit_arguments, run_audit
 from jobs.spark.session import build_spark
 
 

@@ -31,8 +31,8 @@ from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import write_ledgers
-from jobs.audit import add_audit_arguments, run_audit
-from jobs.rereplicate import add_repair_arguments, run_rereplicate
+from jobs.commands.audit import add_audit_arguments, run_audit
+from jobs.commands.repair import add_repair_arguments, run_rereplicate
 from jobs.spark import load
 from jobs.spark.session import build_spark
 

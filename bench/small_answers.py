@@ -36,7 +36,7 @@ SPARK_LIST = """
 import sys
 from jobs.spark import load
 from jobs.spark.session import build_spark
-from jobs.reports.listing import format_report
+from jobs.commands.listing import format_report
 spark = build_spark("bench-list", overrides={"spark.ui.showConsoleProgress": "false"})
 wh = sys.argv[1]
 run = load.latest_run(spark, wh)

@@ -29,8 +29,8 @@ from bklib.meta.store import LedgerStore, connect
 from bklib.quorum import write_set
 from bklib.states import BookieState, ReplicaStatus
 from bklib.testing.sandbox import Sandbox
-from jobs.audit import add_audit_arguments
-from jobs.reports.listing import add_list_arguments, run_listunderreplicated
+from jobs.commands.audit import add_audit_arguments
+from jobs.commands.listing import add_list_arguments, run_listunderreplicated
 from jobs.spark import load
 from jobs.spark import schema as spark_schema
 

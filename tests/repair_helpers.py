@@ -16,7 +16,7 @@ from bklib.digest import digest_manager
 from bklib.meta.model import DigestType, LedgerMetadata
 from bklib.meta.store import LedgerStore
 from bklib.quorum import write_set
-from jobs.rereplicate import (
+from jobs.commands.repair import (
     MODE_REREPLICATE,
     RUNNERS,
     add_repair_arguments,
@@ -57,7 +57,7 @@ def audit_and_fragments(
     """Run an audit in-process (the local executor unless told otherwise: these audits set up
     and verify repairs; the Spark audit has tests of its own and the executors' differential
     test) and return the fragments it wrote."""
-    from jobs.audit import run_audit
+    from jobs.commands.audit import run_audit
     from tests.audit_helpers import audit_args, fragments_of
 
     assert run_audit(audit_args(zk, warehouse, check, "--executor", executor), spark) == 0

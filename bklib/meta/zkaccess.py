@@ -15,7 +15,7 @@ have no digest login), so nodes we created as a digest user would be closed to t
 auditor; give ``enable_security=True`` (``--zk-enable-security true``) to use it anyway, and
 False for a SASL cluster running ``zkEnableSecurity=false``.
 
-Flags (the same for the jobs, through :mod:`jobs.zk_security_args`, and the Python bookie)
+Flags (the same for the jobs, through :mod:`jobs.options.zookeeper_security`, and the Python bookie)
 mirror ZooKeeper's client properties: ``--zk-tls`` (``zookeeper.client.secure``),
 ``--zk-tls-ca`` (``zookeeper.ssl.trustStore.location``, PEM), ``--zk-tls-cert`` /
 ``--zk-tls-key`` (``zookeeper.ssl.keyStore.location``, PEM),

@@ -1,5 +1,5 @@
 """The ``bkaudit`` command line: argument parsing, config files, the demo."""
 
-from jobs.cli.commands import build_parser, main, run
+from jobs.cli.main import build_parser, main, run
 
 __all__ = ["build_parser", "main", "run"]

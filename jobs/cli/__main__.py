@@ -2,6 +2,6 @@
 
 import sys
 
-from jobs.cli.commands import run
+from jobs.cli.main import run
 
 sys.exit(run())

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from jobs.connection import SECRET_DESTS, ConnectionArgsError, resolve_connection
+from jobs.options.zookeeper import SECRET_DESTS, ConnectionArgsError, resolve_connection
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -373,7 +373,7 @@ def configure_logging(
     level; ``log_format`` (``--log-format``), else ``$BKAUDIT_LOG_FORMAT``, else the section's
     ``log-format`` picks ``text`` or ``json`` (one object per line, for schedulers). The JVM
     side logs through ``conf/log4j2.properties``."""
-    from jobs.logsetup import DEFAULT_TEXT_FORMAT, LOG_FORMATS, setup_logging
+    from jobs.runtime.logs import DEFAULT_TEXT_FORMAT, LOG_FORMATS, setup_logging
 
     env = os.environ if env is None else env
     try:

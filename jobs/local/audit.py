@@ -27,24 +27,24 @@ from bklib.audit.model import Finding, LedgerView
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import connect
 from bklib.states import BookieState, Check, CountKey, Executor
-from jobs.audit_run import log_metadata, run_status
-from jobs.placement import (
+from jobs.runs.audit_run import log_metadata, run_status
+from jobs.runs.placement import (
     PlacementPass,
     final_placement_counts,
     placement_counts,
     under_replication,
 )
-from jobs.progress import track
+from jobs.runtime.progress import track
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS, run_day
 
 if TYPE_CHECKING:
-    from jobs.audit_run import AuditConfig
+    from jobs.runs.audit_run import AuditConfig
 
 __all__ = ["LocalAudit"]
 
-log = logging.getLogger("jobs.audit")
+log = logging.getLogger("jobs.commands.audit")
 
 PROGRESS_EVERY = 5.0
 
@@ -264,5 +264,5 @@ class LocalAudit:
 
 def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:
     """Pass ``items`` through: a bar with an ETA on a terminal, a line every few seconds
-    otherwise (:mod:`jobs.progress`)."""
+    otherwise (:mod:`jobs.runtime.progress`)."""
     return track(items, total, what, logger=log, every=PROGRESS_EVERY)

@@ -23,19 +23,19 @@ from bklib.repair.requests import (
     requests_from_findings,
 )
 from bklib.states import ActionStatus, Executor, Reason
-from jobs.progress import Progress
-from jobs.repair_partition import repair_partition, repair_partition_rows
-from jobs.repair_run import log_done, log_start, stamp
+from jobs.runs.repair_partition import repair_partition, repair_partition_rows
+from jobs.runs.repair_run import log_done, log_start, stamp
+from jobs.runtime.progress import Progress
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS, FRAGMENTS, LEDGERS
 
 if TYPE_CHECKING:
-    from jobs.repair_run import RepairConfig
+    from jobs.runs.repair_run import RepairConfig
 
 __all__ = ["LocalRepair", "scan_views"]
 
-log = logging.getLogger("jobs.rereplicate")
+log = logging.getLogger("jobs.commands.repair")
 
 PROGRESS_EVERY = 5.0
 

@@ -292,9 +292,9 @@ def findings_with_repair_status(
 ) -> list[Row]:
     """One run's fragments with what the repair runs started after ``since`` (the audit's
     start) left their ledger in: ``repair_status`` and ``repair_error`` by the rule
-    ``listunderreplicated`` uses (:func:`jobs.reports.listing.repair_status`), so both
+    ``listunderreplicated`` uses (:func:`jobs.commands.listing.repair_status`), so both
     reports say the same of every finding."""
-    from jobs.reports.listing import REPAIRED, repair_status
+    from jobs.commands.listing import REPAIRED, repair_status
 
     if actions is None:
         return [{**f, "repair_status": None, "repair_error": None} for f in fragments]

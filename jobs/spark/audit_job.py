@@ -18,17 +18,17 @@ from bklib.audit.engine import BookieRow, ScanPlan, capability_counts
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.states import BookieState, Check, CountKey, Executor, Reason
-from jobs.audit_run import log_metadata, run_status
-from jobs.placement import PlacementPass, placement_counts
+from jobs.runs.audit_run import log_metadata, run_status
+from jobs.runs.placement import PlacementPass, placement_counts
 from jobs.spark import extract, load, transform
 from jobs.spark.schema import FRAGMENT_ARROW, FRAGMENT_SCHEMA
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 
 if TYPE_CHECKING:
-    from jobs.audit_run import AuditConfig
+    from jobs.runs.audit_run import AuditConfig
 
-log = logging.getLogger("jobs.audit")
+log = logging.getLogger("jobs.commands.audit")
 
 CLOSED = LedgerState.CLOSED.name
 

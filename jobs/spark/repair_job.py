@@ -15,16 +15,16 @@ from pyspark.sql import SparkSession
 
 from bklib.repair.requests import LedgerRequest
 from bklib.states import Executor
-from jobs.progress import SparkProgress
-from jobs.repair_partition import repair_partition
-from jobs.repair_run import log_done, log_start, stamp
+from jobs.runs.repair_partition import repair_partition
+from jobs.runs.repair_run import log_done, log_start, stamp
+from jobs.runtime.progress import SparkProgress
 from jobs.spark import load
 from jobs.tables.runs import new_run_id
 
 if TYPE_CHECKING:
-    from jobs.repair_run import RepairConfig
+    from jobs.runs.repair_run import RepairConfig
 
-log = logging.getLogger("jobs.rereplicate")
+log = logging.getLogger("jobs.commands.repair")
 
 
 def _repair_task(

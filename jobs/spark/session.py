@@ -1,7 +1,7 @@
 """The SparkSession every bkaudit job and test uses: Delta Lake configured, quiet logs.
 
-Quiet unless ``--verbose`` (:func:`jobs.logsetup.is_verbose`): Spark's console progress bar is
-off (the jobs draw their own, :mod:`jobs.progress`), and what the JVM prints while it starts
+Quiet unless ``--verbose`` (:func:`jobs.runtime.logs.is_verbose`): Spark's console progress bar is
+off (the jobs draw their own, :mod:`jobs.runtime.progress`), and what the JVM prints while it starts
 (Ivy's dependency-resolution report, JDK notices) is held back; it is shown only when the JVM
 fails to start. After start-up the JVM's output (log4j warnings and errors) reaches stderr as
 before.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.logsetup import is_verbose
+from jobs.runtime.logs import is_verbose
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ def spark_conf(
     # The Delta writes' plans have more fields than Spark prints by default, and it warns
     # about truncating them on every run: nothing an operator can act on.
     conf.setdefault("spark.sql.debug.maxToStringFields", "200")
-    # bkaudit draws its own progress (jobs.progress); Spark's bar would interleave with it and
-    # fill scheduler logs with carriage returns. -v brings Spark's back.
+    # bkaudit draws its own progress (jobs.runtime.progress); Spark's bar would interleave with
+    # it and fill scheduler logs with carriage returns. -v brings Spark's back.
     conf["spark.ui.showConsoleProgress"] = "true" if is_verbose() else "false"
     if master:
         conf["spark.master"] = master
@@ -140,7 +140,7 @@ def build_spark(
     Python workers run the same interpreter as the driver unless ``PYSPARK_PYTHON`` says
     otherwise, so executors see the same bklib and pyarrow.
     """
-    from jobs.pandas_free import allow_pandas
+    from jobs.runtime.pandas_free import allow_pandas
 
     allow_pandas()  # mapInArrow asks for pandas in the driver
     # Workers default to `python3` on PATH, which may lack the venv's packages.
@@ -205,7 +205,7 @@ class _JvmOutput:
 
 
 def _write_stderr(data: bytes) -> None:
-    from jobs import progress
+    from jobs.runtime import progress
 
     if progress.bars_active():
         from tqdm import tqdm

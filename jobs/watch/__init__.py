@@ -6,7 +6,7 @@ schedule) with the same engine as the one-shot commands, and ``bkaudit status``.
 - :mod:`jobs.watch.watcher`: the cluster state the service reads and watches;
 - :mod:`jobs.watch.metrics`: Prometheus metrics, ``/healthz`` and ``/readyz``;
 - :mod:`jobs.watch.loop`: the service itself;
-- :mod:`jobs.watch.cli`: ``bkaudit watch`` and ``bkaudit status``.
+- :mod:`jobs.commands.watch`: ``bkaudit watch`` and ``bkaudit status``.
 
 See docs/watch.md.
 """

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bklib.states import Check, Reason, Severity
-from jobs.units import parse_duration
+from jobs.options.units import parse_duration
 
 __all__ = [
     "LossTracker",

@@ -3,7 +3,7 @@
 schedule besides. Every audit and repair is written to the Delta tables like a one-shot run.
 
 The engine is the one-shot commands': :class:`jobs.local.audit.LocalAudit` for audits, and
-:func:`jobs.repair_partition.repair_partition` (the :class:`~bklib.repair.worker.
+:func:`jobs.runs.repair_partition.repair_partition` (the :class:`~bklib.repair.worker.
 LedgerRepairer` that ``bkaudit rereplicate`` and ``recover`` run) for repairs, with the same
 locks, grace period and compare-and-set. Decisions are :mod:`jobs.watch.decide`'s.
 
@@ -49,9 +49,9 @@ from bklib.states import (
     RunStatus,
 )
 from bklib.tls import TlsSettings
-from jobs.audit_run import DEFAULT_READ_RATE, AuditConfig
-from jobs.messages import one_line
-from jobs.repair_run import RepairConfig, stamp
+from jobs.runs.audit_run import DEFAULT_READ_RATE, AuditConfig
+from jobs.runs.repair_run import RepairConfig, stamp
+from jobs.runtime.messages import one_line
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, run_day
@@ -68,7 +68,7 @@ log = logging.getLogger("jobs.watch")
 
 @dataclass
 class WatchConfig:
-    """Everything the service needs (built by :mod:`jobs.watch.cli` from the flags)."""
+    """Everything the service needs (built by :mod:`jobs.commands.watch` from the flags)."""
 
     zk: str
     warehouse: str
@@ -644,7 +644,7 @@ class WatchService:
     def _repair(self, rows: list[dict[str, Any]], audit_run_id: str) -> list[dict[str, Any]]:
         """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
         or a lost leadership waits only for the ledgers in flight)."""
-        from jobs.repair_partition import repair_partition
+        from jobs.runs.repair_partition import repair_partition
 
         cfg = self.cfg
         reqs = requests_from_findings(rows, self.no_replica)

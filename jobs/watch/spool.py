@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bklib.durable import fsync_dir, write_atomically
-from jobs.messages import one_line
+from jobs.runtime.messages import one_line
 from jobs.tables.delta import TableError
 from jobs.tables.schema import TABLE_SCHEMAS
 

@@ -20,9 +20,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.states import RunStatus
-from jobs.audit import add_audit_arguments
-from jobs.connection import resolve_connection
-from jobs.rereplicate import add_repair_arguments
+from jobs.commands.audit import add_audit_arguments
+from jobs.commands.repair import add_repair_arguments
+from jobs.options.zookeeper import resolve_connection
 from jobs.spark import load
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord

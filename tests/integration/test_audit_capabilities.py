@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bklib.states import CountKey, Executor, FetchMethod, Reason, RunStatus
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.tables import delta
 from jobs.tables.schema import BOOKIES, FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_args, audit_cluster

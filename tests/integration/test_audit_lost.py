@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from bklib.quorum import classify_replicas, stripe_count
 from bklib.states import RunStatus
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.spark import load
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, list_report
 from tests.audit_helpers import spark as spark  # the session fixture

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bklib.states import RunStatus
-from jobs.audit import AuditConfig, run_audit
+from jobs.commands.audit import AuditConfig, run_audit
 from jobs.spark import load
 from jobs.spark.audit_job import AuditJob
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, list_report

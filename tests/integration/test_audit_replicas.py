@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.states import RunStatus
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.spark import load
 from tests.audit_helpers import (
     AuditCluster,

@@ -13,7 +13,7 @@ import pytest
 
 from bklib.quorum import write_set
 from bklib.states import Check, FetchMethod, Reason, ReplicaStatus, RunStatus
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.tables import delta
 from jobs.tables.schema import FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_args, audit_cluster

@@ -21,11 +21,16 @@ from pyspark.sql import SparkSession
 
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.whatif import blast_radius, current_missing
+from jobs.commands.whatif import (
+    add_blastradius_arguments,
+    findings_missing,
+    load_state,
+    run_blastradius,
+)
 from jobs.spark.blast_radius import blast_radius_df
 from jobs.spark.schema import LEDGER_SCHEMA
 from jobs.tables import delta
 from jobs.tables.schema import BLAST_RADIUS
-from jobs.whatif import add_blastradius_arguments, findings_missing, load_state, run_blastradius
 from tests.audit_helpers import AuditCluster, audit_args, audit_cluster, metadata, write_ledger
 from tests.audit_helpers import spark as spark  # the session fixture
 
@@ -88,7 +93,7 @@ def test_local_and_spark_blast_radius_rows_are_equal(
     wh = tmp_path / "wh"
     with audit_cluster(tmp_path / "sandbox", zk_chroot, bookies=5) as c:
         _build(c)
-        from jobs.audit import run_audit
+        from jobs.commands.audit import run_audit
 
         with contextlib.redirect_stdout(io.StringIO()):
             assert run_audit(audit_args(c.zk, str(wh), "replicas", "--executor", "local")) == 0

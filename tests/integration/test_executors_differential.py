@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 
 from bklib.states import ActionKind, Check, CountKey, Executor, RunStatus
 from bklib.testing.zkserver import ZooKeeperServer
-from jobs.audit import add_audit_arguments, run_audit
-from jobs.rereplicate import add_repair_arguments, run_rereplicate
+from jobs.commands.audit import add_audit_arguments, run_audit
+from jobs.commands.repair import add_repair_arguments, run_rereplicate
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
 from tests.audit_helpers import AuditCluster, audit_cluster

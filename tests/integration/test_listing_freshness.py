@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs.audit import add_audit_arguments, run_audit
-from jobs.reports.listing import add_list_arguments, run_listunderreplicated
-from jobs.rereplicate import add_repair_arguments, run_rereplicate
+from jobs.commands.audit import add_audit_arguments, run_audit
+from jobs.commands.listing import add_list_arguments, run_listunderreplicated
+from jobs.commands.repair import add_repair_arguments, run_rereplicate
 from tests.audit_helpers import audit_cluster
 
 pytestmark = pytest.mark.integration

@@ -35,8 +35,8 @@ from bklib.proto.formats_pb2 import LedgerMetadataFormat
 from bklib.repair.requests import LedgerRequest
 from bklib.repair.worker import LedgerRepairer, RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionStatus, RunStatus
-from jobs.audit import add_audit_arguments, run_audit
-from jobs.rereplicate import add_repair_arguments, run_recover
+from jobs.commands.audit import add_audit_arguments, run_audit
+from jobs.commands.repair import add_repair_arguments, run_recover
 from jobs.tables import delta
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A ``bkaudit`` process never loads pandas (:mod:`jobs.pandas_free`), and its Delta tables
+"""A ``bkaudit`` process never loads pandas (:mod:`jobs.runtime.pandas_free`), and its Delta tables
 still read and write as before. Each case runs in a subprocess, since declining pandas is for
 the rest of a process's life. That ``build_spark`` allows pandas again is exercised by every
 test running Spark through ``python -m jobs.cli`` (test_secret_scan, test_demo): without it,
@@ -38,7 +38,7 @@ def _prints_ok(code: str) -> None:
 def test_declined_pandas_is_not_installed_and_arrow_still_converts() -> None:
     code = """
 import datetime, sys
-from jobs.pandas_free import decline_pandas
+from jobs.runtime.pandas_free import decline_pandas
 assert decline_pandas() and decline_pandas()
 assert sum(type(f).__name__ == "_DeclinePandas" for f in sys.meta_path) == 1
 try:
@@ -63,7 +63,7 @@ print("ok")
 
 def test_spark_can_import_pandas_again_after_arrow_ran_without_it() -> None:
     code = """
-from jobs.pandas_free import allow_pandas, decline_pandas
+from jobs.runtime.pandas_free import allow_pandas, decline_pandas
 decline_pandas()
 import pyarrow as pa
 pa.array([1])  # pyarrow has now settled on "no pandas"
@@ -86,7 +86,7 @@ def test_a_process_that_already_has_pandas_keeps_it() -> None:
     code = """
 import sys
 import pandas
-from jobs.pandas_free import decline_pandas
+from jobs.runtime.pandas_free import decline_pandas
 assert decline_pandas() is False
 import pandas.api.types
 assert not any(type(f).__name__ == "_DeclinePandas" for f in sys.meta_path)

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from bklib.audit.placement import ENSEMBLE_PLACEMENT_POLICY_CONFIG, ISOLATED_POLICY_CLASS
 from bklib.meta.model import LedgerMetadata
 from bklib.states import ActionKind, ActionStatus, CountKey, Reason
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 from tests.audit_helpers import AuditCluster, audit_args, audit_cluster, metadata, write_ledger

@@ -25,7 +25,7 @@ from bklib.proto.pulsar_formats_pb2 import (
     SchemaLocator,
 )
 from bklib.states import ActionKind, ActionStatus, PulsarFinding
-from jobs.pulsar_check import check_pulsar
+from jobs.runs.pulsar_check import check_pulsar
 from jobs.tables.delta import read_rows
 from tests.audit_helpers import metadata
 from tests.cli_helpers import bkaudit, one_error_line

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from bklib.meta.paths import ur_ledger_path
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs.rereplicate import MODE_DECOMMISSION, MODE_RECOVER
+from jobs.commands.repair import MODE_DECOMMISSION, MODE_RECOVER
 from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.repair_helpers import (

@@ -21,8 +21,8 @@ from bklib.errors import LedgerFencedError
 from bklib.meta.model import LedgerState
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.requests import LedgerRequest
+from jobs.commands.repair import RepairConfig
 from jobs.local.repair import LocalRepair
-from jobs.rereplicate import RepairConfig
 from jobs.spark.repair_job import RepairJob, _repair_task
 from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture

@@ -18,7 +18,7 @@ from bklib.audit.engine import ScanPlan
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore, connect
 from bklib.states import CountKey, Executor, RunStatus
-from jobs.audit import add_audit_arguments, run_audit
+from jobs.commands.audit import add_audit_arguments, run_audit
 from jobs.tables import delta
 from tests.audit_helpers import spark as spark  # the session fixture
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from bklib.states import ActionKind, ActionStatus, Check, RepairMode, RunStatus
-from jobs.cli.commands import main as cli_main
+from jobs.cli.main import main as cli_main
 from jobs.spark import load
 from jobs.spark.schema import BOOKIE_SCHEMA, FRAGMENT_SCHEMA, LEDGER_SCHEMA, spark_schema
 from jobs.tables import delta

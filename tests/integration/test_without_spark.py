@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli.commands import SPARK_COMMANDS
-from jobs.messages import SPARK_EXTRA
+from jobs.cli.main import SPARK_COMMANDS
+from jobs.runtime.messages import SPARK_EXTRA
 from tests.cli_helpers import REPO, error_lines
 from tests.integration.test_executor_cli import _metadata_only_cluster
 

@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.meta.model import LedgerState
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.spark import load
 from tests.audit_helpers import audit_args, fragments_of
 from tests.audit_helpers import spark as spark  # the session fixture

@@ -21,7 +21,7 @@ import pytest
 
 from bklib.meta.model import LedgerState
 from bklib.meta.serde import metadata_header
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.tables import delta
 from tests.audit_helpers import audit_args
 from tests.interop.harness import REPO, JavaClient, b64, java_command, payloads, tail

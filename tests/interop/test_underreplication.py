@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from bklib.meta import LedgerMetadata, Segment
 from bklib.meta.model import DigestType, LedgerState
 from bklib.meta.underreplication import UnderReplicationManager
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from tests.audit_helpers import audit_args
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.interop.harness import REPO, AutoRecovery, JavaClient, payloads

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from bklib.quorum import classify_replicas, stripe_count
 from bklib.states import ActionKind, ActionStatus, Executor, RepairMode
 from bklib.testing.zkserver import ZooKeeperServer
-from jobs.audit import run_audit
+from jobs.commands.audit import run_audit
 from jobs.spark import load
 from jobs.tables import delta
 from tests.audit_helpers import audit_args, audit_cluster, shared_spark

@@ -1,4 +1,4 @@
-"""jobs.reports.listing (``bkaudit listunderreplicated``) on the real warehouse, written by
+"""jobs.commands.listing (``bkaudit listunderreplicated``) on the real warehouse, written by
 Spark and read through delta-rs: the listing, its exit codes, one-line errors, and a command
 line that never imports pyspark."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bklib.states import Severity
-from jobs.reports.listing import list_underreplicated
+from jobs.commands.listing import list_underreplicated
 from jobs.tables.schema import AUDIT_RUNS
 from tests.report.conftest import REPO, ReportWarehouse
 

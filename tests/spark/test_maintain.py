@@ -17,10 +17,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.states import ActionKind, ActionStatus, Check, RepairMode, RunStatus
-from jobs import maintain
-from jobs.cli.commands import main as cli_main
-from jobs.maintain import AuditRun, open_finding_runs
-from jobs.reports.listing import list_underreplicated
+from jobs.cli.main import main as cli_main
+from jobs.commands import maintain
+from jobs.commands.listing import list_underreplicated
+from jobs.commands.maintain import AuditRun, open_finding_runs
+from jobs.options.units import parse_duration
 from jobs.spark import load
 from jobs.spark.schema import BOOKIE_SCHEMA, FRAGMENT_SCHEMA, LEDGER_SCHEMA
 from jobs.tables import delta
@@ -34,7 +35,6 @@ from jobs.tables.schema import (
     RUN_DATE,
     SCHEMA_VERSION_KEY,
 )
-from jobs.units import parse_duration
 
 NOW = datetime.now(timezone.utc)
 KEEP = "30d"

@@ -17,7 +17,7 @@ from tests.cli_helpers import REPO
 
 SCRIPT = """
 import sys
-from jobs.logsetup import setup_logging
+from jobs.runtime.logs import setup_logging
 setup_logging("INFO", verbose=sys.argv[1] == "-v")
 from jobs.spark.session import DELTA_PACKAGE, build_spark
 spark = build_spark(

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from jobs import cli
-from jobs.audit import add_audit_arguments
 from jobs.cli.config import (
     DEFAULT_CONFIG_FILE,
     ConfigError,
@@ -23,13 +22,14 @@ from jobs.cli.config import (
     load_config,
     parse_with_config,
 )
-from jobs.maintain import add_maintain_arguments
+from jobs.commands.audit import add_audit_arguments
+from jobs.commands.listing import add_list_arguments
+from jobs.commands.maintain import add_maintain_arguments
+from jobs.commands.repair import add_repair_arguments
+from jobs.commands.triage import add_triage_arguments
+from jobs.commands.watch import add_status_arguments, add_watch_arguments
+from jobs.commands.whatif import add_blastradius_arguments, add_whatif_arguments
 from jobs.reports.html import add_report_arguments
-from jobs.reports.listing import add_list_arguments
-from jobs.rereplicate import add_repair_arguments
-from jobs.triage import add_triage_arguments
-from jobs.watch.cli import add_status_arguments, add_watch_arguments
-from jobs.whatif import add_blastradius_arguments, add_whatif_arguments
 
 
 def audit_parser() -> argparse.ArgumentParser:
@@ -254,8 +254,8 @@ def test_every_command_has_help_examples(command: str) -> None:
 def test_audit_read_rate_reaches_the_check_settings() -> None:
     import argparse
 
-    from jobs.audit import add_audit_arguments
-    from jobs.audit_run import DEFAULT_READ_RATE, AuditConfig
+    from jobs.commands.audit import add_audit_arguments
+    from jobs.runs.audit_run import DEFAULT_READ_RATE, AuditConfig
 
     def settings(*extra: str) -> object:
         parser = add_audit_arguments(argparse.ArgumentParser())

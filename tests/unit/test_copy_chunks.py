@@ -69,8 +69,8 @@ def test_entries_without_a_holder_stand_alone() -> None:
 def test_bookie_protocol_flag_reaches_the_repair_settings() -> None:
     import argparse
 
-    from jobs.repair_run import RepairConfig
-    from jobs.rereplicate import MODE_RECOVER, add_repair_arguments
+    from jobs.commands.repair import MODE_RECOVER, add_repair_arguments
+    from jobs.runs.repair_run import RepairConfig
 
     def settings(*flags: str) -> str:
         parser = add_repair_arguments(argparse.ArgumentParser(), MODE_RECOVER)

@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from jobs.maintain import add_maintain_arguments
-from jobs.rereplicate import add_repair_arguments
-from jobs.units import parse_duration
+from jobs.commands.maintain import add_maintain_arguments
+from jobs.commands.repair import add_repair_arguments
+from jobs.options.units import parse_duration
 
 
 @pytest.mark.parametrize(

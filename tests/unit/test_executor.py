@@ -7,13 +7,13 @@ import argparse
 import pytest
 
 from bklib.states import Executor
-from jobs.executor import (
+from jobs.options.units import parse_size
+from jobs.runs.executor import (
     BYTES_PER_LEDGER,
     LocalLimits,
     LocalTooBigError,
     choose_executor,
 )
-from jobs.units import parse_size
 
 LIMITS = LocalLimits(max_ledgers=1000, max_bytes=10_000_000, memory_limit=100 * BYTES_PER_LEDGER)
 

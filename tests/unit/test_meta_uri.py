@@ -1,4 +1,4 @@
-"""bklib.meta.uri against BookKeeper's and Pulsar's own examples, and jobs.connection.
+"""bklib.meta.uri against BookKeeper's and Pulsar's own examples, and jobs.options.zookeeper.
 
 Mirrored from BookKeeper (bookkeeper-server/src/test/java/org/apache/bookkeeper/meta/zk/
 ZKMetadataDriverBaseStaticTest.java): testGetZKServersFromServiceUri (``;`` and ``,``
@@ -24,7 +24,7 @@ from bklib.meta.uri import (
     UnsupportedMetadataUri,
     parse_metadata_uri,
 )
-from jobs.connection import ConnectionArgsError, add_connection_arguments, resolve_connection
+from jobs.options.zookeeper import ConnectionArgsError, add_connection_arguments, resolve_connection
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_malformed_uris(uri: str) -> None:
         parse_metadata_uri(uri)
 
 
-# ---- jobs.connection --------------------------------------------------------------------------
+# ---- jobs.options.zookeeper ----------------------------------------------------------------------
 
 
 def _parser(required: bool = True, password: bool = False) -> argparse.ArgumentParser:

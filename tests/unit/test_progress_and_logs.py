@@ -10,10 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs import logsetup, progress
 from jobs.cli.config import configure_logging, pop_log_format
-from jobs.messages import SPARK_EXTRA, one_line, spark_missing
-from jobs.progress import Progress, track
+from jobs.runtime import logs as logsetup
+from jobs.runtime import progress
+from jobs.runtime.messages import SPARK_EXTRA, one_line, spark_missing
+from jobs.runtime.progress import Progress, track
 
 
 class _Tty(io.StringIO):
@@ -126,7 +127,7 @@ def test_progress_env_forces_lines_and_json_logs_never_get_a_bar(
 def test_json_logs_are_one_object_per_line() -> None:
     stream = io.StringIO()
     logsetup.setup_logging("INFO", fmt="json", stream=stream)
-    log = logging.getLogger("jobs.audit")
+    log = logging.getLogger("jobs.commands.audit")
     log.info("metadata: %d ledgers", 200)
     log.debug("not at INFO")
     try:
@@ -137,7 +138,7 @@ def test_json_logs_are_one_object_per_line() -> None:
     assert len(lines) == 2
     first, second = map(json.loads, lines)
     assert first["msg"] == "metadata: 200 ledgers" and first["level"] == "INFO"
-    assert first["logger"] == "jobs.audit" and first["ts"].endswith("+00:00")
+    assert first["logger"] == "jobs.commands.audit" and first["ts"].endswith("+00:00")
     assert second["level"] == "ERROR" and "ValueError: broken" in second["exc"]
 
 

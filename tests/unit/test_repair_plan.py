@@ -24,7 +24,7 @@ from bklib.repair.plan import (
     plan_ledger,
     stripe_entries,
 )
-from jobs.units import parse_duration, parse_rate
+from jobs.options.units import parse_duration, parse_rate
 
 
 def md(segments, *, last=None, e=3, wq=2, aq=2, lid=7) -> LedgerMetadata:  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
 """``listunderreplicated`` and the HTML report say the same of every finding's repair status
-(one rule: :func:`jobs.reports.listing.repair_status`), after a partial repair too."""
+(one rule: :func:`jobs.commands.listing.repair_status`), after a partial repair too."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bklib.states import ActionKind, ActionStatus
+from jobs.commands.listing import repair_status
 from jobs.reports.html import findings_with_repair_status
-from jobs.reports.listing import repair_status
 
 AUDIT = datetime(2026, 11, 27, 8, 0, tzinfo=timezone.utc)
 

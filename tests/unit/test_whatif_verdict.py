@@ -5,7 +5,7 @@ from __future__ import annotations
 from bklib.audit.model import LedgerView
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.states import Verdict
-from jobs.whatif import ClusterState, what_if
+from jobs.commands.whatif import ClusterState, what_if
 
 A, B, C, D = "a:1", "b:1", "c:1", "d:1"
 

@@ -25,8 +25,8 @@ from bklib.meta.zkaccess import (
     ZkTls,
     read_jaas_section,
 )
-from jobs.connection import ConnectionArgsError, add_connection_arguments, resolve_connection
-from jobs.zk_security_args import ZK_SECURITY_DESTS
+from jobs.options.zookeeper import ConnectionArgsError, add_connection_arguments, resolve_connection
+from jobs.options.zookeeper_security import ZK_SECURITY_DESTS
 
 SECRET = "pw-Unit-5e2b"
 

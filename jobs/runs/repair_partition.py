@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bklib.repair.requests import LedgerRequest
 
 if TYPE_CHECKING:
-    from jobs.repair_run import RepairConfig
+    from jobs.runs.repair_run import RepairConfig
 
 __all__ = ["repair_partition", "repair_partition_rows"]
 

@@ -36,11 +36,11 @@ from bklib.states import (
     Severity,
 )
 from bklib.tls import TlsSettings
-from jobs.messages import one_line
+from jobs.runtime.messages import one_line
 
 __all__ = ["add_triage_arguments", "collect_triage", "run_triage"]
 
-log = logging.getLogger("jobs.triage")
+log = logging.getLogger("jobs.commands.triage")
 
 STUCK = (ActionStatus.FAILED, ActionStatus.NO_REPLICA)
 """Repair outcomes that leave a ledger to triage."""
@@ -58,7 +58,7 @@ def add_triage_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
     parser.add_argument("--racks-znode", default=DEFAULT_RACKS_ZNODE, help="Pulsar's racks")
     parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 
@@ -80,7 +80,7 @@ def collect_triage(
     """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With ``zk``, a
     Pulsar data ledger's lost entries are also named as message ids, with the publish-time
     range the surviving neighbours bound (:func:`pulsar_loss`)."""
-    from jobs.reports.listing import RESOLVED, repair_status
+    from jobs.commands.listing import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
     from jobs.tables.schema import ACTIONS, BOOKIES, LEDGERS

@@ -1,121 +1,30 @@
-"""The placement check and fix, as the jobs wire them (docs/placement.md): the flags, the rack
+"""The placement check and fix, as the jobs wire them (docs/placement.md): the rack
 document (Pulsar's ``/bookies`` znode or ``--racks-file``), the metadata-only pass the audit
 runs over closed ledgers, and its counts and log lines. The rule itself is
-:mod:`bklib.audit.placement`; this module never imports Spark.
+:mod:`bklib.audit.placement`, its flags :mod:`jobs.options.placement`; this module never
+imports Spark.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bklib.audit.model import Finding, LedgerView
-from bklib.audit.placement import PlacementPolicyName, PlacementRule, placement_findings
+from bklib.audit.placement import PlacementRule, placement_findings
 from bklib.audit.placement import rack_resolver as _resolver
-from bklib.meta.racks import DEFAULT_RACKS_ZNODE, RackDocument, load_racks_file, read_racks_strict
+from bklib.meta.racks import RackDocument, load_racks_file, read_racks_strict
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import UNKNOWN_RACK, CountKey, Reason
 
 __all__ = [
-    "PLACEMENT_AUTO",
-    "PLACEMENT_MODES",
-    "PLACEMENT_OFF",
-    "PLACEMENT_ON",
     "PlacementPass",
-    "add_placement_arguments",
     "load_rack_document",
     "placement_counts",
-    "rule_from_args",
 ]
 
-log = logging.getLogger("jobs.placement")
-
-PLACEMENT_AUTO = "auto"
-PLACEMENT_ON = "on"
-PLACEMENT_OFF = "off"
-PLACEMENT_MODES = (PLACEMENT_AUTO, PLACEMENT_ON, PLACEMENT_OFF)
-
-
-def add_placement_arguments(parser: argparse.ArgumentParser, *, command: str) -> None:
-    """The placement flags of ``command``: ``audit`` (the check), ``rereplicate`` (the fix)
-    or ``recover`` / ``decommission`` (only ``--racks-file``, for replacement choice)."""
-    if command == "audit":
-        parser.add_argument(
-            "--placement",
-            choices=PLACEMENT_MODES,
-            default=PLACEMENT_AUTO,
-            help="placement check of every closed ledger's ensembles (metadata only): auto = "
-            "when racks are known (the racks znode exists or --racks-file is given); on = "
-            "always (no racks is an error); off = never",
-        )
-        parser.add_argument(
-            "--racks-znode",
-            default=DEFAULT_RACKS_ZNODE,
-            help="Pulsar's bookie rack JSON (BookieRackAffinityMapping)",
-        )
-    parser.add_argument(
-        "--racks-file",
-        default=None,
-        help="YAML/JSON bookie -> rack mapping (plain BookKeeper), or Pulsar's /bookies "
-        "layout; used instead of the racks znode",
-    )
-    if command == "recover" or command == "decommission":
-        return
-    if command == "rereplicate":
-        parser.add_argument(
-            "--fix-placement",
-            action="store_true",
-            help="fix the audit's PLACEMENT_VIOLATION findings (and nothing else): move one "
-            "replica at a time to a bookie in a rack that satisfies the rule, by copy then "
-            "compare-and-set; plain rereplicate never moves replicas for placement",
-        )
-    parser.add_argument(
-        "--placement-policy",
-        choices=PlacementPolicyName.ALL,
-        default=PlacementPolicyName.RACKAWARE,
-        help="BookKeeper policy whose rule is checked: rackaware "
-        "(RackawareEnsemblePlacementPolicy, Pulsar's) or zoneaware",
-    )
-    parser.add_argument(
-        "--min-racks-per-write-quorum",
-        type=int,
-        default=2,
-        help="BookKeeper's minNumRacksPerWriteQuorum: racks every write set must span "
-        "(capped at the write quorum)",
-    )
-    parser.add_argument(
-        "--enforce-min-racks-per-write-quorum",
-        action="store_true",
-        help="BookKeeper's enforceMinNumRacksPerWriteQuorum: a write set using the default "
-        "(unknown) rack fails",
-    )
-    parser.add_argument(
-        "--min-zones-per-write-quorum",
-        type=int,
-        default=2,
-        help="zoneaware: BookKeeper's minNumZonesPerWriteQuorum",
-    )
-    parser.add_argument(
-        "--desired-zones-per-write-quorum",
-        type=int,
-        default=3,
-        help="zoneaware: BookKeeper's desiredNumZonesPerWriteQuorum (fewer zones: MEETS_SOFT)",
-    )
-
-
-def rule_from_args(args: argparse.Namespace) -> PlacementRule:
-    """The rule the flags describe (defaults for flags the command does not have)."""
-    return PlacementRule(
-        policy=getattr(args, "placement_policy", PlacementPolicyName.RACKAWARE),
-        min_racks_per_write_quorum=getattr(args, "min_racks_per_write_quorum", 2),
-        enforce_min_racks_per_write_quorum=getattr(
-            args, "enforce_min_racks_per_write_quorum", False
-        ),
-        min_zones_per_write_quorum=getattr(args, "min_zones_per_write_quorum", 2),
-        desired_zones_per_write_quorum=getattr(args, "desired_zones_per_write_quorum", 3),
-    )
+log = logging.getLogger("jobs.runs.placement")
 
 
 def load_rack_document(

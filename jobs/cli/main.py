@@ -106,13 +106,13 @@ def _spark_command(
 
 
 def _audit_job() -> JobParts:
-    from jobs.audit import add_audit_arguments, run_audit
+    from jobs.commands.audit import add_audit_arguments, run_audit
 
     return add_audit_arguments, run_audit
 
 
 def _list_job() -> JobParts:
-    from jobs.reports.listing import add_list_arguments, run_listunderreplicated
+    from jobs.commands.listing import add_list_arguments, run_listunderreplicated
 
     return add_list_arguments, run_listunderreplicated
 
@@ -125,7 +125,7 @@ def _report_job() -> JobParts:
 
 def _repair_job(mode: str) -> Callable[[], JobParts]:
     def load() -> JobParts:
-        from jobs import rereplicate
+        from jobs.commands import repair as rereplicate
 
         return functools.partial(rereplicate.add_repair_arguments, mode=mode), (
             rereplicate.RUNNERS[mode]
@@ -135,19 +135,19 @@ def _repair_job(mode: str) -> Callable[[], JobParts]:
 
 
 def _whatif_job() -> JobParts:
-    from jobs.whatif import add_whatif_arguments, run_whatif
+    from jobs.commands.whatif import add_whatif_arguments, run_whatif
 
     return add_whatif_arguments, run_whatif
 
 
 def _blast_job() -> JobParts:
-    from jobs.whatif import add_blastradius_arguments, run_blastradius
+    from jobs.commands.whatif import add_blastradius_arguments, run_blastradius
 
     return add_blastradius_arguments, run_blastradius
 
 
 def _triage_job() -> JobParts:
-    from jobs.triage import add_triage_arguments, run_triage
+    from jobs.commands.triage import add_triage_arguments, run_triage
 
     return add_triage_arguments, run_triage
 
@@ -213,13 +213,13 @@ SPARK_COMMANDS: dict[str, tuple[str, str, Callable[[], JobParts]]] = {
 
 
 def _watch_job() -> JobParts:
-    from jobs.watch.cli import add_watch_arguments, run_watch
+    from jobs.commands.watch import add_watch_arguments, run_watch
 
     return add_watch_arguments, run_watch
 
 
 def _status_job() -> JobParts:
-    from jobs.watch.cli import add_status_arguments, run_status
+    from jobs.commands.watch import add_status_arguments, run_status
 
     return add_status_arguments, run_status
 
@@ -243,13 +243,13 @@ SPARK_COMMANDS["status"] = (
 
 
 def _maintain_job() -> JobParts:
-    from jobs.maintain import add_maintain_arguments, run_maintain
+    from jobs.commands.maintain import add_maintain_arguments, run_maintain
 
     return add_maintain_arguments, run_maintain
 
 
 def _orphans_job() -> JobParts:
-    from jobs.orphans import add_orphans_arguments, run_orphans
+    from jobs.commands.orphans import add_orphans_arguments, run_orphans
 
     return add_orphans_arguments, run_orphans
 
@@ -276,7 +276,7 @@ SPARK_COMMANDS["maintain"] = (
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from jobs.cli.demo import run_demo
+    from jobs.commands.demo import run_demo
 
     return run_demo(args)
 
@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging,
         pop_log_format,
     )
-    from jobs.messages import one_line, spark_missing
+    from jobs.runtime.messages import one_line, spark_missing
 
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path = config_path_from_argv(argv)
@@ -400,8 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> int:
     """The ``bkaudit`` command in a process of its own: :func:`main` without pandas
-    (:mod:`jobs.pandas_free`)."""
-    from jobs.pandas_free import decline_pandas
+    (:mod:`jobs.runtime.pandas_free`)."""
+    from jobs.runtime.pandas_free import decline_pandas
 
     decline_pandas()
     return main()

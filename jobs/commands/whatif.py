@@ -61,7 +61,7 @@ from bklib.states import (
     Scope,
     Verdict,
 )
-from jobs.messages import one_line
+from jobs.runtime.messages import one_line
 
 __all__ = [
     "ClusterState",
@@ -72,7 +72,7 @@ __all__ = [
     "run_whatif",
 ]
 
-log = logging.getLogger("jobs.whatif")
+log = logging.getLogger("jobs.commands.whatif")
 
 BLAST_RADIUS = "blast_radius"
 
@@ -121,7 +121,7 @@ def findings_missing(warehouse: str) -> tuple[Findings, str]:
     the audit's run id. Unreachable replicas count as missing (whatif is conservative); a
     truncated range list counts as the whole stripe. Keep only those the current metadata
     still names (:func:`bklib.audit.whatif.current_missing`)."""
-    from jobs.reports.listing import RESOLVED, repair_status
+    from jobs.commands.listing import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 
@@ -241,7 +241,7 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument(
         "--max-ledgers", type=int, default=50, help="ledgers listed per section (counts are full)"
     )
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 
@@ -402,7 +402,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``bkaudit blastradius`` flags."""
-    from jobs.executor import add_executor_arguments
+    from jobs.runs.executor import add_executor_arguments
 
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
@@ -420,7 +420,7 @@ def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
     parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     add_executor_arguments(parser)
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 
@@ -506,9 +506,9 @@ def scope_row(s: Any, run_id: str, computed_at: datetime, audit_run_id: str | No
 def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
     """Entry point (``bkaudit blastradius``): 0 written, 1 written but incomplete (ledgers
     unreadable or missed by the scan: the counts are a lower bound), 2 on error.
-    ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.executor`); a
+    ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.runs.executor`); a
     caller that hands in a SparkSession gets Spark under ``auto``."""
-    from jobs.executor import LocalTooBigError, choose_executor, limits_from_args
+    from jobs.runs.executor import LocalTooBigError, choose_executor, limits_from_args
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
 

@@ -26,7 +26,7 @@ __all__ = [
     "summarize",
 ]
 
-log = logging.getLogger("jobs.rereplicate")
+log = logging.getLogger("jobs.commands.repair")
 
 DEFAULT_LEDGERS_PER_TASK = 200
 """Small Spark tasks: each finished task moves the progress bar and the ETA."""
@@ -78,7 +78,7 @@ class RepairConfig:
         )
         fix_placement = bool(getattr(args, "fix_placement", False))
         if fix_placement:
-            from jobs.placement import rule_from_args
+            from jobs.options.placement import rule_from_args
 
             settings.placement_rule = rule_from_args(args)
         return cls(

@@ -1,5 +1,5 @@
 """Python logging for every bkaudit command: text or one JSON object per line, and a handler
-that keeps log lines and :mod:`jobs.progress` bars from overwriting each other.
+that keeps log lines and :mod:`jobs.runtime.progress` bars from overwriting each other.
 
 Nothing here imports Spark: ``bkaudit bookie`` and ``sandbox`` use it too. The chosen
 settings stay readable (:func:`is_verbose`, :func:`log_format`) so the Spark session can hide
@@ -62,7 +62,7 @@ class BarAwareHandler(logging.StreamHandler):  # type: ignore[type-arg]
     bar, writes the record and redraws the bar (else both would share one terminal line)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from jobs import progress
+        from jobs.runtime import progress
 
         if not progress.bars_active():
             super().emit(record)

@@ -17,12 +17,12 @@ flag / config key                            ZooKeeper / BookKeeper equivalent
 ``--zk-enable-security auto|true|false``     BookKeeper's ``zkEnableSecurity``
 ==========================================  ==================================================
 
-:func:`resolve_zk_security` runs after parsing (from :func:`jobs.connection.resolve_connection`)
-and turns them, with the digest ``--zk-auth`` already resolved, into ``args.zk_auth``: the
-digest string as before when no flag is given, else a picklable
-:class:`~bklib.meta.zkaccess.ZkAccess` that the jobs hand on unchanged to the driver's and
-the executors' connections. Secrets (the SASL password in the JAAS file, the key password)
-are read from files only and returned for log redaction.
+:func:`resolve_zk_security` runs after parsing (from
+:func:`jobs.options.zookeeper.resolve_connection`) and turns them, with the digest
+``--zk-auth`` already resolved, into ``args.zk_auth``: the digest string as before when no
+flag is given, else a picklable :class:`~bklib.meta.zkaccess.ZkAccess` that the jobs hand on
+unchanged to the driver's and the executors' connections. Secrets (the SASL password in the
+JAAS file, the key password) are read from files only and returned for log redaction.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 
 from bklib.states import Executor
-from jobs.units import parse_size
+from jobs.options.units import parse_size
 
 __all__ = [
     "BYTES_PER_LEDGER",

@@ -5,7 +5,7 @@ come from ``--tls-trust-store`` (``tlsTrustStore``/``clientTrustStore``: the CA,
 and for mTLS ``--tls-certificate-path`` (``tlsCertificatePath``) and ``--tls-key-store``
 (``tlsKeyStore``/``clientKeyStore``) with ``--tls-client-authentication``.
 ``--tls-hostname-verification-enabled`` is BookKeeper's ``tlsHostnameVerificationEnabled``.
-:func:`jobs.connection.resolve_connection` turns them into ``args.bookie_tls`` (a picklable
+:func:`jobs.options.zookeeper.resolve_connection` turns them into ``args.bookie_tls`` (a picklable
 :class:`~bklib.tls.TlsSettings`, or None) once, and every job hands that to its bookie
 clients, on the driver and the executors.
 """

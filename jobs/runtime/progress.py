@@ -43,7 +43,7 @@ def bars_active() -> bool:
 
 def mode() -> str:
     """``bar``, ``lines`` or ``off``: the environment's choice, else a bar on a terminal."""
-    from jobs.logsetup import log_format
+    from jobs.runtime.logs import log_format
 
     wanted = os.environ.get(MODE_ENV, "").strip().lower()
     if wanted in ("bar", "lines", "off"):
@@ -80,7 +80,7 @@ class Progress:
         every: float = EVERY,
     ) -> None:
         self.what, self.total, self.unit = what, total, unit
-        self.log = logger or logging.getLogger("jobs.progress")
+        self.log = logger or logging.getLogger("jobs.runtime.progress")
         self.every = every
         self.done = self._last_done = 0
         self.t0 = self._last = time.monotonic()

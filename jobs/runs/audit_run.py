@@ -15,7 +15,8 @@ from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
 from bklib.tls import TlsSettings
-from jobs.placement import placement_note, rule_from_args
+from jobs.options.placement import rule_from_args
+from jobs.runs.placement import placement_note
 
 __all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
 
@@ -43,7 +44,7 @@ class AuditConfig:
     reread: bool = True
     run_id: str | None = None
     placement: str = "off"
-    """``--placement`` auto / on / off (jobs.placement); the pass runs when
+    """``--placement`` auto / on / off (jobs.runs.placement); the pass runs when
     ``rack_document`` is set."""
     racks_znode: str = "/bookies"
     racks_file: str | None = None
@@ -114,7 +115,7 @@ def summary_line(run_id: str, status: str, counts: Mapping[str, int], executor: 
 
 def log_metadata(counts: Mapping[str, int], seconds: float) -> None:
     """The line the metadata step ends with: ledgers read, and the bookies' states."""
-    logging.getLogger("jobs.audit").info(
+    logging.getLogger("jobs.commands.audit").info(
         "metadata: %d ledgers (%d not closed, %d unreadable znodes); bookies: %d writable, "
         "%d readonly, %d lost; %.1fs",
         counts.get(CountKey.LEDGERS, 0),

@@ -7,7 +7,7 @@ parsed by :mod:`bklib.meta.uri`), ``--zk-auth-file`` and, where the command has
 ``args.zk``, ``args.ledgers_root``, ``args.zk_auth`` and ``args.password`` it always read.
 Secrets may also come from ``$BKAUDIT_ZK_AUTH`` and ``$BKAUDIT_PASSWORD``; they are never
 logged nor shown in ``--help``. ZooKeeper TLS and SASL (``--zk-tls*``, ``--zk-sasl-jaas-file``,
-``--zk-enable-security``) come from :mod:`jobs.zk_security_args`; with any of them
+``--zk-enable-security``) come from :mod:`jobs.options.zookeeper_security`; with any of them
 ``args.zk_auth`` becomes a :class:`bklib.meta.zkaccess.ZkAccess`.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from bklib.meta import zkaccess
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
 from bklib.states import DEFAULT_LEDGERS_ROOT
-from jobs.tls_args import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
-from jobs.zk_security_args import (
+from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
+from jobs.options.zookeeper_security import (
     ZkSecurityArgsError,
     add_zk_security_arguments,
     resolve_zk_security,

@@ -64,7 +64,7 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         action="store_true",
         help="group the report by Pulsar topic (from the ledgers' custom metadata)",
     )
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 

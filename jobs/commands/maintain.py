@@ -36,8 +36,8 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any, TextIO
 
 from bklib.states import RunStatus
-from jobs.messages import one_line
-from jobs.units import parse_duration
+from jobs.options.units import parse_duration
+from jobs.runtime.messages import one_line
 
 __all__ = [
     "AuditRun",
@@ -52,7 +52,7 @@ __all__ = [
     "run_maintain",
 ]
 
-log = logging.getLogger("jobs.maintain")
+log = logging.getLogger("jobs.commands.maintain")
 
 MIN_KEEP = timedelta(days=1)
 """The shortest ``--keep``: rows of a run still being written (no ``audit_runs`` row yet)
@@ -104,7 +104,7 @@ def add_maintain_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m jobs.maintain`` (``bkaudit maintain`` builds the same)."""
+    """The parser of ``python -m jobs.commands.maintain`` (``bkaudit maintain`` builds the same)."""
     from jobs.cli.config import help_epilog
 
     return add_maintain_arguments(
@@ -226,7 +226,7 @@ def open_finding_runs(
     ``fragments``: rows with run_id, ledger_id, segment_first_entry_id and bookie_id of the
     :func:`open_finding_candidates` runs (other rows are ignored).
     """
-    from jobs.reports.listing import RESOLVED, repair_status
+    from jobs.commands.listing import RESOLVED, repair_status
 
     candidates = {r.run_id: r for r in open_finding_candidates(runs)}
     last: dict[FindingKey, AuditRun] = {}
@@ -835,7 +835,7 @@ def run_maintain(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.maintain ...`` entry point (config file and environment apply)."""
+    """``python -m jobs.commands.maintain ...`` entry point (config file and environment apply)."""
     from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
 
     argv = list(sys.argv[1:] if argv is None else argv)

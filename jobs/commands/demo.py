@@ -95,7 +95,7 @@ class _DemoFormatter(logging.Formatter):
 def _demo_logging() -> None:
     """Indented message-only log lines, unless ``-v`` or ``--log-format json`` asked for the
     full records."""
-    from jobs.logsetup import BarAwareHandler, is_verbose, log_format
+    from jobs.runtime.logs import BarAwareHandler, is_verbose, log_format
 
     if is_verbose() or log_format() != "text":
         return
@@ -109,7 +109,7 @@ def _demo_logging() -> None:
 def _listing(warehouse: Path, ledgers_shown: int = 3) -> int:
     """``listunderreplicated`` of the latest run, cut to its first ``ledgers_shown`` ledgers
     and its summary line (the full listing has two lines per ledger); returns its exit code."""
-    from jobs.reports.listing import list_underreplicated
+    from jobs.commands.listing import list_underreplicated
 
     buf = io.StringIO()
     rc = list_underreplicated(str(warehouse), out=buf)
@@ -140,8 +140,8 @@ def _stop_spark() -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
-    from jobs.audit import add_audit_arguments, run_audit
-    from jobs.rereplicate import add_repair_arguments, run_rereplicate
+    from jobs.commands.audit import add_audit_arguments, run_audit
+    from jobs.commands.repair import add_repair_arguments, run_rereplicate
 
     # Tables and step lines in order with the log lines when the output is a pipe or a file.
     if hasattr(sys.stdout, "reconfigure"):

@@ -2,7 +2,7 @@
 
     bkaudit orphans delete --zk HOST:PORT[/chroot] --warehouse W --older-than 7d [--dry-run]
 
-Two full cross-checks (:func:`jobs.pulsar_check.check_pulsar`) are read ``--delay`` apart; a
+Two full cross-checks (:func:`jobs.runs.pulsar_check.check_pulsar`) are read ``--delay`` apart; a
 ledger is deleted only when both found it orphaned, its metadata did not change between them,
 and a last read of its owner, just before the delete, still does not list it. The delete is
 BookKeeper's: the metadata znode is removed by compare-and-set on the version both reads saw
@@ -34,12 +34,12 @@ from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore, connect
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import ActionKind, ActionStatus, RepairMode
-from jobs.messages import one_line
-from jobs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
+from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
+from jobs.runtime.messages import one_line
 
 __all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
 
-log = logging.getLogger("jobs.orphans")
+log = logging.getLogger("jobs.commands.orphans")
 
 MIN_AGE = 3600.0
 """The youngest ledger ``--older-than`` may delete: Pulsar lists a ledger only after creating
@@ -50,7 +50,7 @@ UNOWNED = "unowned"
 
 
 def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from jobs.units import parse_duration
+    from jobs.options.units import parse_duration
 
     parser.add_argument("action", choices=["delete"], help="what to do with the orphans")
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
@@ -86,7 +86,7 @@ def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     )
     parser.add_argument("--ledgers-root", default="/ledgers", help="BookKeeper's ledgers root")
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
-from jobs.audit_run import DEFAULT_READ_RATE
-from jobs.messages import one_line
-from jobs.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.runs.audit_run import DEFAULT_READ_RATE
+from jobs.runtime.messages import one_line
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 __all__ = [
@@ -176,7 +176,7 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON"
     )
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 
@@ -187,7 +187,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "--warehouse", default=None, help="Delta tables: adds the age of each check's last audit"
     )
     parser.add_argument("--format", choices=["text", "json"], default="text")
-    from jobs.connection import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments
 
     return add_connection_arguments(parser)
 
@@ -196,8 +196,9 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 
 
 def use_json_logs() -> None:
-    """Every root handler writes one JSON object per line (:class:`jobs.logsetup.JsonFormatter`)."""
-    from jobs.logsetup import JsonFormatter
+    """Every root handler writes one JSON object per line
+    (:class:`jobs.runtime.logs.JsonFormatter`)."""
+    from jobs.runtime.logs import JsonFormatter
 
     root = logging.getLogger()
     if not root.handlers:

@@ -47,7 +47,7 @@ from bklib.pulsar.references import (
 )
 from bklib.pulsar.topics import InvalidTopicName, parse_topic
 from bklib.states import PulsarFinding, RunStatus, Severity
-from jobs.messages import one_line
+from jobs.runtime.messages import one_line
 
 __all__ = [
     "PulsarCheck",
@@ -58,14 +58,14 @@ __all__ = [
     "run_pulsar_check",
 ]
 
-log = logging.getLogger("jobs.audit")
+log = logging.getLogger("jobs.commands.audit")
 
 DEFAULT_ORPHAN_MIN_AGE = 24 * 3600.0
 
 
 def add_pulsar_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of ``--check pulsar`` (and ``orphans``)."""
-    from jobs.units import parse_duration
+    from jobs.options.units import parse_duration
 
     parser.add_argument(
         "--orphan-min-age",

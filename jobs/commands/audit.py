@@ -1,0 +1,264 @@
+"""The audit: find every under-replicated fragment and append it to the Delta tables.
+
+    bkaudit audit --zk HOST:PORT[/chroot] --warehouse PATH [--check lost|replicas|deep]
+                  [--executor auto|local|spark]
+    spark-submit jobs/audit.py ...            (same flags; always Spark)
+
+Steps, each logged with a summary line: the metadata scan (every ledger znode) and the bookie
+registrations; the check (``lost`` uses metadata only, ``replicas`` asks each bookie what it
+holds, probing by reads where it does not list, ``deep`` reads and verifies every replica);
+the re-read of flagged ledgers, dropping findings for ledgers deleted or changed meanwhile;
+and the load into ``audit_runs``, ``ledgers``, ``bookies`` and ``underreplicated_fragments``.
+
+The steps are :mod:`bklib.audit`'s; ``--executor`` picks where they run (:mod:`jobs.runs.executor`):
+in this process (:mod:`jobs.local.audit`) or on Spark (:mod:`jobs.spark.audit_job`).
+
+Exit status: 0 when the run completed (findings or not), 2 on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from bklib.audit.engine import ScanPlan
+from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
+from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
+from jobs.options.units import parse_percentage, parse_rate
+from jobs.runs.audit_run import (
+    DEFAULT_LEDGERS_PER_TASK,
+    DEFAULT_READ_RATE,
+    AuditConfig,
+    summary_line,
+)
+from jobs.runs.executor import (
+    LocalTooBigError,
+    add_executor_arguments,
+    choose_executor,
+    limits_from_args,
+)
+from jobs.runtime.messages import one_line
+
+__all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
+
+log = logging.getLogger("jobs.commands.audit")
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+
+def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the audit flags to ``parser`` (shared by ``bkaudit audit`` and spark-submit)."""
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
+    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument(
+        "--check",
+        choices=Check.CHOICES,
+        default=Check.REPLICAS,
+        help="lost: metadata only; sample: BookKeeper's LedgerChecker (first and last entry of "
+        "each fragment on each bookie, plus --verify-percentage); replicas: compare bookie "
+        "entry lists (default); deep: read every replica and verify its digest; pulsar: "
+        "Pulsar's managed ledgers, cursors and schemas against BookKeeper's ledgers "
+        "(dangling and orphan ledgers; docs/pulsar.md)",
+    )
+    parser.add_argument(
+        "--verify-percentage",
+        type=parse_percentage,
+        default=0.0,
+        help="sample check: percent of each fragment read besides its first and last entry "
+        "(BookKeeper's auditorLedgerVerificationPercentage)",
+    )
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
+    )
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
+    parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=5.0,
+        help="seconds to wait for a bookie answer; a list-entries timeout switches to probing",
+    )
+    parser.add_argument("--connect-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--scan-in-flight",
+        type=int,
+        default=DEFAULT_MAX_IN_FLIGHT,
+        help="metadata reads in flight per task",
+    )
+    parser.add_argument("--ledgers-per-task", type=int, default=DEFAULT_LEDGERS_PER_TASK)
+    parser.add_argument(
+        "--ledgers-in-flight", type=int, default=64, help="ledgers being listed per task"
+    )
+    parser.add_argument(
+        "--reads-in-flight",
+        type=int,
+        default=256,
+        help="entry reads in flight per bookie in each task",
+    )
+    parser.add_argument(
+        "--read-rate",
+        type=parse_rate,
+        default=DEFAULT_READ_RATE,
+        help="bytes/s each task may read from one bookie (e.g. 100MB, 50MiB; 0 = unlimited; "
+        "default 100MB), so an audit leaves the bookies to Pulsar's own reads",
+    )
+    parser.add_argument(
+        "--no-reread",
+        action="store_true",
+        help="do not re-read flagged ledgers before writing the report",
+    )
+    from jobs.options.placement import add_placement_arguments
+
+    add_placement_arguments(parser, command="audit")
+    from jobs.runs.pulsar_check import add_pulsar_check_arguments
+
+    add_pulsar_check_arguments(parser)
+    add_executor_arguments(parser)
+    from jobs.options.zookeeper import add_connection_arguments
+
+    return add_connection_arguments(parser)
+
+
+def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
+    """Run one audit from parsed arguments; 0 when the run completed, 2 on error.
+
+    A caller that hands in a SparkSession gets Spark under ``--executor auto``.
+    """
+    if args.check == Check.PULSAR:  # metadata only, in this process (jobs.runs.pulsar_check)
+        from jobs.runs.pulsar_check import run_pulsar_check
+
+        return run_pulsar_check(args)
+    config = AuditConfig.from_args(args)
+    requested = getattr(args, "executor", Executor.AUTO)
+    if spark is not None and requested == Executor.AUTO:
+        requested = Executor.SPARK
+    try:
+        plan = ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
+        _load_racks(config)
+        choice = choose_executor(
+            requested,
+            ledgers=plan.expected,
+            work_bytes=0,
+            limits=limits_from_args(args),
+            what="audit",
+        )
+    except LocalTooBigError as exc:
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        log.debug("audit could not start", exc_info=True)
+        print(f"audit: {one_line(exc)}", file=sys.stderr)
+        return 2
+    log.info(
+        "audit: check %s of %s into %s, executor %s (%s)",
+        config.check,
+        config.zk,
+        config.warehouse,
+        choice.executor,
+        choice.reason,
+    )
+    if choice.executor == Executor.LOCAL:
+        return _run_local(config, plan)
+    return _run_spark(config, plan, spark, getattr(args, "master", None))
+
+
+def _load_racks(config: AuditConfig) -> None:
+    """Read the rack document for the placement pass, before anything heavy: a document that
+    does not parse stops the audit with one line naming it (docs/placement.md)."""
+    from jobs.options.placement import PLACEMENT_OFF, PLACEMENT_ON
+    from jobs.runs.placement import load_rack_document
+
+    if config.placement == PLACEMENT_OFF:
+        return
+    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    if doc is None and config.placement == PLACEMENT_ON:
+        raise ValueError(
+            f"--placement on, but no racks: znode {config.racks_znode} does not exist and no "
+            "--racks-file was given"
+        )
+    if doc is None:
+        log.info("placement: not checked (no %s znode, no --racks-file)", config.racks_znode)
+    config.rack_document = doc
+
+
+def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
+    from jobs.local.audit import LocalAudit
+    from jobs.tables import delta
+    from jobs.tables.schema import AUDIT_RUNS
+
+    job = LocalAudit(config, plan)
+    try:
+        run = job.run_all()
+    except delta.TableError as exc:
+        log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        log.debug("audit run %s failed", job.run.run_id, exc_info=True)
+        _failed(job.run, exc)
+        try:
+            delta.append_rows(config.warehouse, AUDIT_RUNS, [job.run.as_row()])
+        except Exception as exc2:  # the warehouse itself may be the problem
+            log.error("could not record the failed run: %s", exc2)
+        print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
+        return 2
+    print(summary_line(run.run_id, run.status, run.counts, run.executor))
+    return 0
+
+
+def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | None) -> int:
+    from jobs.runtime.progress import SparkProgress
+    from jobs.spark import load
+    from jobs.spark.audit_job import AuditJob
+    from jobs.spark.session import build_spark
+    from jobs.tables.delta import TableError
+
+    spark = spark or build_spark("bkaudit-audit", master=master)
+    job = AuditJob(spark, config, plan)
+    try:
+        # Spark's console bar is off (jobs.spark.session): ours, or a line every few seconds.
+        with SparkProgress(spark, "audit", logger=log):
+            run = job.run_all()
+    except TableError as exc:  # a warehouse this bkaudit may not write: nothing to record in it
+        log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
+        print(f"audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        log.debug("audit run %s failed", job.run.run_id, exc_info=True)
+        _failed(job.run, exc)
+        try:
+            load.write_run_record(spark, config.warehouse, job.run)
+        except Exception as exc2:  # the warehouse itself may be the problem
+            log.error("could not record the failed run: %s", exc2)
+        print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        job.close()
+    print(summary_line(run.run_id, run.status, run.counts, run.executor))
+    return 0
+
+
+def _failed(run: Any, exc: BaseException) -> None:
+    run.status = RunStatus.FAILED
+    run.error = one_line(exc)
+    run.finished_at = datetime.now(timezone.utc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``spark-submit jobs/audit.py ...`` entry point: always Spark."""
+    parser = add_audit_arguments(
+        argparse.ArgumentParser(prog="audit", description="Audit a BookKeeper cluster.")
+    )
+    from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_with_config(parser, "audit", argv)
+    args.executor = Executor.SPARK
+    configure_logging(False, config_path_from_argv(argv))
+    return run_audit(args)

@@ -1,0 +1,380 @@
+"""The repair jobs: re-replicate what the latest audit found, recover named bookies, and
+decommission a bookie.
+
+    spark-submit jobs/rereplicate.py --zk HOST:PORT[/chroot] --warehouse PATH \
+        [--grace-period 30s] [--rate 50MB] [--dry-run] [--run-id AUDIT_RUN]
+    bkaudit rereplicate ...                       (same flags)
+    bkaudit recover BOOKIE[,BOOKIE] --zk ... --warehouse ... [--target BOOKIE] [--dry-run]
+    bkaudit decommission BOOKIE --zk ... --warehouse ...
+
+Findings (or, for recover and decommission, the ledgers naming the bookies) become one
+:class:`bklib.repair.requests.LedgerRequest` per ledger, and
+:class:`bklib.repair.worker.LedgerRepairer` repairs each (lock, re-read, fence after the grace
+period, copy with recovery-add, compare-and-set). ``--executor`` picks where
+(:mod:`jobs.runs.executor`): in this process (:mod:`jobs.local.repair`) or in Spark tasks
+(:mod:`jobs.spark.repair_job`). Every action is appended to ``replication_actions``; progress
+is logged with an ETA and a summary printed. ``spark-submit`` always runs on Spark.
+
+Exit status: 0 when nothing is left to do, 1 when some ledgers still need work (waiting for
+the grace period, locked elsewhere, failed, or with entries that have no replica), 2 on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bklib.meta.model import DigestType
+from bklib.repair.requests import LedgerRequest
+from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
+from jobs.options.units import parse_duration, parse_rate
+from jobs.runs.executor import (
+    add_executor_arguments,
+    choose_executor,
+    limits_from_args,
+)
+from jobs.runs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
+from jobs.runtime.messages import one_line
+
+log = logging.getLogger("jobs.commands.repair")
+
+MODE_REREPLICATE = RepairMode.REREPLICATE
+MODE_RECOVER = RepairMode.RECOVER
+MODE_DECOMMISSION = RepairMode.DECOMMISSION
+
+
+# ---- executor side ------------------------------------------------------------------------------
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+
+def add_repair_arguments(
+    parser: argparse.ArgumentParser, mode: str = MODE_REREPLICATE
+) -> argparse.ArgumentParser:
+    """The flags shared by rereplicate, recover and decommission."""
+    if mode == MODE_RECOVER:
+        parser.add_argument("bookies", help="bookie id(s) to recover, comma separated")
+        parser.add_argument("--target", default=None, help="copy everything to this bookie")
+    elif mode == MODE_DECOMMISSION:
+        parser.add_argument("bookies", metavar="BOOKIE", help="bookie id to decommission")
+        parser.add_argument(
+            "--keep-cookie", action="store_true", help="do not delete the bookie's cookie"
+        )
+    parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
+    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    if mode == MODE_REREPLICATE:
+        parser.add_argument(
+            "--run-id", default=None, help="audit run to repair (default: the latest completed)"
+        )
+    parser.add_argument(
+        "--grace-period",
+        type=parse_duration,
+        default=30.0,
+        help="how long an open ledger's finding must be known before the ledger is fenced "
+        "and closed (BookKeeper's openLedgerRereplicationGracePeriod; default 30s)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=parse_rate,
+        default=50e6,
+        help="bytes/s each task may copy (e.g. 50MB, 20MiB; 0 = unlimited; default 50MB)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="write the plan; change no znode and no bookie"
+    )
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
+    )
+    parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    parser.add_argument(
+        "--zk-session-timeout",
+        type=parse_duration,
+        default=10.0,
+        help="worker ZooKeeper session timeout: how soon a dead worker's locks are freed",
+    )
+    parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
+    parser.add_argument(
+        "--password",
+        default=None,
+        help="ledger password for metadata that stores none (v2); v3 metadata stores it",
+    )
+    parser.add_argument(
+        "--digest-type",
+        choices=[d.name for d in DigestType],
+        default=None,
+        help="digest type for metadata that stores none",
+    )
+    parser.add_argument("--ledgers-per-task", type=int, default=DEFAULT_LEDGERS_PER_TASK)
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=None,
+        help="number of Spark tasks (default: from --ledgers-per-task); with "
+        "--ledgers-in-flight it bounds the ZooKeeper sessions and requests in flight",
+    )
+    parser.add_argument(
+        "--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once per task"
+    )
+    parser.add_argument(
+        "--local-processes",
+        type=int,
+        default=0,
+        help="local executor: worker processes (0: one per core, each with at least "
+        "--ledgers-in-flight ledgers)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=64, help="entries in flight per fragment copy"
+    )
+    parser.add_argument(
+        "--bookie-protocol",
+        choices=("v2", "v3"),
+        default="v2",
+        help="wire protocol of the copy's reads and adds: v2 (batch reads from 4.17+ bookies, "
+        "what Pulsar's brokers speak; default) or v3 (one protobuf read per entry)",
+    )
+    parser.add_argument("--read-timeout", type=parse_duration, default=10.0)
+    parser.add_argument(
+        "--racks-znode",
+        default="/bookies",
+        help="Pulsar's bookie rack JSON (ZkBookieRackAffinityMapping); when it exists, "
+        "replacements prefer racks the rest of the segment does not use",
+    )
+    parser.add_argument(
+        "--retry-no-replica",
+        action="store_true",
+        help="try again fragments an earlier run found with entries on no bookie",
+    )
+    from jobs.options.placement import add_placement_arguments
+
+    add_placement_arguments(parser, command=mode)
+    from jobs.options.pulsar import add_pulsar_admin_arguments
+
+    add_pulsar_admin_arguments(parser)
+    add_executor_arguments(parser)
+    from jobs.options.zookeeper import add_connection_arguments
+
+    return add_connection_arguments(parser)
+
+
+Requests = Callable[[Any], "list[LedgerRequest] | None"]
+
+
+def _choose(args: argparse.Namespace, spark: Any, ledgers: int, work_bytes: int) -> str:
+    requested = getattr(args, "executor", Executor.AUTO)
+    if spark is not None and requested == Executor.AUTO:
+        requested = Executor.SPARK  # a caller that hands in a SparkSession wants Spark
+    choice = choose_executor(
+        requested,
+        ledgers=ledgers,
+        work_bytes=work_bytes,
+        limits=limits_from_args(args),
+        what=args.mode,
+    )
+    log.info("%s: executor %s (%s)", args.mode, choice.executor, choice.reason)
+    return choice.executor
+
+
+def _execute(
+    config: RepairConfig,
+    args: argparse.Namespace,
+    spark: Any,
+    reqs: list[LedgerRequest],
+    local: Any,
+) -> tuple[list[dict[str, Any]], str]:
+    """Run ``reqs`` where the executor choice says; (action rows, run id)."""
+    work_bytes = sum(local.lengths.get(r.ledger_id, 0) for r in reqs)
+    executor = _choose(args, spark, len(reqs), work_bytes)
+    if executor == Executor.LOCAL:
+        return local.execute(reqs), local.run_id
+    from jobs.spark.repair_job import RepairJob
+    from jobs.spark.session import build_spark
+
+    spark = spark or build_spark(f"bkaudit-{config.mode}", master=getattr(args, "master", None))
+    job = RepairJob(spark, config)
+    return job.execute(reqs), job.run_id
+
+
+def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | None]:
+    """Build the requests and run them; (exit status, run id). Errors are one line, 2."""
+    from bklib.audit.engine import require_cluster
+    from jobs.local.repair import LocalRepair, scan_views
+
+    args.mode = mode
+    config = RepairConfig.from_args(args, mode)
+    local = LocalRepair(config)
+    account = None
+    try:
+        from jobs.options.pulsar import admin_settings
+
+        admin = admin_settings(args)
+        # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
+        require_cluster(config.zk, config.ledgers_root, config.zk_auth)
+        if mode == MODE_REREPLICATE:
+            if config.fix_placement:
+                _require_racks(config)
+            reqs = local.requests_from_audit()
+            if reqs is None:
+                print(
+                    f"no completed audit run in {config.warehouse}; run `bkaudit audit` first",
+                    file=sys.stderr,
+                )
+                return 2, None
+            if not config.fix_placement:
+                reqs += local.requests_for_marks(reqs)
+            if local.placement_skipped and not config.fix_placement:
+                print(
+                    f"{mode}: {local.placement_skipped} placement violations of the audit are "
+                    "not under-replication and are left alone; `rereplicate --fix-placement` "
+                    "moves replicas to satisfy the rack rule"
+                )
+        else:
+            views, account = scan_views(config)
+            reqs = local.requests_for_bookies(views)
+            for b in local.unnamed:
+                print(
+                    f"{mode}: warning: no ledger's ensemble names bookie {b}; check the id "
+                    "(host:port as the bookie registers it)",
+                    file=sys.stderr,
+                )
+        rows, run_id = _execute(config, args, spark, reqs, local)
+    except Exception as exc:
+        log.debug("%s run failed", mode, exc_info=True)
+        print(f"{mode}: {one_line(exc)}", file=sys.stderr)
+        return 2, None
+    status = print_summary(mode, run_id, rows)
+    from jobs.runs.pulsar_unload import after_repair
+
+    try:
+        after_repair(
+            args,
+            rows,
+            run_id=run_id,
+            mode=mode,
+            zk_hosts=config.zk,
+            ledgers_root=config.ledgers_root,
+            auth=config.zk_auth,
+            warehouse=config.warehouse,
+            audit_run_id=config.audit_run_id,
+            dry_run=config.settings.dry_run,
+            settings=admin,
+        )
+    except Exception as exc:  # the repair is done and recorded: unloads never undo that
+        # Which topics still hold stale handles is now unknown, so this run is not "done":
+        # exit 1, and the line says why.
+        log.debug("topic unloads after %s %s failed", mode, run_id, exc_info=True)
+        print(f"  Pulsar topic unloads not done: {one_line(exc)}")
+        status = max(status, 1)
+    if local.unreadable:
+        # Fail closed: a ledger we cannot parse may still name the bookie.
+        print(
+            f"  {len(local.unreadable)} ledgers could not be read and may still name "
+            f"{', '.join(config.bookies)}; fix their metadata and run {mode} again:"
+        )
+        for v in local.unreadable[:20]:
+            print(f"    ledger {v.ledger_id}: {v.error}")
+        status = max(status, 1)
+    if account is not None and not account.complete:
+        # Fail closed: ledgers the scan lost may name the bookie too.
+        print(f"  the metadata scan was incomplete: {account.describe()}; run {mode} again")
+        status = max(status, 1)
+    return status, run_id
+
+
+def _require_racks(config: RepairConfig) -> None:
+    """``--fix-placement`` needs racks: the rack document must exist and parse."""
+    from jobs.runs.placement import load_rack_document
+
+    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    if doc is None:
+        raise ValueError(
+            f"--fix-placement needs racks: znode {config.racks_znode} does not exist and no "
+            "--racks-file was given"
+        )
+
+
+def run_rereplicate(args: argparse.Namespace, spark: Any = None) -> int:
+    """``bkaudit rereplicate``: repair the latest audit's findings. 0/1/2 as documented."""
+    return _run(MODE_REREPLICATE, args, spark)[0]
+
+
+def run_recover(args: argparse.Namespace, spark: Any = None) -> int:
+    """``bkaudit recover``: re-replicate every fragment that uses the given bookies."""
+    return _run(MODE_RECOVER, args, spark)[0]
+
+
+def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
+    """``bkaudit decommission``: the bookie must be stopped; recover it, then verify no
+    ensemble names it (listing any ledger that still does), then delete its cookie."""
+    from bklib.meta.registration import delete_cookie, list_bookies
+    from bklib.meta.store import connect
+    from jobs.local.repair import scan_views
+
+    config = RepairConfig.from_args(args, MODE_DECOMMISSION)
+    (bookie,) = config.bookies or ("",)
+    if not bookie or len(config.bookies) != 1:
+        print("decommission takes exactly one bookie id", file=sys.stderr)
+        return 2
+    zk = connect(config.zk, auth=config.zk_auth)
+    try:
+        if list_bookies(zk, config.ledgers_root).is_available(bookie):
+            print(
+                f"bookie {bookie} is still registered: stop it first (BookKeeper refuses to "
+                "decommission a running bookie too)",
+                file=sys.stderr,
+            )
+            return 2
+        status, run_id = _run(MODE_DECOMMISSION, args, spark)
+        if run_id is None or config.settings.dry_run:
+            return status
+        views, account = scan_views(config)
+        remaining = [v for v in views if not v.ok or bookie in v.bookies()]
+        if not account.complete:
+            print(f"decommission of {bookie} unverified: {account.describe()}; its cookie is kept")
+            return 1
+        if remaining:
+            print(
+                f"decommission of {bookie} incomplete: {len(remaining)} ledgers still name it "
+                "or cannot be read; its cookie is kept"
+            )
+            for v in remaining[:50]:
+                if not v.ok:
+                    print(f"  ledger {v.ledger_id}: unreadable, may name it ({v.error})")
+                    continue
+                segs = [s.first_entry_id for s in v.segments or () if bookie in s.ensemble]
+                print(f"  ledger {v.ledger_id} ({v.state}) segments {segs}")
+            return 1
+        if not args.keep_cookie:
+            delete_cookie(zk, bookie, config.ledgers_root)
+        print(f"decommission of {bookie} complete: no ledger names it")
+        return 0
+    finally:
+        zk.stop()
+        zk.close()
+
+
+RUNNERS = {
+    MODE_REREPLICATE: run_rereplicate,
+    MODE_RECOVER: run_recover,
+    MODE_DECOMMISSION: run_decommission,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``spark-submit jobs/rereplicate.py [recover|decommission] ...`` entry point: always
+    Spark."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mode = argv.pop(0) if argv and argv[0] in (MODE_RECOVER, MODE_DECOMMISSION) else None
+    mode = mode or MODE_REREPLICATE
+    from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+
+    parser = add_repair_arguments(
+        argparse.ArgumentParser(prog=f"{mode}", description=f"bkaudit {mode}"), mode
+    )
+    args = parse_with_config(parser, mode, argv)
+    args.executor = Executor.SPARK
+    configure_logging(False, config_path_from_argv(argv))
+    return RUNNERS[mode](args)
