@@ -35,7 +35,7 @@ from kazoo.client import KazooClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bklib.client.connection import ClientConfig  # noqa: E402
+from bklib.client.operations import ClientConfig  # noqa: E402
 from bklib.client.pool import BookieClientPool  # noqa: E402
 from bklib.digest import digest_manager, master_key  # noqa: E402
 from bklib.meta.model import DigestType  # noqa: E402

@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import java_recover_vs_rereplicate as jr  # noqa: E402
 
-from bklib.client.connection import ClientConfig  # noqa: E402
+from bklib.client.operations import ClientConfig  # noqa: E402
 from bklib.client.pool import BookieClientPool  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.quorum import contiguous_chunks, iter_stripe  # noqa: E402

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.client.recovery import LedgerRecovery

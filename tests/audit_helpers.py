@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 from bklib.audit.engine import BookieRow
 from bklib.audit.model import LedgerView
 from bklib.bookie.faults import AdminClient
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment

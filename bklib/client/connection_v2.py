@@ -1,7 +1,7 @@
 """One pipelined v2 ("PreV3" binary) connection to one bookie (asyncio), with BATCH_READ.
 
 The protocol Pulsar's brokers speak (``useV2WireProtocol``), as Java's ``PerChannelBookieClient``
-speaks it, on the machinery of :class:`~bklib.client.connection.PipelinedConnection` (reconnect
+speaks it, on the machinery of :class:`~bklib.client.transport.PipelinedConnection` (reconnect
 with back-off, one deadline timer per channel, one send per loop turn):
 
 * READ and ADD replies carry no request id: they are matched on (operation, ledger, entry), and
@@ -12,7 +12,7 @@ with back-off, one deadline timer per channel, one send per loop turn):
   bytes unless it is a single entry, each entry's stored header naming the expected ledger and
   entry (consecutive, from the first). A reply that breaks any of this, or any undecodable
   frame, closes the connection: every outstanding request fails with
-  :class:`~bklib.client.connection.BadResponseError` naming the bookie, an unknown outcome,
+  :class:`~bklib.client.transport.BadResponseError` naming the bookie, an unknown outcome,
   never a missing entry;
 * a lost connection fails outstanding requests with ConnectionLostError, as in v3.
 
@@ -32,16 +32,14 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from bklib.client.connection import (
+from bklib.client.operations import ClientConfig, ReadResult, bookie_operation
+from bklib.client.transport import (
     AddressResolver,
-    ClientConfig,
+    BadFrame,
+    Channel,
+    Pending,
     PipelinedConnection,
-    ReadResult,
-    _Channel,
-    _Expired,
-    _Garbage,
-    _Pending,
-    bookie_operation,
+    RequestExpired,
 )
 from bklib.errors import (
     BKError,
@@ -60,7 +58,7 @@ log = logging.getLogger(__name__)
 
 V2_OPERATIONS: dict[str, str] = {}
 """The operations of :class:`BookieConnectionV2` by method name, with their default-timeout
-:class:`~bklib.client.connection.ClientConfig` field (read and add share v3's signatures, so a
+:class:`~bklib.client.operations.ClientConfig` field (read and add share v3's signatures, so a
 pool can send either protocol; batch_read is v2 only)."""
 
 # The v3 operation whose error mapping (bklib.proto.status) each v2 opcode follows.
@@ -72,7 +70,7 @@ _PB_OP = {
 
 
 @dataclass
-class _V2Pending(_Pending):
+class _V2Pending(Pending):
     op: int = 0
     # (op, ledger, entry) of READ / ADD, the key its reply is matched on; None for BATCH_READ.
     target: tuple[int, int, int] | None = None
@@ -97,7 +95,7 @@ class BookieConnectionV2(PipelinedConnection):
 
     # ---- receiving -----------------------------------------------------------------------------
 
-    def _on_frame(self, ch: _Channel, frame: bytes) -> None:
+    def _on_frame(self, ch: Channel, frame: bytes) -> None:
         resp = v2.decode_response(frame)  # MalformedV2Frame (a FramingError) closes the channel
         if isinstance(resp, v2.BatchReadResponse):
             self._dispatch_batch(ch, resp)
@@ -115,17 +113,17 @@ class BookieConnectionV2(PipelinedConnection):
         if pending is not None and not pending.future.done():
             pending.future.set_result(resp)
 
-    def _dispatch_batch(self, ch: _Channel, resp: v2.BatchReadResponse) -> None:
+    def _dispatch_batch(self, ch: Channel, resp: v2.BatchReadResponse) -> None:
         rid = resp.request_id
         pending = ch.pending.get(rid)
         if pending is None:
             if 0 < rid <= self._last_token:
                 log.debug("bookie %s: dropping late batch read reply %d", self.bookie_id, rid)
                 return
-            raise _Garbage(f"BATCH_READ_ENTRY reply with requestId {rid}, never sent")
+            raise BadFrame(f"BATCH_READ_ENTRY reply with requestId {rid}, never sent")
         assert isinstance(pending, _V2Pending)
         if pending.op != v2.BATCH_READ_ENTRY:
-            raise _Garbage(
+            raise BadFrame(
                 f"BATCH_READ_ENTRY reply with requestId {rid} of a {v2.OP_NAMES[pending.op]}"
             )
         _check_batch(resp, pending)
@@ -164,7 +162,7 @@ class BookieConnectionV2(PipelinedConnection):
             if self._must_drain(ch):
                 await self._drain(ch)
             resp = await fut
-        except _Expired:
+        except RequestExpired:
             raise BKTimeoutError(
                 f"{v2.OP_NAMES[op]} timed out after {timeout}s",
                 ledger_id=ledger_id,
@@ -364,7 +362,7 @@ class BookieConnectionV2(PipelinedConnection):
         return resp.entries
 
 
-def _unqueue(ch: _Channel, target: tuple[int, int, int], token: int) -> None:
+def _unqueue(ch: Channel, target: tuple[int, int, int], token: int) -> None:
     """Forget a finished request's place in its key's queue (a reply already took it, unless the
     request timed out or the connection failed)."""
     queue = ch.queues.get(target)
@@ -377,24 +375,24 @@ def _unqueue(ch: _Channel, target: tuple[int, int, int], token: int) -> None:
 
 
 def _check_batch(resp: v2.BatchReadResponse, req: _V2Pending) -> None:
-    """Raise _Garbage if a batch reply does not answer the request it names (see the module
+    """Raise BadFrame if a batch reply does not answer the request it names (see the module
     docstring); an error rc needs only the ids to match."""
     assert req.ledger_id is not None and req.entry_id is not None
     what = f"BATCH_READ_ENTRY reply {resp.request_id} (ledger {req.ledger_id} from {req.entry_id})"
     if (resp.ledger_id, resp.start_entry_id) != (req.ledger_id, req.entry_id):
-        raise _Garbage(f"{what} is for ledger {resp.ledger_id} from {resp.start_entry_id}")
+        raise BadFrame(f"{what} is for ledger {resp.ledger_id} from {resp.start_entry_id}")
     if resp.rc != 0:
         return
     entries = resp.entries
     if not entries:
-        raise _Garbage(f"{what} answered EOK without entries")
+        raise BadFrame(f"{what} answered EOK without entries")
     if 0 < req.max_count < len(entries):
-        raise _Garbage(f"{what} carries {len(entries)} entries, maxCount {req.max_count}")
+        raise BadFrame(f"{what} carries {len(entries)} entries, maxCount {req.max_count}")
     if len(entries) > 1 and resp.total_size > req.max_size:
-        raise _Garbage(f"{what} is {resp.total_size} bytes, maxSize {req.max_size}")
+        raise BadFrame(f"{what} is {resp.total_size} bytes, maxSize {req.max_size}")
     unpack = v2.IDS.unpack_from
     for i, body in enumerate(entries):
         want = (req.ledger_id, req.entry_id + i)
         got = unpack(body, 0) if len(body) >= v2.IDS.size else None
         if got != want:
-            raise _Garbage(f"{what}: entry {i} is {got}, expected (ledger, entry) {want}")
+            raise BadFrame(f"{what}: entry {i} is {got}, expected (ledger, entry) {want}")

@@ -33,8 +33,9 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 
-from bklib.client.connection import TIMEOUTS, BookieConnection, ClientConfig
+from bklib.client.connection import BookieConnection
 from bklib.client.connection_v2 import BookieConnectionV2
+from bklib.client.operations import TIMEOUTS, ClientConfig
 from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
 from bklib.meta.zkaccess import ZkAuth
@@ -546,7 +547,7 @@ class SyncBookieClient:
 
     def call(self, operation: str, bookie_id: str, *args: Any, **kwargs: Any) -> Any:
         """Run the bookie operation named ``operation`` (a key of
-        :data:`~bklib.client.connection.TIMEOUTS`) on ``bookie_id`` and wait for it, for callers
+        :data:`~bklib.client.operations.TIMEOUTS`) on ``bookie_id`` and wait for it, for callers
         that pick the operation at run time; ``client.call("read", b, lid, 0)`` is
         ``client.read(b, lid, 0)``. The named methods below are the typed spelling."""
         if operation not in TIMEOUTS:

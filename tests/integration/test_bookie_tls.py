@@ -22,8 +22,9 @@ import pytest
 
 from bklib.audit.engine import check_ledgers
 from bklib.audit.model import LedgerView
-from bklib.client.connection import ClientConfig, TlsConnectionLostError
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.transport import TlsConnectionLostError
 from bklib.digest import digest_manager, master_key
 from bklib.errors import UnauthorizedAccessError
 from bklib.meta.model import DigestType, LedgerMetadata, Segment

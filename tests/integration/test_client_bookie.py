@@ -20,8 +20,9 @@ from kazoo.client import KazooClient
 
 from bklib.availability import decode as decode_availability
 from bklib.availability import from_entry_ids
-from bklib.client.connection import ClientConfig, ConnectionLostError
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.transport import ConnectionLostError
 from bklib.digest import DigestManager, digest_manager, master_key
 from bklib.errors import (
     BKTimeoutError,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.client.connection import BadResponseError, ConnectionLostError
 from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.transport import BadResponseError, ConnectionLostError
 from bklib.errors import (
     BKTimeoutError,
     BookieHandleNotAvailableError,

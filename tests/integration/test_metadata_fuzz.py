@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.errors import CorruptMetadataError
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment

@@ -22,7 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.meta.store import LedgerStore, connect
 from bklib.meta.zkaccess import ZkAccess, ZkSasl, ZkSecurityError, ZkTls

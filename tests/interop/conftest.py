@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.placement import PlacementPolicy
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 
 import pytest
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter

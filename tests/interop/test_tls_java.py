@@ -26,7 +26,7 @@ import pytest
 from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import check_ledgers
 from bklib.audit.model import LedgerView
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.reader import ClientContext, LedgerReader
 from bklib.client.writer import LedgerWriter

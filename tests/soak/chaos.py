@@ -28,7 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.client.placement import PlacementPolicy
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext, LedgerReader

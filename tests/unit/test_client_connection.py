@@ -18,15 +18,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from bklib.client.connection import (
-    BadResponseError,
-    BookieConnection,
-    BookieInfo,
-    ClientConfig,
-    ConnectionLostError,
-    ReadLacResult,
-    ReadResult,
-)
+from bklib.client.connection import BookieConnection, BookieInfo, ReadLacResult
+from bklib.client.operations import ClientConfig, ReadResult
+from bklib.client.transport import BadResponseError, ConnectionLostError
 from bklib.errors import (
     BKError,
     BKTimeoutError,

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from bklib.bookie.main import Bookie, BookieConfig
-from bklib.client.connection import BadResponseError, ClientConfig, ConnectionLostError
 from bklib.client.connection_v2 import BookieConnectionV2
+from bklib.client.operations import ClientConfig
 from bklib.client.pool import BookieClientPool
+from bklib.client.transport import BadResponseError, ConnectionLostError
 from bklib.errors import (
     BKTimeoutError,
     IllegalOpError,

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.client.connection import OPERATIONS, BookieConnection, ClientConfig, ReadResult
+from bklib.client.connection import OPERATIONS, BookieConnection
+from bklib.client.operations import ClientConfig, ReadResult
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.resolver import BookieAddressResolver, parse_legacy_bookie_id
 from bklib.errors import (
