@@ -214,6 +214,298 @@ async def _all(aws: list[Awaitable[None]]) -> None:
         raise
 
 
+_Read = tuple[int, list[str], bytes]
+"""An entry read for copying: ``(entry id, replacements it goes to, stored body)``."""
+
+
+def _chunk_shape(
+    protocol: WireProtocol, e: int, wq: int, window: int, batch_entries: int
+) -> tuple[int, int]:
+    """``(entries per chunk, lanes)`` for a copy keeping about ``window`` entries in flight."""
+    window = max(1, window)
+    # E == WQ: every survivor holds the whole fragment, so chunks are long and a few of them
+    # fill the window. E > WQ: a survivor holds at most WQ - 1 consecutive entries of a lost
+    # bookie's runs (WQ = 2: single entries), so the window is many short chunks.
+    per_chunk = max(1, min(batch_entries, window // 4)) if protocol == "v2" else 1
+    if e > wq:
+        per_chunk = min(per_chunk, max(1, wq - 1))
+    return per_chunk, max(1, window // per_chunk)
+
+
+class _FragmentCopy:
+    """The state of one :func:`copy_fragment` call and its steps: where each entry can be read
+    from, reading (batches, single reads over the replicas), writing, and the counts.
+
+    One instance per call, used by all of its lanes on one event loop (no locking needed).
+    """
+
+    def __init__(
+        self,
+        pool: BookieClientPool,
+        *,
+        ledger_id: int,
+        ensemble: Sequence[str],
+        ensemble_size: int,
+        write_quorum: int,
+        targets: Mapping[int, str],
+        dead: Collection[str],
+        digest: DigestManager,
+        master_key: bytes,
+        limiter: RateLimiter,
+        speculative_timeout: float,
+        timeout: float | None,
+        protocol: WireProtocol,
+        batch_bytes: int,
+    ) -> None:
+        self.pool = pool
+        self.ledger_id = ledger_id
+        self.ensemble = ensemble
+        self.e, self.wq = ensemble_size, write_quorum
+        self.replaced = {ensemble[i] for i in targets}
+        self.dead = dead
+        self.digest = digest
+        self.master_key = master_key
+        self.limiter = limiter
+        self.speculative_timeout = speculative_timeout
+        self.timeout = timeout
+        self.v2 = protocol == "v2"
+        self.batch_bytes = batch_bytes
+        self.result = CopyResult()
+        # The write set depends only on eid % E: sources are computed once per residue rather
+        # than per entry (the copy is bound by the client loop's CPU).
+        self._holders_by_residue: dict[int, tuple[str, ...]] = {}
+        self._sources_by_residue: dict[int, tuple[str, ...]] = {}
+        # Sources whose batch read failed other than NoSuch*: no more batches from them in this
+        # copy (a slow or sick bookie must not cost a read timeout per chunk).
+        self._no_batch: set[str] = set()
+        self._turn = 0
+
+    # ---- where an entry is ---------------------------------------------------------------------
+
+    def holders_of(self, eid: int) -> tuple[str, ...]:
+        """The surviving bookies of ``eid``'s write set: neither replaced nor dead."""
+        r = eid % self.e
+        got = self._holders_by_residue.get(r)
+        if got is None:
+            ws = [self.ensemble[i] for i in write_set(eid, self.e, self.wq)]
+            alive = [b for b in ws if b not in self.dead]
+            got = self._holders_by_residue[r] = tuple(b for b in alive if b not in self.replaced)
+            self._sources_by_residue[r] = got + tuple(b for b in alive if b in self.replaced)
+        return got
+
+    def sources_of(self, eid: int, last: str | None) -> tuple[str, ...]:
+        """Every bookie to read ``eid`` from, in order: the holders, then replaced bookies that
+        are not dead (an ENTRIES_MISSING bookie still has most of its stripe); ``last``, when
+        given, moves to the end."""
+        self.holders_of(eid)
+        sources = self._sources_by_residue[eid % self.e]
+        if last is not None and last in sources:
+            # The bookie that just failed this entry in a batch: asked again only if the others
+            # fail too (every replica must answer for a no-replica verdict).
+            sources = (*(b for b in sources if b != last), last)
+        return sources
+
+    def _connection(self, bookie: str) -> BookieConnection | BookieConnectionV2:
+        """The pool's connection to ``bookie`` in the copy's protocol."""
+        return self.pool.connection_v2(bookie) if self.v2 else self.pool.connection(bookie)
+
+    # ---- single reads --------------------------------------------------------------------------
+
+    def _verified(self, body: bytes, eid: int, bookie: str) -> bytes:
+        """``body`` once its digest checks out; DigestMatchError naming the bookie if not."""
+        try:
+            self.digest.verify_entry(body, eid)
+        except DigestMatchError as exc:
+            log.warning(
+                "ledger %d entry %d: bad digest from bookie %s, trying the next replica",
+                self.ledger_id,
+                eid,
+                bookie,
+            )
+            raise DigestMatchError(
+                exc.reason, ledger_id=self.ledger_id, entry_id=eid, bookie=bookie
+            ) from None
+        return body
+
+    async def _read_from(self, bookie: str, eid: int) -> bytes:
+        """One single read of ``eid`` from ``bookie``, digest verified."""
+        res = await self._connection(bookie).read(self.ledger_id, eid, timeout=self.timeout)
+        return self._verified(bytes(res.body), eid, bookie)
+
+    async def _read_one(self, eid: int, last: str | None = None) -> bytes:
+        """One entry by single reads over its sources (``read_verdict``'s rules); _NoReplica
+        when every source answered NoSuchEntry/NoSuchLedger."""
+        self.result.single_reads += 1
+        sources = self.sources_of(eid, last)
+        if not sources:
+            # Every replica sits on a bookie that is not registered right now: unknown, not
+            # lost. NO_REPLICA needs every holder to have answered NoSuchEntry; a bookie that
+            # comes back may still hold it (safety rule: unknown never becomes NO_REPLICA).
+            raise BookieHandleNotAvailableError(
+                "no registered bookie holds a replica to read from",
+                ledger_id=self.ledger_id,
+                entry_id=eid,
+            )
+        if len(sources) == 1:
+            # One replica (a WQ=2 entry with one copy lost): ask_replicas' verdict without its
+            # layers, a visible share of the loop's CPU per copied entry.
+            try:
+                return await self._read_from(sources[0], eid)
+            except (NoSuchEntryError, NoSuchLedgerError):
+                raise _NoReplica() from None
+        return await self._ask_replicas(sources, eid)
+
+    async def _ask_replicas(self, sources: tuple[str, ...], eid: int) -> bytes:
+        """``eid`` from the first of several ``sources`` to answer it (speculative reads)."""
+
+        def send(bookie: str) -> Awaitable[bytes]:
+            return self._read_from(bookie, eid)
+
+        def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
+            verdict = read_verdict(replies, everyone, self.ledger_id, eid)
+            # Every replica said NoSuchEntry/NoSuchLedger: no replica left (terminal), which a
+            # copy reports instead of failing.
+            return _NoReplica() if isinstance(verdict, NoSuchEntryError) else verdict
+
+        got: bytes | BaseException = await ask_replicas(
+            sources, send, decide, self.speculative_timeout
+        )
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    async def _read_into(
+        self, out: list[_Read], eid: int, news: list[str], last: str | None = None
+    ) -> None:
+        """Append ``eid`` read by single reads to ``out``, or record it as having no replica."""
+        try:
+            out.append((eid, news, await self._read_one(eid, last)))
+        except _NoReplica:
+            self.result.no_replica.append(eid)
+
+    # ---- batch reads ---------------------------------------------------------------------------
+
+    def _batch_source(self, holders: tuple[str, ...]) -> str | None:
+        """The holder to ask for the next batch, rotating over those still batching (None: no
+        batch, read entry by entry)."""
+        usable = [b for b in holders if b not in self._no_batch]
+        if not usable:
+            return None
+        self._turn += 1  # rotate over the holders: spread the reads over the survivors
+        return usable[self._turn % len(usable)]
+
+    async def _read_chunk(self, chunk: _Chunk) -> list[_Read]:
+        """Every entry of ``chunk`` that has a replica, in order: by batches where a holder
+        serves them, the rest (and what a batch did not return) by single reads."""
+        out: list[_Read] = []
+        i = 0
+        while i < len(chunk.entries):
+            i = await self._read_step(chunk, i, out)
+        return out
+
+    async def _read_step(self, chunk: _Chunk, i: int, out: list[_Read]) -> int:
+        """Read from ``chunk.entries[i]`` on, appending to ``out``; the index to go on from (the
+        same index when a source was just ruled out for batches)."""
+        entries = chunk.entries
+        eid, news = entries[i]
+        left = len(entries) - i
+        src = self._batch_source(chunk.holders) if self.v2 and left > 1 else None
+        if src is None:
+            await self._read_into(out, eid, news)
+            return i + 1
+        if not await _serves_batch_read(self.pool, src, self.ledger_id, eid):
+            self._no_batch.add(src)
+            return i
+        return await self._read_batch(chunk, i, src, out)
+
+    async def _read_batch(self, chunk: _Chunk, i: int, src: str, out: list[_Read]) -> int:
+        """One batch read from ``src`` of ``chunk.entries[i:]``, appended to ``out``; the index
+        of the first entry it did not cover."""
+        entries = chunk.entries
+        eid, news = entries[i]
+        try:
+            bodies = await self.pool.batch_read(
+                src, self.ledger_id, eid, len(entries) - i, self.batch_bytes, timeout=self.timeout
+            )
+        except (NoSuchEntryError, NoSuchLedgerError) as exc:
+            # The source lacks the chunk's next entry: that one from the other replicas, the
+            # rest again in a batch (from another holder if it lacks the ledger).
+            if isinstance(exc, NoSuchLedgerError):
+                self._no_batch.add(src)
+            await self._read_into(out, eid, news, last=src)
+            return i + 1
+        except BKError as exc:
+            log.debug(
+                "ledger %d: batch read from bookie %s failed (%s); not batching from it",
+                self.ledger_id,
+                src,
+                exc,
+            )
+            self._no_batch.add(src)
+            return i
+        self.result.batch_reads += 1
+        # The connection checked ids and counts (BookieConnectionV2); digests are ours.
+        for body in bodies:
+            eid, news = entries[i]
+            try:
+                out.append((eid, news, self._verified(body, eid, src)))
+            except DigestMatchError:
+                await self._read_into(out, eid, news, last=src)
+            i += 1
+        return i
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _add(self, new: str, eid: int, body: bytes) -> Awaitable[None]:
+        """The recovery add of ``eid`` to replacement ``new`` (accepted on a fenced ledger)."""
+        return self._connection(new).add(
+            self.ledger_id, eid, self.master_key, body, recovery=True, timeout=self.timeout
+        )
+
+    async def copy_chunk(self, chunk: _Chunk) -> None:
+        """Read ``chunk`` and write each entry to its replacements, throttled."""
+        if len(chunk.entries) == 1:
+            await self._copy_entry(*chunk.entries[0])
+            return
+        got = await self._read_chunk(chunk)
+        if not got:
+            return
+        await self.limiter.acquire(sum(len(body) * len(news) for _, news, body in got))
+        await _all([self._add(new, eid, body) for eid, news, body in got for new in news])
+        for _, news, body in got:
+            for new in news:
+                self.result.count(new, len(body))
+
+    async def _copy_entry(self, eid: int, news: list[str]) -> None:
+        """Copy a one-entry chunk (most chunks when E > WQ): no batch, no list, no task per
+        add."""
+        try:
+            body = await self._read_one(eid)
+        except _NoReplica:
+            self.result.no_replica.append(eid)
+            return
+        await self.limiter.acquire(len(body) * len(news))
+        for new in news:
+            await self._add(new, eid, body)
+            self.result.count(new, len(body))
+
+    async def run(self, work: Iterator[_Chunk], lanes: int) -> None:
+        """Copy every chunk of ``work`` on ``lanes`` concurrent lanes; the first failure cancels
+        the others and raises."""
+
+        async def lane() -> None:
+            # Lanes pull from one lazy iterator: a million-entry stripe never becomes a million
+            # tasks. The first failure ends its lane and, through gather, the copy.
+            for chunk in work:
+                await self.copy_chunk(chunk)
+
+        tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await cancel_and_wait(tasks)
+
+
 async def copy_fragment(
     pool: BookieClientPool,
     *,
@@ -247,210 +539,29 @@ async def copy_fragment(
     """
     if protocol not in ("v2", "v3"):
         raise ValueError(f"unknown bookie wire protocol {protocol!r}")
-    result = CopyResult()
-    replaced = {ensemble[i] for i in targets}
-    limiter = limiter or RateLimiter(None)
     e, wq = ensemble_size, write_quorum
-    v2 = protocol == "v2"
-    window = max(1, window)
-    # E == WQ: every survivor holds the whole fragment, so chunks are long and a few of them
-    # fill the window. E > WQ: a survivor holds at most WQ - 1 consecutive entries of a lost
-    # bookie's runs (WQ = 2: single entries), so the window is many short chunks.
-    per_chunk = max(1, min(batch_entries, window // 4)) if v2 else 1
-    if e > wq:
-        per_chunk = min(per_chunk, max(1, wq - 1))
-    lanes = max(1, window // per_chunk)
-
-    # The write set depends only on eid % E: sources are computed once per residue rather than
-    # per entry (the copy is bound by the client loop's CPU).
-    holders_by_residue: dict[int, tuple[str, ...]] = {}
-    sources_by_residue: dict[int, tuple[str, ...]] = {}
-
-    def holders_of(eid: int) -> tuple[str, ...]:
-        r = eid % e
-        got = holders_by_residue.get(r)
-        if got is None:
-            ws = [ensemble[i] for i in write_set(eid, e, wq)]
-            got = holders_by_residue[r] = tuple(
-                b for b in ws if b not in replaced and b not in dead
-            )
-            sources_by_residue[r] = got + tuple(b for b in ws if b in replaced and b not in dead)
-        return got
-
-    def sources_of(eid: int, last: str | None) -> tuple[str, ...]:
-        holders_of(eid)
-        sources = sources_by_residue[eid % e]
-        if last is not None and last in sources:
-            # The bookie that just failed this entry in a batch: asked again only if the others
-            # fail too (every replica must answer for a no-replica verdict).
-            sources = (*(b for b in sources if b != last), last)
-        return sources
-
-    def reader(bookie: str) -> BookieConnection | BookieConnectionV2:
-        return pool.connection_v2(bookie) if v2 else pool.connection(bookie)
-
-    def verified(body: bytes, eid: int, bookie: str) -> bytes:
-        try:
-            digest.verify_entry(body, eid)
-        except DigestMatchError as exc:
-            log.warning(
-                "ledger %d entry %d: bad digest from bookie %s, trying the next replica",
-                ledger_id,
-                eid,
-                bookie,
-            )
-            raise DigestMatchError(
-                exc.reason, ledger_id=ledger_id, entry_id=eid, bookie=bookie
-            ) from None
-        return body
-
-    async def read_one(eid: int, last: str | None = None) -> bytes:
-        """One entry by single reads over its sources (``read_verdict``'s rules)."""
-        result.single_reads += 1
-
-        async def send(bookie: str) -> bytes:
-            res = await reader(bookie).read(ledger_id, eid, timeout=timeout)
-            return verified(bytes(res.body), eid, bookie)
-
-        def decide(replies: list[Reply[bytes]], everyone: bool) -> bytes | BaseException | None:
-            verdict = read_verdict(replies, everyone, ledger_id, eid)
-            # Every replica said NoSuchEntry/NoSuchLedger: no replica left (terminal), which a
-            # copy reports instead of failing.
-            return _NoReplica() if isinstance(verdict, NoSuchEntryError) else verdict
-
-        sources = sources_of(eid, last)
-        if not sources:
-            # Every replica sits on a bookie that is not registered right now: unknown, not
-            # lost. NO_REPLICA needs every holder to have answered NoSuchEntry; a bookie that
-            # comes back may still hold it (safety rule: unknown never becomes NO_REPLICA).
-            raise BookieHandleNotAvailableError(
-                "no registered bookie holds a replica to read from",
-                ledger_id=ledger_id,
-                entry_id=eid,
-            )
-        if len(sources) == 1:
-            # One replica (a WQ=2 entry with one copy lost): ask_replicas' verdict without its
-            # layers, a visible share of the loop's CPU per copied entry.
-            try:
-                return await send(sources[0])
-            except (NoSuchEntryError, NoSuchLedgerError):
-                raise _NoReplica() from None
-        got: bytes | BaseException = await ask_replicas(sources, send, decide, speculative_timeout)
-        if isinstance(got, BaseException):
-            raise got
-        return got
-
-    # Sources whose batch read failed other than NoSuch*: no more batches from them in this
-    # copy (a slow or sick bookie must not cost a read timeout per chunk).
-    no_batch: set[str] = set()
-    turn = 0
-
-    def batch_source(holders: tuple[str, ...], eid: int) -> str | None:
-        nonlocal turn
-        usable = [b for b in holders if b not in no_batch]
-        if not usable:
-            return None
-        turn += 1  # rotate over the holders: spread the reads over the survivors
-        return usable[turn % len(usable)]
-
-    async def read_chunk(chunk: _Chunk) -> list[tuple[int, list[str], bytes]]:
-        entries = chunk.entries
-        out: list[tuple[int, list[str], bytes]] = []
-        i = 0
-        while i < len(entries):
-            eid, news = entries[i]
-            left = len(entries) - i
-            src = batch_source(chunk.holders, eid) if v2 and left > 1 else None
-            if src is not None and not await _serves_batch_read(pool, src, ledger_id, eid):
-                no_batch.add(src)
-                continue
-            if src is None:
-                try:
-                    out.append((eid, news, await read_one(eid)))
-                except _NoReplica:
-                    result.no_replica.append(eid)
-                i += 1
-                continue
-            try:
-                bodies = await pool.batch_read(
-                    src, ledger_id, eid, left, batch_bytes, timeout=timeout
-                )
-            except (NoSuchEntryError, NoSuchLedgerError) as exc:
-                # The source lacks the chunk's next entry: that one from the other replicas,
-                # the rest again in a batch (from another holder if it lacks the ledger).
-                if isinstance(exc, NoSuchLedgerError):
-                    no_batch.add(src)
-                try:
-                    out.append((eid, news, await read_one(eid, last=src)))
-                except _NoReplica:
-                    result.no_replica.append(eid)
-                i += 1
-                continue
-            except BKError as exc:
-                log.debug(
-                    "ledger %d: batch read from bookie %s failed (%s); not batching from it",
-                    ledger_id,
-                    src,
-                    exc,
-                )
-                no_batch.add(src)
-                continue
-            result.batch_reads += 1
-            # The connection checked ids and counts (BookieConnectionV2); digests are ours.
-            for body in bodies:
-                eid, news = entries[i]
-                try:
-                    out.append((eid, news, verified(body, eid, src)))
-                except DigestMatchError:
-                    try:
-                        out.append((eid, news, await read_one(eid, last=src)))
-                    except _NoReplica:
-                        result.no_replica.append(eid)
-                i += 1
-        return out
-
-    def add(new: str, eid: int, body: bytes) -> Awaitable[None]:
-        conn = pool.connection_v2(new) if v2 else pool.connection(new)
-        return conn.add(ledger_id, eid, master_key, body, recovery=True, timeout=timeout)
-
-    async def copy_chunk(chunk: _Chunk) -> None:
-        if len(chunk.entries) == 1:
-            # Most chunks when E > WQ: no batch, no list, no task per add.
-            eid, news = chunk.entries[0]
-            try:
-                body = await read_one(eid)
-            except _NoReplica:
-                result.no_replica.append(eid)
-                return
-            await limiter.acquire(len(body) * len(news))
-            for new in news:
-                await add(new, eid, body)
-                result.count(new, len(body))
-            return
-        got = await read_chunk(chunk)
-        if not got:
-            return
-        await limiter.acquire(sum(len(body) * len(news) for _, news, body in got))
-        await _all([add(new, eid, body) for eid, news, body in got for new in news])
-        for _, news, body in got:
-            for new in news:
-                result.count(new, len(body))
-
-    work = _chunks(
-        _entries_to_copy(targets, first_entry_id, last_entry_id, e, wq), holders_of, per_chunk
+    per_chunk, lanes = _chunk_shape(protocol, e, wq, window, batch_entries)
+    copy = _FragmentCopy(
+        pool,
+        ledger_id=ledger_id,
+        ensemble=ensemble,
+        ensemble_size=e,
+        write_quorum=wq,
+        targets=targets,
+        dead=dead,
+        digest=digest,
+        master_key=master_key,
+        limiter=limiter or RateLimiter(None),
+        speculative_timeout=speculative_timeout,
+        timeout=timeout,
+        protocol=protocol,
+        batch_bytes=batch_bytes,
     )
-
-    async def lane() -> None:
-        # Lanes pull from one lazy iterator: a million-entry stripe never becomes a million
-        # tasks. The first failure ends its lane and, through gather, the copy.
-        for chunk in work:
-            await copy_chunk(chunk)
-
-    tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        await cancel_and_wait(tasks)
+    work = _chunks(
+        _entries_to_copy(targets, first_entry_id, last_entry_id, e, wq), copy.holders_of, per_chunk
+    )
+    await copy.run(work, lanes)
+    result = copy.result
     result.no_replica.sort()
     if result.no_replica:
         log.error(
