@@ -6,7 +6,7 @@
 
 The computation part of ``bkaudit blastradius`` on synthetic ledgers: a Pulsar-like mix of
 E/WQ/AQ (2/2/2, 3/2/2, 3/3/2, 4/3/2), 1 to 3 segments, 5% open ledgers, bookie 0 lost, topics
-on every ledger. ``local`` runs :func:`bklib.audit.whatif.blast_radius` in this process on
+on every ledger. ``local`` runs :func:`bklib.audit.blast_radius.blast_radius` in this process on
 LedgerViews built in memory; ``spark`` generates the ledger rows inside Spark tasks, persists
 them, and times :func:`jobs.spark.blast_radius.blast_radius_df` (one blast_radius per
 partition, merged on the driver). Goal: 1M ledgers in at most 60 s on this project's 2-core
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bklib.audit.blast_radius import ScopeImpact, blast_radius
 from bklib.audit.model import LedgerView, SegmentSpan
-from bklib.audit.whatif import ScopeImpact, blast_radius
 from bklib.meta.model import LedgerState
 
 SHAPES = ((2, 2, 2), (3, 2, 2), (3, 3, 2), (4, 3, 2))

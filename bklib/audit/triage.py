@@ -18,12 +18,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from bklib.audit.model import LedgerView
-from bklib.audit.whatif import (
-    DEFAULT_MIN_RACKS,
-    MAX_RANGES,
-    replacement_shortfall,
-    segment_impact,
-)
+from bklib.audit.whatif import MAX_RANGES, segment_impact
+from bklib.replacement import DEFAULT_MIN_RACKS, replacement_shortfall
 from bklib.states import TriageClass
 
 __all__ = ["TriageResult", "triage_ledger"]

@@ -31,18 +31,15 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from bklib.audit.accounting import scanned_per_directory
+from bklib.audit.blast_radius import blast_radius, merge_scopes
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView, runs_from_rows
 from bklib.audit.whatif import (
-    DEFAULT_MIN_RACKS,
     LedgerImpact,
     ScanCoverage,
     WriterCheck,
-    blast_radius,
     current_missing,
     ledger_impact,
-    merge_scopes,
-    rack_of,
 )
 from bklib.meta.racks import (
     DEFAULT_RACKS_ZNODE,
@@ -53,6 +50,7 @@ from bklib.meta.racks import (
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.store import connect
 from bklib.meta.zkaccess import ZkAuth
+from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     UNKNOWN_RACK,

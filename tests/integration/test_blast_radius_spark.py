@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from bklib.audit.blast_radius import blast_radius
 from bklib.audit.engine import ScanPlan, scan_dirs
-from bklib.audit.whatif import blast_radius, current_missing
+from bklib.audit.whatif import current_missing
 from jobs.commands.whatif import (
     add_blastradius_arguments,
     findings_missing,

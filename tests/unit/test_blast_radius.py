@@ -9,18 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from bklib.audit import whatif
+import bklib.audit.blast_radius as radius
+from bklib.audit.blast_radius import ScopeImpact, blast_radius, merge_scopes
 from bklib.audit.model import LedgerView, SegmentSpan
-from bklib.audit.whatif import (
-    Missing,
-    ScopeImpact,
-    WriterCheck,
-    blast_radius,
-    merge_scopes,
-    rack_of,
-    writer_blocked,
-)
+from bklib.audit.whatif import Missing, WriterCheck, writer_blocked
 from bklib.meta.model import LedgerState
+from bklib.replacement import rack_of
 from bklib.states import Scope
 from tests.unit.test_whatif import oracle
 
@@ -129,7 +123,7 @@ def _numbers(r: ScopeImpact) -> tuple[int, ...]:
 def test_every_scope_matches_the_entry_by_entry_oracle(
     monkeypatch: pytest.MonkeyPatch, max_plans: int
 ) -> None:
-    monkeypatch.setattr(whatif, "_MAX_PLANS", max_plans)  # with and without the plan cache
+    monkeypatch.setattr(radius, "_MAX_PLANS", max_plans)  # with and without the plan cache
     rng = random.Random(11)
     views = _views(rng, 400)
     gone = {POOL[8], POOL[3]}

@@ -9,14 +9,9 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from bklib.audit.blast_radius import blast_radius
 from bklib.audit.model import LedgerView, SegmentSpan
-from bklib.audit.whatif import (
-    WriterCheck,
-    blast_radius,
-    ledger_impact,
-    segment_impact,
-    writer_blocked,
-)
+from bklib.audit.whatif import WriterCheck, ledger_impact, segment_impact, writer_blocked
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.pulsar import decode_pulsar_metadata, topic_of_managed_ledger
 from bklib.states import UNKNOWN_RACK, Scope
