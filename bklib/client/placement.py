@@ -7,11 +7,13 @@ A small stand-in for BookKeeper's default (rack-unaware) placement policy:
 * a new ensemble takes ``E`` distinct candidates walking the sorted candidate ring from a
   start that rotates (random first start, then +1 per call), so successive ledgers spread
   over the cluster instead of all landing on the first ``E`` bookies;
-* a replacement for a failed index excludes the whole current ensemble (a bookie may appear
-  only once in an ensemble) plus every bookie the caller says failed; several failed indices
-  may be replaced at once, and a partial replacement is returned when at least one index
-  could be replaced (as ``EnsembleUtils.replaceBookiesInEnsemble`` does); replacing none
-  raises :class:`~bklib.errors.NotEnoughBookiesError`.
+* a replacement for a failed index is one of
+  :func:`bklib.replacement.replacement_candidates` (the rule the repair and whatif share): a
+  writable bookie outside the whole current ensemble (a bookie may appear only once in an
+  ensemble) and outside every bookie the caller says failed; several failed indices may be
+  replaced at once, and a partial replacement is returned when at least one index could be
+  replaced (as ``EnsembleUtils.replaceBookiesInEnsemble`` does); replacing none raises
+  :class:`~bklib.errors.NotEnoughBookiesError`.
 
 Everything here is pure except :func:`writable_bookies`, which reads ZooKeeper.
 """
@@ -27,6 +29,7 @@ from kazoo.client import KazooClient
 
 from bklib.errors import IncorrectParameterError, NotEnoughBookiesError
 from bklib.meta.registration import list_bookies
+from bklib.replacement import replacement_candidates
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -93,18 +96,20 @@ class PlacementPolicy:
         index: int,
         exclude: Iterable[str] = (),
     ) -> str:
-        """A bookie to put at ``ensemble[index]``: not in the ensemble, not in ``exclude``.
+        """A bookie to put at ``ensemble[index]``: one of
+        :func:`~bklib.replacement.replacement_candidates` (not in the ensemble, not in
+        ``exclude``).
 
         Raises NotEnoughBookiesError when none is eligible.
         """
         if not 0 <= index < len(ensemble):
             raise IncorrectParameterError(f"index {index} outside ensemble of size {len(ensemble)}")
-        banned = set(ensemble) | set(exclude)
-        pool = sorted(set(candidates) - banned)
+        excluded = set(exclude)
+        pool = replacement_candidates(candidates, ensemble, excluded)
         if not pool:
             raise NotEnoughBookiesError(
                 f"no writable bookie can replace {ensemble[index]} at index {index} "
-                f"(ensemble {list(ensemble)}, excluded {sorted(set(exclude))})",
+                f"(ensemble {list(ensemble)}, excluded {sorted(excluded)})",
                 bookie=ensemble[index],
             )
         return self._walk(pool)[0]

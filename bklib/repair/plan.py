@@ -14,6 +14,7 @@ from enum import Enum
 from bklib.errors import NotEnoughBookiesError
 from bklib.meta.model import LedgerMetadata
 from bklib.quorum import stripe_count
+from bklib.replacement import replacement_candidates
 
 __all__ = [
     "FragmentWork",
@@ -169,11 +170,12 @@ class TargetChooser:
         weights: Mapping[int, int] | None = None,
         ledger_id: int | None = None,
     ) -> dict[int, str]:
-        """A distinct replacement for each position in ``moves``: writable (``candidates``),
-        not in ``ensemble`` and not in ``exclude``. ``weights`` are the entries each position
-        will receive (for load spreading). Raises NotEnoughBookiesError when short."""
-        banned = set(ensemble) | set(exclude) | set(moves.values())
-        pool = sorted(set(candidates) - banned)
+        """A distinct replacement for each position in ``moves``, among
+        :func:`~bklib.replacement.replacement_candidates`: writable (``candidates``), not in
+        ``ensemble``, not in ``exclude`` and not a bookie that moves. ``weights`` are the
+        entries each position will receive (for load spreading). Raises NotEnoughBookiesError
+        when short: a repair leaves no bad bookie in place."""
+        pool = replacement_candidates(candidates, ensemble, {*exclude, *moves.values()})
         out: dict[int, str] = {}
         staying = [b for i, b in enumerate(ensemble) if i not in moves]
         used = {self.racks[b] for b in staying if b in self.racks}
