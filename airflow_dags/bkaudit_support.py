@@ -74,7 +74,9 @@ def _counts(value: Any) -> dict[str, int]:
     return {str(k): int(v) for k, v in value}
 
 
-def read_audit_runs(warehouse: str, storage_options: Mapping[str, str] | None = None) -> list[dict]:
+def read_audit_runs(
+    warehouse: str, storage_options: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """All rows of ``audit_runs`` (one per run, so small) as dicts, read with delta-rs through
     :func:`jobs.tables.delta.read_rows`, like every other bkaudit reader: whatever the tables'
     partitioning, and refusing a warehouse whose schema version is newer than this code.

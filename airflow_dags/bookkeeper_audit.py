@@ -56,12 +56,12 @@ try:
     from airflow.sdk import DAG, Param, TriggerRule, task
     from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 2.10
-    from airflow import DAG  # type: ignore[no-redef]
-    from airflow.decorators import task  # type: ignore[no-redef]
-    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
-    from airflow.models.param import Param  # type: ignore[no-redef]
-    from airflow.operators.empty import EmptyOperator  # type: ignore[no-redef]
-    from airflow.utils.trigger_rule import TriggerRule  # type: ignore[no-redef]
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.exceptions import AirflowFailException
+    from airflow.models.param import Param
+    from airflow.operators.empty import EmptyOperator
+    from airflow.utils.trigger_rule import TriggerRule
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers next to this file
@@ -110,7 +110,8 @@ class BkauditSparkSubmitOperator(SparkSubmitOperator):
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         super().render_template_fields(context, jinja_env)
-        self.application_args = drop_empty(self.application_args)
+        rendered: list[str] = getattr(self, "application_args", None) or []
+        self.application_args = drop_empty(rendered)
 
 
 def _spark_task(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:

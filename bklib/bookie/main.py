@@ -228,7 +228,7 @@ class Bookie:
             self._reg_wanted.clear()
             try:
                 await self._sync_registration()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - unregistered until a retry succeeds: fails closed
                 log.warning("bookie %s: registration failed, retrying: %s", self.bookie_id, exc)
                 self._reg_wanted.set()
                 await asyncio.sleep(0.5)

@@ -349,7 +349,7 @@ class _Runtime:
             fut = asyncio.run_coroutine_threadsafe(rt._aclose(), rt.loop)
             try:
                 fut.result(timeout)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - closing goes on: the loop is stopped below
                 log.warning("closing bookie client pool: %r", exc)
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             rt.thread.join(timeout)
@@ -528,7 +528,7 @@ class SyncBookieClient:
                 # The future stays pending while its call runs, so that a cancel still takes.
                 try:
                     task = rt.loop.create_task(_call(fn, rt.pool))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - handed to the caller's future below
                     # The caller gets the error from this future (never a silent result);
                     # the others still start.
                     if fut.set_running_or_notify_cancel():

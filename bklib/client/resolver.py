@@ -190,5 +190,5 @@ class BookieAddressResolver:
             try:
                 zk.stop()
                 zk.close()
-            except Exception as exc:  # closing must not mask the caller's own outcome
+            except Exception as exc:  # noqa: BLE001 - closing must not mask the caller's outcome
                 log.debug("closing ZooKeeper client: %s", exc)

@@ -47,7 +47,7 @@ def _read_one(zk: KazooClient, path: str, bookie_id: str, readonly: bool) -> Boo
     data, _ = zk.get(path)  # NoNodeError propagates: the caller skips a vanished bookie
     try:
         return BookieRegistration(bookie_id, readonly, decode_service_info(data, bookie_id))
-    except Exception as exc:  # corrupt registration data must not hide the bookie
+    except Exception as exc:  # noqa: BLE001 - corrupt data: the bookie is listed, with its error
         log.warning("bookie %s: unreadable registration at %s: %s", bookie_id, path, exc)
         return BookieRegistration(bookie_id, readonly, None, f"{path}: {exc}")
 

@@ -66,76 +66,13 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-EXAMPLES: dict[str, tuple[str, ...]] = {
-    "whatif": (
-        "bkaudit whatif --zk zk1:2181/pulsar --bookie 10.0.0.7:3181 --exit-code",
-        "bkaudit whatif --zk zk1:2181/pulsar --rack /rack-a --warehouse /data/bkaudit",
-    ),
-    "blastradius": (
-        "bkaudit blastradius --zk zk1:2181/pulsar --warehouse /data/bkaudit",
-        "bkaudit blastradius --executor spark --zk zk1:2181 --warehouse s3a://ops/bkaudit",
-    ),
-    "triage": (
-        "bkaudit triage --warehouse /data/bkaudit --zk zk1:2181/pulsar",
-        "bkaudit triage --warehouse /data/bkaudit       # from the audit's own rows",
-    ),
-    "audit": (
-        "bkaudit audit --zk zk1:2181/pulsar --warehouse /data/bkaudit --check replicas",
-        "bkaudit audit --check lost          # zk and warehouse from conf/bkaudit.yaml",
-        "bkaudit audit --check pulsar --metadata-uri metadata-store:zk:zk1:2181 --warehouse W",
-        "BKAUDIT_AUDIT_CHECK=deep bkaudit audit --zk 127.0.0.1:2181 --warehouse /tmp/wh",
-        "spark-submit jobs/audit.py --zk zk1:2181 --warehouse s3a://ops/bkaudit",
-    ),
-    "rereplicate": (
-        "bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
-        "bkaudit rereplicate --grace-period 5m --rate 20MiB",
-        "bkaudit rereplicate --run-id 20260101T000000Z-1a2b3c4d   # repair that audit's findings",
-        "bkaudit rereplicate --fix-placement --dry-run   # rack moves for PLACEMENT_VIOLATION",
-    ),
-    "recover": (
-        "bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
-        "bkaudit recover 10.0.0.7:3181,10.0.0.8:3181 --target 10.0.0.9:3181",
-    ),
-    "decommission": (
-        "bkaudit decommission 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit",
-        "bkaudit decommission 10.0.0.7:3181 --keep-cookie --dry-run",
-    ),
-    "listunderreplicated": (
-        "bkaudit listunderreplicated --warehouse /data/bkaudit",
-        "bkaudit listunderreplicated --missing-replica 10.0.0.7:3181 || echo findings",
-    ),
-    "report": (
-        "bkaudit report --warehouse /data/bkaudit --out report.html",
-        "bkaudit report --run-id 20260101T000000Z-1a2b3c4d --runs 90 --out old.html",
-        "python -m jobs.reports.html --warehouse /data/bkaudit --out /tmp/r.html",
-    ),
-    "sandbox": (
-        "bkaudit sandbox up --bookies 5 --dir sandbox-data",
-        "bkaudit sandbox status",
-        "bkaudit sandbox down",
-    ),
-    "demo": ("bkaudit demo", "bkaudit demo --ledgers 1000 --bookies 7 --dir /tmp/demo"),
-    "orphans": (
-        "bkaudit orphans delete --metadata-uri metadata-store:zk:zk1:2181 --warehouse /data/bkaudit"
-        " --older-than 7d --dry-run",
-        "bkaudit orphans delete --zk zk1:2181 --warehouse /data/bkaudit --older-than 14d",
-    ),
-}
-"""``--help`` examples per command (see :func:`help_epilog`)."""
-EXAMPLES["watch"] = (
-    "bkaudit watch --zk zk1:2181/pulsar --warehouse /data/bkaudit --metrics-port 9464",
-    "bkaudit watch --every lost=1h,sample=24h --lost-bookie-recovery-delay 60s --log-format json",
-)
-EXAMPLES["status"] = (
-    "bkaudit status --zk zk1:2181/pulsar --warehouse /data/bkaudit",
-    "bkaudit status --zk zk1:2181/pulsar --format json",
-)
-
-
 def help_epilog(command: str) -> str:
     """The ``--help`` epilog of a command: examples, then where defaults come from. Use with
     ``formatter_class=argparse.RawDescriptionHelpFormatter``."""
-    lines = ["examples:", *(f"  {e}" for e in EXAMPLES.get(command, ()))]
+    from jobs.cli.registry import COMMANDS
+
+    examples = COMMANDS[command].examples if command in COMMANDS else ()
+    lines = ["examples:", *(f"  {e}" for e in examples)]
     lines += [
         "",
         "defaults (highest precedence first): flags, "

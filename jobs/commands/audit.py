@@ -204,7 +204,7 @@ def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
         _failed(job.run, exc)
         try:
             delta.append_rows(config.warehouse, AUDIT_RUNS, [job.run.as_row()])
-        except Exception as exc2:  # the warehouse itself may be the problem
+        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 2
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -234,7 +234,7 @@ def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | No
         _failed(job.run, exc)
         try:
             load.write_run_record(spark, config.warehouse, job.run)
-        except Exception as exc2:  # the warehouse itself may be the problem
+        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 2
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -252,13 +252,11 @@ def _failed(run: Any, exc: BaseException) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit jobs/audit.py ...`` entry point: always Spark."""
-    parser = add_audit_arguments(
-        argparse.ArgumentParser(prog="audit", description="Audit a BookKeeper cluster.")
-    )
     from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+    from jobs.cli.registry import command
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_with_config(parser, "audit", argv)
+    args = parse_with_config(command("audit").parser(), "audit", argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
     return run_audit(args)

@@ -138,6 +138,19 @@ def _stop_spark() -> None:
             active.stop()
 
 
+def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The demo's flags."""
+    parser.add_argument(
+        "--dir", default=None, help="keep the sandbox data here (default: a temp dir)"
+    )
+    parser.add_argument("--bookies", type=int, default=5)
+    parser.add_argument("--ledgers", type=int, default=200)
+    parser.add_argument(
+        "--grace-period", default="0s", help="rereplicate's grace period for open ledgers"
+    )
+    return parser
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
     from jobs.commands.audit import add_audit_arguments, run_audit

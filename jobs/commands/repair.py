@@ -356,6 +356,21 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
         zk.close()
 
 
+def add_rereplicate_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``bkaudit rereplicate``'s flags."""
+    return add_repair_arguments(parser, MODE_REREPLICATE)
+
+
+def add_recover_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``bkaudit recover``'s flags."""
+    return add_repair_arguments(parser, MODE_RECOVER)
+
+
+def add_decommission_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``bkaudit decommission``'s flags."""
+    return add_repair_arguments(parser, MODE_DECOMMISSION)
+
+
 RUNNERS = {
     MODE_REREPLICATE: run_rereplicate,
     MODE_RECOVER: run_recover,
@@ -370,11 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = argv.pop(0) if argv and argv[0] in (MODE_RECOVER, MODE_DECOMMISSION) else None
     mode = mode or MODE_REREPLICATE
     from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+    from jobs.cli.registry import command
 
-    parser = add_repair_arguments(
-        argparse.ArgumentParser(prog=f"{mode}", description=f"bkaudit {mode}"), mode
-    )
-    args = parse_with_config(parser, mode, argv)
+    args = parse_with_config(command(mode).parser(), mode, argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
     return RUNNERS[mode](args)

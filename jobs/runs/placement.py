@@ -62,7 +62,7 @@ class PlacementPass:
 
     def rows(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Finding rows for ledger rows (the Spark path)."""
-        out = []
+        out: list[dict[str, Any]] = []
         for row in rows:
             _, found = self.ledger(LedgerView.from_row(row))
             out.extend(f.as_row() for f in found)

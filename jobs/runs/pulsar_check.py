@@ -249,7 +249,7 @@ def finding_rows(check: PulsarCheck, run_id: str, at: datetime) -> list[dict[str
     rows: list[dict[str, Any]] = []
 
     def row(kind: str, **kw: Any) -> None:
-        base = {
+        base: dict[str, Any] = {
             "run_id": run_id,
             "detected_at": at,
             "kind": kind,

@@ -150,7 +150,7 @@ def log_done(
 
 
 def _copied(r: Mapping[str, Any]) -> bool:
-    return r["action"] == ActionKind.COPY and r["status"] == ActionStatus.DONE
+    return bool(r["action"] == ActionKind.COPY and r["status"] == ActionStatus.DONE)
 
 
 def copied_bytes(rows: Sequence[Mapping[str, Any]]) -> int:

@@ -244,7 +244,7 @@ class SparkProgress:
         while not self._stop.wait(interval):
             try:
                 key, label, done, total = self.poll()
-            except Exception:  # the tracker is advisory; the job's own errors surface elsewhere
+            except Exception:  # noqa: BLE001 - advisory only; the job's own errors surface elsewhere
                 continue
             if not total:
                 continue

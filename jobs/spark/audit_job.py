@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -86,13 +86,15 @@ class AuditJob:
         self.ledgers = self._keep(ledgers)
         per_dir = transform.ledgers_per_directory(self.ledgers)
         counts.update(plan.account(cfg.zk, per_dir, cfg.ledgers_root, cfg.zk_auth).counts())
-        row = self.ledgers.agg(
-            F.count(F.lit(1)).alias("n"),
-            F.count("error").alias("errors"),
-            F.sum(F.when(F.col("state") != LedgerState.CLOSED.name, 1).otherwise(0)).alias(
-                "not_closed"
-            ),
-        ).first()
+        row = transform.aggregate_row(
+            self.ledgers.agg(
+                F.count(F.lit(1)).alias("n"),
+                F.count("error").alias("errors"),
+                F.sum(F.when(F.col("state") != LedgerState.CLOSED.name, 1).otherwise(0)).alias(
+                    "not_closed"
+                ),
+            )
+        )
         counts[CountKey.LEDGERS] = int(row["n"])
         counts[CountKey.METADATA_ERRORS] = int(row["errors"])
         counts[CountKey.LEDGERS_NOT_CLOSED] = int(row["not_closed"] or 0)
@@ -270,7 +272,7 @@ class AuditJob:
             .drop("password")
         )
 
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 out = check.rows(batch.to_pylist())
                 if out:
@@ -278,7 +280,7 @@ class AuditJob:
 
         found = self._keep(closed.mapInArrow(run, FRAGMENT_SCHEMA))
         rows = [r.asDict() for r in found.select("ledger_id").collect()]
-        checked = closed.agg(F.sum(F.size("segments"))).first()[0] or 0
+        checked = transform.aggregate_row(closed.agg(F.sum(F.size("segments"))))[0] or 0
         named = [
             r["b"]
             for r in closed.select(F.explode(F.flatten(F.col("segments.ensemble"))).alias("b"))

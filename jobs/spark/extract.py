@@ -207,8 +207,8 @@ def _fetch_task(
     settings: CheckSettings,
     auth: ZkAuth = None,
     tls: TlsSettings | None = None,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from bklib.audit.engine import bookie_client_config
         from bklib.client.pool import SyncBookieClient
 

@@ -19,6 +19,7 @@ from jobs.runs.repair_partition import repair_partition
 from jobs.runs.repair_run import log_done, log_start, stamp
 from jobs.runtime.progress import SparkProgress
 from jobs.spark import load
+from jobs.spark.schema import ACTIONS_SCHEMA
 from jobs.tables.runs import new_run_id
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class RepairJob:
             rows = rdd.collect()
         elapsed = time.monotonic() - t0
         stamp(rows, cfg, self.run_id, Executor.SPARK)
-        names = [f.name for f in load.ACTIONS_SCHEMA.fields]
+        names = [f.name for f in ACTIONS_SCHEMA.fields]
         load.append_actions(self.spark, cfg.warehouse, [tuple(r[k] for k in names) for r in rows])
         log_done(cfg, self.run_id, rows, n, elapsed)
         return rows

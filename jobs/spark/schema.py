@@ -26,9 +26,7 @@ def spark_type(t: pa.DataType, nullable: bool = True) -> T.DataType:
     """The Spark type of an Arrow type, keeping element nullability (Spark's own converter
     drops it, and Delta compares ``containsNull`` when schemas merge)."""
     if pa.types.is_struct(t):
-        return T.StructType(
-            [T.StructField(f.name, spark_type(f.type), f.nullable) for f in t]  # type: ignore[attr-defined]
-        )
+        return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in t])
     if pa.types.is_map(t):
         return T.MapType(spark_type(t.key_type), spark_type(t.item_type), t.item_field.nullable)
     if pa.types.is_list(t):

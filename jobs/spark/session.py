@@ -232,7 +232,7 @@ def _launch_jvm(conf: Mapping[str, str]) -> None:
     log.info("starting the Spark driver (master %s)", conf.get("spark.master", "local[2]"))
     out = _JvmOutput(is_verbose())
     try:
-        gateway = launch_gateway(
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]  # pyspark leaves it untyped
             sconf, popen_kwargs={"stdout": out.write_fd, "stderr": out.write_fd}
         )
     except BaseException:

@@ -8,11 +8,11 @@ engine's types, so Spark and the local executor classify with the same code.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from bklib.audit.accounting import directory_of
@@ -90,7 +90,7 @@ def find_underreplicated(
         )
         df = df.join(grouped, "ledger_id", "left")
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             out: list[dict[str, Any]] = []
             for row in batch.to_pylist():
@@ -154,16 +154,29 @@ def carry_first_detected(
     )
 
 
+def aggregate_row(df: DataFrame) -> Row:
+    """The one row of an aggregate (``agg`` yields one even over no rows; None would mean a
+    broken query, which must not read as zero counts)."""
+    row = df.first()
+    if row is None:
+        raise RuntimeError("a Spark aggregate returned no row")
+    return row
+
+
 def summarize(fragments: DataFrame) -> dict[str, int]:
     """Counts for the run record: fragments per reason, per severity, ledgers, entries."""
-    agg = fragments.agg(
-        F.count(F.lit(1)).alias("fragments"),
-        F.countDistinct("ledger_id").alias("underreplicated_ledgers"),
-        F.coalesce(
-            F.sum(F.when(F.col("reason") != Reason.BOOKIE_UNREACHABLE, F.col("missing_entries"))),
-            F.lit(0),
-        ).alias("missing_entries"),
-    ).first()
+    agg = aggregate_row(
+        fragments.agg(
+            F.count(F.lit(1)).alias("fragments"),
+            F.countDistinct("ledger_id").alias("underreplicated_ledgers"),
+            F.coalesce(
+                F.sum(
+                    F.when(F.col("reason") != Reason.BOOKIE_UNREACHABLE, F.col("missing_entries"))
+                ),
+                F.lit(0),
+            ).alias("missing_entries"),
+        )
+    )
     counts = {
         CountKey.FRAGMENTS: int(agg["fragments"] or 0),
         CountKey.UNDERREPLICATED_LEDGERS: int(agg["underreplicated_ledgers"] or 0),

@@ -3,6 +3,7 @@ checks are due, and the metric summaries of an audit's findings. Unit-tested alo
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -114,7 +115,7 @@ def parse_every(text: str) -> dict[str, float]:
             )
         try:
             seconds = parse_duration(m.group(2))
-        except Exception as exc:  # argparse's error type: one message for the flag
+        except (ValueError, argparse.ArgumentTypeError) as exc:  # one message for the flag
             raise ValueError(f"--every: {part.strip()!r}: {exc}") from None
         if seconds <= 0:
             raise ValueError(f"--every: {part.strip()!r}: the interval must be positive")

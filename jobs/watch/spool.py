@@ -296,7 +296,7 @@ class SpoolWriter:
                 try:
                     f.result()
                     out[i] = None
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the rows stay spooled, the error kept
                     out[i] = self._failed(live[i][0], exc)
         if all(e is None for e in out.values()):
             self.last_error = None
@@ -374,7 +374,7 @@ class SpoolWriter:
                         self.append(
                             self.warehouse, batch.table, batch.rows, run_date=batch.run_date
                         )
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the batch stays on disk for a retry
                     self._failed(batch.table, exc)
                     return False
                 path.unlink()

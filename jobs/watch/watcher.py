@@ -83,8 +83,8 @@ def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
             continue
         text = data.decode(errors="replace")
         if "bookieId:" in text:
-            return text.split("bookieId:", 1)[1].strip().strip('"').split('"', 1)[0]
-        return text.strip() or v
+            return str(text.split("bookieId:", 1)[1].strip().strip('"').split('"', 1)[0])
+        return str(text.strip() or v)
     return None
 
 
@@ -112,7 +112,7 @@ class ClusterWatcher:
 
     @property
     def connected(self) -> bool:
-        return self.state == KazooState.CONNECTED and self.zk.connected
+        return bool(self.state == KazooState.CONNECTED and self.zk.connected)
 
     def watch_registrations(self) -> None:
         """Wake the loop on any change of ``available`` or ``available/readonly``. kazoo

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli.main import SPARK_COMMANDS
+from jobs.cli.registry import COMMANDS
 from jobs.runtime.messages import SPARK_EXTRA
 from tests.cli_helpers import REPO, error_lines
 from tests.integration.test_executor_cli import _metadata_only_cluster
@@ -33,9 +33,6 @@ class _NotInstalled:
 
 sys.meta_path.insert(0, _NotInstalled())
 '''
-
-# Commands that are not in SPARK_COMMANDS (those come from the table the CLI itself uses).
-OTHER_COMMANDS = ("bookie", "sandbox", "demo")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +68,7 @@ def test_the_block_makes_pyspark_unimportable(no_spark_env: dict[str, str]) -> N
     assert _run(dict(os.environ), "-c", code, "pyspark.sql").returncode == 0
 
 
-@pytest.mark.parametrize("command", [*SPARK_COMMANDS, *OTHER_COMMANDS])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_help_of_every_command_works_without_pyspark(
     no_spark_env: dict[str, str], command: str
 ) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs import cli
 from jobs.cli.config import (
     DEFAULT_CONFIG_FILE,
     ConfigError,
@@ -22,14 +21,8 @@ from jobs.cli.config import (
     load_config,
     parse_with_config,
 )
+from jobs.cli.registry import COMMANDS
 from jobs.commands.audit import add_audit_arguments
-from jobs.commands.listing import add_list_arguments
-from jobs.commands.maintain import add_maintain_arguments
-from jobs.commands.repair import add_repair_arguments
-from jobs.commands.triage import add_triage_arguments
-from jobs.commands.watch import add_status_arguments, add_watch_arguments
-from jobs.commands.whatif import add_blastradius_arguments, add_whatif_arguments
-from jobs.reports.html import add_report_arguments
 
 
 def audit_parser() -> argparse.ArgumentParser:
@@ -172,30 +165,10 @@ def test_help_names_where_a_changed_default_came_from(tmp_path: Path) -> None:
 # ---- conf/bkaudit.yaml documents every flag ----------------------------------------------------
 
 
-def _cli_subparser(name: str) -> Callable[[], argparse.ArgumentParser]:
-    def build() -> argparse.ArgumentParser:
-        root = cli.build_parser()
-        sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
-        return sub.choices[name]
-
-    return build
-
-
+# Every command that takes a config section, with the parser `bkaudit COMMAND` builds.
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
-    "audit": audit_parser,
-    "listunderreplicated": lambda: add_list_arguments(argparse.ArgumentParser()),
-    "report": lambda: add_report_arguments(argparse.ArgumentParser()),
-    "sandbox": _cli_subparser("sandbox"),
-    "demo": _cli_subparser("demo"),
-    "whatif": lambda: add_whatif_arguments(argparse.ArgumentParser()),
-    "blastradius": lambda: add_blastradius_arguments(argparse.ArgumentParser()),
-    "triage": lambda: add_triage_arguments(argparse.ArgumentParser()),
+    c.name: c.parser for c in COMMANDS.values() if not c.own_parser
 }
-for _mode in ("rereplicate", "recover", "decommission"):
-    PARSERS[_mode] = lambda m=_mode: add_repair_arguments(argparse.ArgumentParser(), m)
-PARSERS["watch"] = lambda: add_watch_arguments(argparse.ArgumentParser())
-PARSERS["status"] = lambda: add_status_arguments(argparse.ArgumentParser())
-PARSERS["maintain"] = lambda: add_maintain_arguments(argparse.ArgumentParser())
 
 
 @pytest.mark.parametrize("command", sorted(PARSERS))
