@@ -112,8 +112,9 @@ def _candidates(
 
 def _pick(r: LedgerRepairer, moves: Sequence[Move]) -> Move:
     """The least loaded new bookie (as replacements spread), then the suspect-most index."""
-    with r._lock:
-        move = min(moves, key=lambda m: (r.chooser._key(m.new)[1:], -m.index))
+    with r.choosing() as chooser:
+        # preference_key's rack term is for choose(); here best_moves already weighed racks.
+        move = min(moves, key=lambda m: (chooser.preference_key(m.new)[1:], -m.index))
     return move
 
 
@@ -254,9 +255,9 @@ def _move(
     frag = FragmentWork(si, first, last, ensemble, {m.index: m.old}, True)
     reg = r.registry()
     dead = {b for b in ensemble if not reg.is_available(b)}
-    pwd, dt = r._credentials(md)
-    with r._lock:
-        r.chooser.assigned[m.new] = r.chooser.assigned.get(m.new, 0) + max(
+    pwd, dt = r.credentials(md)
+    with r.choosing() as chooser:
+        chooser.assigned[m.new] = chooser.assigned.get(m.new, 0) + max(
             stripe_entries(md, frag, m.index), 1
         )
     copy = _action(
@@ -270,7 +271,7 @@ def _move(
         started_at=started,
     )
     try:
-        result = r._copy(md, frag, {m.index: m.new}, dead, pwd, dt)
+        result = r.copy_entries(md, frag, {m.index: m.new}, dead, pwd, dt)
     except BKError as exc:
         copy.status, copy.error = ActionStatus.FAILED, describe(exc)
         return [copy.finish()], None

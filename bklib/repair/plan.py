@@ -154,7 +154,11 @@ class TargetChooser:
     racks: Mapping[str, str] = field(default_factory=dict)
     _tiebreak: dict[str, float] = field(default_factory=dict)
 
-    def _key(self, bookie: str, used_racks: Collection[str] = ()) -> tuple[int, int, float]:
+    def preference_key(
+        self, bookie: str, used_racks: Collection[str] = ()
+    ) -> tuple[int, int, float]:
+        """How :meth:`choose` ranks ``bookie``, lowest first: ``(same rack as one of
+        used_racks, entries assigned so far, random tie-break)``."""
         if bookie not in self._tiebreak:
             self._tiebreak[bookie] = self.rng.random()
         same_rack = int(bookie in self.racks and self.racks[bookie] in used_racks)
@@ -180,7 +184,7 @@ class TargetChooser:
         staying = [b for i, b in enumerate(ensemble) if i not in moves]
         used = {self.racks[b] for b in staying if b in self.racks}
         for index in sorted(moves):
-            pool.sort(key=lambda b: self._key(b, used))
+            pool.sort(key=lambda b: self.preference_key(b, used))
             if not pool:
                 raise NotEnoughBookiesError(
                     f"no writable bookie can replace {moves[index]} (ensemble "

@@ -24,12 +24,13 @@ Spark tasks call :meth:`LedgerRepairer.repair` from a few threads.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -132,6 +133,14 @@ class LedgerRepairer:
             self._cache[key] = (time.monotonic(), value)
         return value
 
+    @contextlib.contextmanager
+    def choosing(self) -> Iterator[TargetChooser]:
+        """The repairer's :class:`~bklib.repair.plan.TargetChooser`, held exclusively for the
+        ``with`` block: Spark tasks share one repairer across threads, and a choice reads and
+        updates the chooser's load counts."""
+        with self._lock:
+            yield self.chooser
+
     def registry(self) -> BookieRegistry:
         """Registered bookies, cached for ``registry_ttl`` seconds."""
         return self._cached("registry", lambda: list_bookies(self.store.zk, self.store.root))
@@ -147,8 +156,8 @@ class LedgerRepairer:
         if self.settings.target is not None:
             candidates &= {self.settings.target}
         weights = {pos: stripe_entries(md, frag, pos) for pos in frag.moves}
-        with self._lock:
-            return self.chooser.choose(
+        with self.choosing() as chooser:
+            return chooser.choose(
                 candidates,
                 frag.ensemble,
                 frag.moves,
@@ -386,12 +395,14 @@ class LedgerRepairer:
             for old in frag.moves.values()
         ]
 
-    def _credentials(self, md: LedgerMetadata) -> tuple[bytes, DigestType]:
+    def credentials(self, md: LedgerMetadata) -> tuple[bytes, DigestType]:
+        """``(password, digest type)`` of ledger ``md``: the settings' where given, else what
+        its metadata says (:func:`~bklib.client.reader.resolve_credentials`)."""
         return resolve_credentials(md, self.settings.password, self.settings.digest_type)
 
     def _read_lac(self, md: LedgerMetadata) -> int | None:
         """The LAC of an open ledger, read without fencing; None if it could not be learned."""
-        pwd, dt = self._credentials(md)
+        pwd, dt = self.credentials(md)
 
         async def run(pool: BookieClientPool) -> int:
             ctx = ClientContext(self.store, pool)
@@ -404,7 +415,7 @@ class LedgerRepairer:
             return None
 
     def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
-        pwd, dt = self._credentials(md)
+        pwd, dt = self.credentials(md)
         log.debug("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
 
         async def run(pool: BookieClientPool) -> LedgerMetadata:
@@ -467,9 +478,9 @@ class LedgerRepairer:
             )
         targets.update(in_place)
         dead = {b for b in frag.ensemble if not reg.is_available(b)}
-        pwd, dt = self._credentials(md)
+        pwd, dt = self.credentials(md)
         try:
-            result = self._copy(md, frag, targets, dead, pwd, dt)
+            result = self.copy_entries(md, frag, targets, dead, pwd, dt)
         except BKError as exc:
             return (
                 [
@@ -545,7 +556,7 @@ class LedgerRepairer:
         }
         return in_place, {p: b for p, b in frag.moves.items() if p not in in_place}
 
-    def _copy(
+    def copy_entries(
         self,
         md: LedgerMetadata,
         frag: FragmentWork,
@@ -554,6 +565,10 @@ class LedgerRepairer:
         pwd: bytes,
         dt: DigestType,
     ) -> CopyResult:
+        """Copy the stripes of ``targets``' positions (position -> new bookie) of ``frag`` with
+        the recovery-add flag (:func:`~bklib.client.replicator.copy_fragment`, BookKeeper's
+        ``LedgerFragmentReplicator``), not reading from ``dead`` bookies; throttled by the rate
+        limiter every copy of this repairer shares. Touches no metadata; raises BKError."""
         dm = digest_manager(md.ledger_id, dt, pwd)
         mk = master_key(pwd)
 

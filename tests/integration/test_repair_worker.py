@@ -52,7 +52,7 @@ def test_re_mark_during_repair_survives_and_concurrent_change_is_kept(
         urm.ensure_layout()
         repairer = _repairer(c)
         repairer.chooser.assigned = {b3: 100, b5: 100}  # make b4 the replacement
-        real_copy = repairer._copy
+        real_copy = repairer.copy_entries
 
         def copy_then_interfere(*args: Any, **kwargs: Any) -> Any:
             result = real_copy(*args, **kwargs)
@@ -66,7 +66,7 @@ def test_re_mark_during_repair_survives_and_concurrent_change_is_kept(
             c.store.update_ledger(md.ledger_id, other)
             return result
 
-        repairer._copy = copy_then_interfere  # type: ignore[method-assign]
+        repairer.copy_entries = copy_then_interfere  # type: ignore[method-assign]
         acts = repairer.repair(LedgerRequest(md.ledger_id, frozenset({b2})))
         assert {(a.action, a.status) for a in acts} == {
             ("COPY", "DONE"),
