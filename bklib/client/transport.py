@@ -117,6 +117,7 @@ class Channel:
     # v3: by (txnId, operation); v2 (bklib.client.connection_v2): by a per-connection token.
     pending: dict[Any, Pending] = field(default_factory=dict)
     closed: bool = False
+    heard: bool = False  # any byte from the bookie yet (see _read_failure)
     reader_task: asyncio.Task[None] | None = None
     drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Frames issued during this loop iteration, written together by _flush (see _enqueue).
@@ -384,8 +385,22 @@ class PipelinedConnection:
     # ---- receiving -----------------------------------------------------------------------------
 
     async def _read_loop(self, ch: Channel) -> None:
-        reason: str
-        bad = False
+        """The reader task of ``ch``: hand every reply frame to :meth:`_on_frame` until the
+        connection ends, then fail every request outstanding on it."""
+        try:
+            await self._read_frames(ch)
+        except asyncio.CancelledError:
+            self._fail_channel(ch, "connection closed by client", bad=False)
+            raise
+        except Exception as exc:
+            reason, bad, tls = self._read_failure(ch, exc)
+            if bad:
+                log.warning("bookie %s: %s; closing the connection", self.bookie_id, reason)
+            self._fail_channel(ch, reason, bad=bad, tls=tls)
+
+    async def _read_frames(self, ch: Channel) -> None:
+        """Read ``ch`` until it fails; never returns normally (a closed stream raises
+        IncompleteReadError)."""
         # Bytes are read in chunks and every complete frame in them is handled in one go: two
         # readexactly awaits per frame cost a bulk copy a good share of the loop's CPU. Each
         # length prefix is still checked before its body is buffered (at most one chunk more).
@@ -393,67 +408,60 @@ class PipelinedConnection:
         max_frame = self.config.max_frame_size
         unpack_len = _LEN.unpack_from
         on_frame = self._on_frame
-        heard = False  # any byte from the bookie yet
-        try:
-            while True:
-                data = await ch.reader.read(_READ_CHUNK)
-                if not data:
-                    raise asyncio.IncompleteReadError(bytes(buf), None)
-                heard = True
-                buf += data
-                pos, end = 0, len(buf)
-                while end - pos >= 4:
-                    (length,) = unpack_len(buf, pos)
-                    check_length(length, max_frame)
-                    if end - pos - 4 < length:
-                        break
-                    frame = bytes(buf[pos + 4 : pos + 4 + length])
-                    pos += 4 + length
-                    on_frame(ch, frame)
-                del buf[:pos]
-        except asyncio.IncompleteReadError as exc:
-            if self._tls is not None and not heard:
-                # A bookie refusing our client certificate under TLS 1.3 does so after our side
-                # of the handshake is done; bklib's bookie then closes without an alert.
-                self._fail_channel(
-                    ch,
+        while True:
+            data = await ch.reader.read(_READ_CHUNK)
+            if not data:
+                raise asyncio.IncompleteReadError(bytes(buf), None)
+            ch.heard = True
+            buf += data
+            pos, end = 0, len(buf)
+            while end - pos >= 4:
+                (length,) = unpack_len(buf, pos)
+                check_length(length, max_frame)
+                if end - pos - 4 < length:
+                    break
+                frame = bytes(buf[pos + 4 : pos + 4 + length])
+                pos += 4 + length
+                on_frame(ch, frame)
+            del buf[:pos]
+
+    def _read_failure(self, ch: Channel, exc: Exception) -> tuple[str, bool, bool]:
+        """``(reason, bad, tls)`` for the exception that ended ``ch``'s reader: ``bad`` when the
+        bookie sent something we refuse (BadResponseError), ``tls`` when the TLS session failed
+        (TlsConnectionLostError). Called in the ``except`` clause, so a bug's traceback logs."""
+        # A bookie refusing our client certificate under TLS 1.3 does so after our side of the
+        # handshake is done: bklib's bookie then closes without an alert, or resets the
+        # connection when the close races our request.
+        refused_cert = self._tls is not None and not ch.heard
+        if isinstance(exc, asyncio.IncompleteReadError):
+            if refused_cert:
+                return (
                     "the bookie closed the TLS connection before answering anything: it "
                     "probably refused our client certificate (tlsClientAuthentication)",
-                    tls=True,
+                    False,
+                    True,
                 )
-                return
-            reason = "connection closed by bookie" + (
-                f" mid-frame ({len(exc.partial)} bytes read)" if exc.partial else ""
-            )
-        except FramingError as exc:
-            reason, bad = f"response refused: {exc.reason}", True
-        except BadFrame as exc:
-            reason, bad = f"response refused: {exc}", True
-        except asyncio.CancelledError:
-            reason = "connection closed by client"
-            self._fail_channel(ch, reason, bad=False)
-            raise
-        except ssl.SSLError as exc:
-            self._fail_channel(ch, f"TLS session failed: {describe_ssl_error(exc)}", tls=True)
-            return
-        except OSError as exc:
-            if self._tls is not None and not heard:
-                # The same refusal, seen as a reset when the bookie's close races our request.
-                self._fail_channel(
-                    ch,
+            partial = f" mid-frame ({len(exc.partial)} bytes read)" if exc.partial else ""
+            return "connection closed by bookie" + partial, False, False
+        if isinstance(exc, FramingError):
+            return f"response refused: {exc.reason}", True, False
+        if isinstance(exc, BadFrame):
+            return f"response refused: {exc}", True, False
+        if isinstance(exc, ssl.SSLError):
+            return f"TLS session failed: {describe_ssl_error(exc)}", False, True
+        if isinstance(exc, OSError):
+            if refused_cert:
+                return (
                     f"the bookie dropped the TLS connection ({exc.strerror or exc}) before "
                     "answering anything: it probably refused our client certificate "
                     "(tlsClientAuthentication)",
-                    tls=True,
+                    False,
+                    True,
                 )
-                return
-            reason = f"connection error: {exc.strerror or exc}"
-        except Exception as exc:  # a bug must not leave requests waiting for their timeouts
-            log.exception("bookie %s: reader failed", self.bookie_id)
-            reason, bad = f"client reader failed: {exc!r}", True
-        if bad:
-            log.warning("bookie %s: %s; closing the connection", self.bookie_id, reason)
-        self._fail_channel(ch, reason, bad=bad)
+            return f"connection error: {exc.strerror or exc}", False, False
+        # A bug must not leave requests waiting for their timeouts.
+        log.exception("bookie %s: reader failed", self.bookie_id)
+        return f"client reader failed: {exc!r}", True, False
 
     def _on_frame(self, ch: Channel, frame: bytes) -> None:
         """Handle one reply frame (without its length prefix). Raise :class:`BadFrame` or a
