@@ -26,13 +26,13 @@ from typing import Any, NoReturn
 
 from bklib.errors import IncorrectParameterError
 from bklib.quorum import (
-    _check_index,
-    _check_range,
-    _iter_stripe,
-    _residues,
-    _stripe_count,
-    _stripe_first_last,
+    check_index,
     check_quorum,
+    check_range,
+    count_in_residues,
+    first_last_in_residues,
+    iter_residues,
+    stripe_residue_tuple,
 )
 
 __all__ = [
@@ -228,9 +228,9 @@ class EntryRuns:
 
     def _stripe_args(self, idx: int, first: int, last: int, e: int, wq: int) -> tuple[int, ...]:
         check_quorum(e, wq)
-        _check_index(idx, e)
-        _check_range(first, last)
-        return _residues(idx, e, wq)
+        check_index(idx, e)
+        check_range(first, last)
+        return stripe_residue_tuple(idx, e, wq)
 
     def missing_stripe_count(self, idx: int, first: int, last: int, e: int, wq: int) -> int:
         """How many entries of index ``idx``'s stripe in ``[first, last]`` are not in the set.
@@ -238,7 +238,7 @@ class EntryRuns:
         Cost O(runs in range x WQ): each gap between runs is counted with residue arithmetic.
         """
         residues = self._stripe_args(idx, first, last, e, wq)
-        return sum(_stripe_count(residues, a, b, e) for a, b in self.gaps(first, last))
+        return sum(count_in_residues(residues, a, b, e) for a, b in self.gaps(first, last))
 
     def missing_from_stripe(
         self, idx: int, first: int, last: int, e: int, wq: int
@@ -252,7 +252,7 @@ class EntryRuns:
         residues = self._stripe_args(idx, first, last, e, wq)
         out: list[tuple[int, int]] = []
         for a, b in self.gaps(first, last):
-            fl = _stripe_first_last(residues, a, b, e)
+            fl = first_last_in_residues(residues, a, b, e)
             if fl is not None:
                 out.append(fl)
         return out
@@ -270,7 +270,7 @@ class EntryRuns:
                 break
             a, b = max(s, first), min(t, last)
             if a <= b:
-                fl = _stripe_first_last(residues, a, b, e)
+                fl = first_last_in_residues(residues, a, b, e)
                 if fl is not None:
                     out.append(fl)
         return out
@@ -294,7 +294,7 @@ class EntryRuns:
         if limit == 0:
             return out
         for a, b in self.gaps(first, last):
-            for x in _iter_stripe(residues, a, b, e):
+            for x in iter_residues(residues, a, b, e):
                 out.append(x)
                 if limit is not None and len(out) >= limit:
                     return out

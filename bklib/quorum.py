@@ -33,10 +33,15 @@ __all__ = [
     "RRQuorumCoverageSet",
     "RecoveryReadDecision",
     "ReplyKind",
+    "check_index",
     "check_quorum",
+    "check_range",
     "classify_replicas",
+    "count_in_residues",
+    "first_last_in_residues",
     "has_entry",
     "is_covered",
+    "iter_residues",
     "iter_stripe",
     "recovery_read_decision",
     "reply_kind",
@@ -44,6 +49,7 @@ __all__ = [
     "stripe_contains",
     "stripe_count",
     "stripe_first_last",
+    "stripe_residue_tuple",
     "stripe_residues",
     "write_set",
 ]
@@ -60,12 +66,14 @@ def check_quorum(e: int, wq: int, aq: int | None = None) -> None:
         raise IncorrectParameterError(f"need write quorum >= ack quorum >= 1, got WQ={wq} AQ={aq}")
 
 
-def _check_index(idx: int, e: int) -> None:
+def check_index(idx: int, e: int) -> None:
+    """Raise IncorrectParameterError unless ``idx`` is an index of an ensemble of ``e``."""
     if not 0 <= idx < e:
         raise IncorrectParameterError(f"bookie index {idx} outside ensemble of size {e}")
 
 
-def _check_range(first: int, last: int) -> None:
+def check_range(first: int, last: int) -> None:
+    """Raise IncorrectParameterError for a negative ``first`` (``last < first`` is empty)."""
     # last < first is an empty range (e.g. an empty last segment); only negative starts are bad.
     if first < 0:
         raise IncorrectParameterError(f"negative first entry id {first}")
@@ -90,7 +98,7 @@ def write_set(entry_id: int, e: int, wq: int) -> tuple[int, ...]:
 def has_entry(entry_id: int, idx: int, e: int, wq: int) -> bool:
     """True if ensemble index ``idx`` is in the write set of ``entry_id``."""
     check_quorum(e, wq)
-    _check_index(idx, e)
+    check_index(idx, e)
     if entry_id < 0:
         raise IncorrectParameterError(f"negative entry id {entry_id}", entry_id=entry_id)
     # idx = (entry + w) % E for some w < WQ  <=>  (idx - entry) % E < WQ.
@@ -101,16 +109,17 @@ def has_entry(entry_id: int, idx: int, e: int, wq: int) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _residues(idx: int, e: int, wq: int) -> tuple[int, ...]:
-    """Sorted residues of the stripe of ``idx`` (unchecked, cached: used on hot paths)."""
+def stripe_residue_tuple(idx: int, e: int, wq: int) -> tuple[int, ...]:
+    """Sorted residues of the stripe of ``idx`` (unchecked, cached: used on hot paths, such as
+    :mod:`bklib.availability`'s, after :func:`check_quorum` and :func:`check_index`)."""
     return tuple(sorted({(idx - k) % e for k in range(wq)}))
 
 
 def stripe_residues(idx: int, e: int, wq: int) -> frozenset[int]:
     """Residues ``x % E`` of the entries index ``idx`` stores: ``{idx - WQ + 1 .. idx} mod E``."""
     check_quorum(e, wq)
-    _check_index(idx, e)
-    return frozenset(_residues(idx, e, wq))
+    check_index(idx, e)
+    return frozenset(stripe_residue_tuple(idx, e, wq))
 
 
 def _count_residue(first: int, last: int, r: int, e: int) -> int:
@@ -120,7 +129,9 @@ def _count_residue(first: int, last: int, r: int, e: int) -> int:
     return n if n > 0 else 0
 
 
-def _stripe_count(residues: tuple[int, ...], first: int, last: int, e: int) -> int:
+def count_in_residues(residues: tuple[int, ...], first: int, last: int, e: int) -> int:
+    """:func:`stripe_count` for the stripe of ``residues`` (:func:`stripe_residue_tuple`),
+    unchecked."""
     if last < first:
         return 0
     if len(residues) == e:
@@ -128,9 +139,11 @@ def _stripe_count(residues: tuple[int, ...], first: int, last: int, e: int) -> i
     return sum(_count_residue(first, last, r, e) for r in residues)
 
 
-def _stripe_first_last(
+def first_last_in_residues(
     residues: tuple[int, ...], first: int, last: int, e: int
 ) -> tuple[int, int] | None:
+    """:func:`stripe_first_last` for the stripe of ``residues``
+    (:func:`stripe_residue_tuple`), unchecked."""
     if last < first:
         return None
     lo = min(first + (r - first) % e for r in residues)
@@ -143,16 +156,16 @@ def _stripe_first_last(
 def stripe_count(idx: int, first: int, last: int, e: int, wq: int) -> int:
     """How many entries in ``[first, last]`` index ``idx`` stores (0 when ``last < first``)."""
     check_quorum(e, wq)
-    _check_index(idx, e)
-    _check_range(first, last)
-    return _stripe_count(_residues(idx, e, wq), first, last, e)
+    check_index(idx, e)
+    check_range(first, last)
+    return count_in_residues(stripe_residue_tuple(idx, e, wq), first, last, e)
 
 
 def stripe_contains(idx: int, entry_id: int, first: int, last: int, e: int, wq: int) -> bool:
     """True if ``entry_id`` lies in ``[first, last]`` and index ``idx`` stores it."""
     check_quorum(e, wq)
-    _check_index(idx, e)
-    _check_range(first, last)
+    check_index(idx, e)
+    check_range(first, last)
     return first <= entry_id <= last and (idx - entry_id) % e < wq
 
 
@@ -162,9 +175,9 @@ def stripe_first_last(idx: int, first: int, last: int, e: int, wq: int) -> tuple
     This is LedgerChecker's firstStored/lastStored for one bookie of a fragment.
     """
     check_quorum(e, wq)
-    _check_index(idx, e)
-    _check_range(first, last)
-    return _stripe_first_last(_residues(idx, e, wq), first, last, e)
+    check_index(idx, e)
+    check_range(first, last)
+    return first_last_in_residues(stripe_residue_tuple(idx, e, wq), first, last, e)
 
 
 def sample_stripe(
@@ -207,12 +220,14 @@ def iter_stripe(idx: int, first: int, last: int, e: int, wq: int) -> Iterator[in
     Lazy: meant for copying entries one by one, never to build a list of a whole ledger.
     """
     check_quorum(e, wq)
-    _check_index(idx, e)
-    _check_range(first, last)
-    return _iter_stripe(_residues(idx, e, wq), first, last, e)
+    check_index(idx, e)
+    check_range(first, last)
+    return iter_residues(stripe_residue_tuple(idx, e, wq), first, last, e)
 
 
-def _iter_stripe(residues: tuple[int, ...], first: int, last: int, e: int) -> Iterator[int]:
+def iter_residues(residues: tuple[int, ...], first: int, last: int, e: int) -> Iterator[int]:
+    """:func:`iter_stripe` for the stripe of ``residues`` (:func:`stripe_residue_tuple`),
+    unchecked."""
     if last < first:
         return
     if len(residues) == e:
@@ -278,7 +293,7 @@ def _unknown_flags(known: Iterable[int] | Mapping[int, ReplyKind | None], e: int
     else:
         items = ((i, ReplyKind.POSITIVE) for i in known)
     for i, kind in items:
-        _check_index(i, e)
+        check_index(i, e)
         if kind is ReplyKind.POSITIVE or kind is ReplyKind.NEGATIVE:
             unknown[i] = False
     return unknown
@@ -325,7 +340,7 @@ class RRQuorumCoverageSet:
 
     def add(self, idx: int, kind: ReplyKind | None) -> None:
         """Record the reply of index ``idx`` (None = not answered)."""
-        _check_index(idx, self._e)
+        check_index(idx, self._e)
         self._unknown[idx] = kind is not ReplyKind.POSITIVE and kind is not ReplyKind.NEGATIVE
 
     def is_covered(self) -> bool:

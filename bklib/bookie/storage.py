@@ -106,7 +106,7 @@ def _entry_lac(body: bytes | memoryview) -> int:
     return _LAC_AT_16.unpack_from(body, 16)[0] if len(body) >= 24 else -1
 
 
-class _DirLock:
+class DirLock:
     """An exclusive flock on ``<data_dir>/LOCK``; released when the process dies, kill -9
     included, so a crashed bookie never leaves a stale lock behind."""
 
@@ -183,7 +183,7 @@ class Storage:
         self.data_dir = Path(data_dir)
         self.name = name
         self.ledgers: dict[int, LedgerState] = {}
-        self._lock = _DirLock(self.data_dir)
+        self._lock = DirLock(self.data_dir)
         self.journal = Journal(
             journal_dir(self.data_dir), max_file_size=journal_file_size, name=name
         )

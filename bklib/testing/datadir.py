@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bklib.bookie import journal as jr
-from bklib.bookie.storage import _DirLock, journal_dir, load_index
+from bklib.bookie.storage import DirLock, journal_dir, load_index
 from bklib.errors import NoSuchEntryError
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def _locked(data_dir: Path) -> Iterator[None]:
-    lock = _DirLock(data_dir)
+    lock = DirLock(data_dir)
     lock.acquire()
     try:
         yield
