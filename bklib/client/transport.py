@@ -392,7 +392,7 @@ class PipelinedConnection:
         except asyncio.CancelledError:
             self._fail_channel(ch, "connection closed by client", bad=False)
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - fails every outstanding request (a bug logs)
             reason, bad, tls = self._read_failure(ch, exc)
             if bad:
                 log.warning("bookie %s: %s; closing the connection", self.bookie_id, reason)
