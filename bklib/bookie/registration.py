@@ -28,7 +28,6 @@ as a Java bookie's ``ZKRegistrationManager`` creates them.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -47,13 +46,11 @@ from bklib.meta.formats import (
     parse_cookie,
     service_info_for,
 )
+from bklib.meta.model import is_valid_bookie_id
 from bklib.meta.zkaccess import ZkAuth, new_client, start_client
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
-
-# BookKeeper's BookieId regex; inside the class ":-_" is the range 0x3A..0x5F.
-_BOOKIE_ID_RE = re.compile(r"[a-zA-Z0-9:-_.\-]+")
 
 
 class CookieError(BKError):
@@ -62,7 +59,7 @@ class CookieError(BKError):
 
 def check_bookie_id(bookie_id: str) -> str:
     """Validate a bookie id as BookKeeper does; returns it."""
-    if not _BOOKIE_ID_RE.fullmatch(bookie_id) or bookie_id.lower() == "readonly":
+    if not is_valid_bookie_id(bookie_id):
         raise ValueError(f"invalid bookie id {bookie_id!r}")
     return bookie_id
 

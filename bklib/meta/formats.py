@@ -5,7 +5,6 @@ and the under-replication/autorecovery znodes. Pure bytes <-> value functions, n
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -14,6 +13,7 @@ from google.protobuf.message import DecodeError, EncodeError, Message
 
 from bklib.errors import BookieHandleNotAvailableError, CompatibilityError, CorruptMetadataError
 from bklib.meta.paths import HIERARCHICAL_FACTORY
+from bklib.meta.serde import split_java_lines
 from bklib.proto.formats_pb2 import (
     AuditorVoteFormat,
     BookieServiceInfoFormat,
@@ -193,8 +193,6 @@ def _legacy_service_info(bookie_id: str) -> BookieServiceInfo:
 # ---- cookies (cookies/<bookieId>) -------------------------------------------------------------
 
 COOKIE_LAYOUT_VERSION = 5
-# BufferedReader.readLine's line terminators.
-_JAVA_LINE_RE = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -227,7 +225,7 @@ def encode_cookie(cookie: Cookie) -> bytes:
 def parse_cookie(data: bytes) -> Cookie:
     """Parse a cookie: layout 4/5 text proto or legacy layout 3 plain lines."""
     text = _utf8(data, "cookie")
-    first, *tail = _JAVA_LINE_RE.split(text, maxsplit=1)
+    first, *tail = split_java_lines(text, maxsplit=1)
     rest = tail[0] if tail else ""
     try:
         # Cookie.parse trims the version line (String.trim: every char <= ' ').
@@ -235,7 +233,7 @@ def parse_cookie(data: bytes) -> Cookie:
     except ValueError:
         raise CorruptMetadataError(f"invalid cookie layout version line {first!r}") from None
     if layout == 3:
-        lines = _JAVA_LINE_RE.split(rest)
+        lines = split_java_lines(rest)
         if len(lines) < 3:
             raise CorruptMetadataError("layout 3 cookie needs bookie id, journal and ledger dirs")
         return Cookie(3, lines[0], _split_journal(lines[1]), _decode_dirs(lines[2]))

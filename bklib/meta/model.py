@@ -14,12 +14,13 @@ from bklib.errors import CorruptMetadataError
 INVALID_ENTRY_ID = -1
 
 # Java's regex is [a-zA-Z0-9:-_.\-]+ where ":-_" is the range 0x3A..0x5F, so ;<=>?@[\]^ pass too.
-_BOOKIE_ID_RE = re.compile(r"^[a-zA-Z0-9\x3a-\x5f.\-]+$")
+# Java's String.matches is a whole-string match: fullmatch, so "id\n" does not pass.
+_BOOKIE_ID_RE = re.compile(r"[a-zA-Z0-9\x3a-\x5f.\-]+")
 
 
 def is_valid_bookie_id(bookie_id: str) -> bool:
     """True if BookKeeper's ``BookieId.validateBookieId`` would accept ``bookie_id``."""
-    return bool(_BOOKIE_ID_RE.match(bookie_id)) and bookie_id.lower() != "readonly"
+    return bool(_BOOKIE_ID_RE.fullmatch(bookie_id)) and bookie_id.lower() != "readonly"
 
 
 class LedgerState(IntEnum):

@@ -47,6 +47,13 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 # BufferedReader.readLine's line terminators.
 _JAVA_LINE_RE = re.compile(r"\r\n|\r|\n")
 
+
+def split_java_lines(text: str, maxsplit: int = 0) -> list[str]:
+    """``text`` cut where Java's ``BufferedReader.readLine`` ends a line (CRLF, CR or LF):
+    how BookKeeper reads its text formats (v1/v2 ledger metadata, cookies, UR marks)."""
+    return _JAVA_LINE_RE.split(text, maxsplit=maxsplit)
+
+
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -233,7 +240,7 @@ def _decode_v1(
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise bad(f"v1 metadata is not UTF-8: {exc}") from None
-    lines = _JAVA_LINE_RE.split(text) if text else []
+    lines = split_java_lines(text) if text else []
     if lines and lines[-1] == "":  # a final terminator does not start another line
         lines.pop()
     if len(lines) < 3:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bklib.states import DEFAULT_LEDGERS_ROOT
+
 __all__ = [
     "LAYOUTS",
     "PULSAR_SCHEME",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 PULSAR_SCHEME = "metadata-store"
-DEFAULT_PULSAR_LEDGERS_ROOT = "/ledgers"
 LAYOUTS = ("flat", "hierarchical", "longhierarchical")
 """Ledger managers a ``zk+<layout>://`` URI may name (``null`` or none: read ``LAYOUT``)."""
 
@@ -124,7 +125,8 @@ def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
     authority, path = _split_authority(store)
     servers = _servers(uri, authority)
     chroot = path.rstrip("/")
-    return MetadataTarget(servers + chroot, DEFAULT_PULSAR_LEDGERS_ROOT, pulsar_driver=True)
+    # Pulsar's driver keeps the ledgers at BookKeeper's default root inside the chroot.
+    return MetadataTarget(servers + chroot, DEFAULT_LEDGERS_ROOT, pulsar_driver=True)
 
 
 def _split_authority(text: str) -> tuple[str, str]:

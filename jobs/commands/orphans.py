@@ -33,7 +33,7 @@ from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore, connect
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
-from bklib.states import ActionKind, ActionStatus, RepairMode
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
 from jobs.runtime.messages import one_line
 
@@ -84,7 +84,9 @@ def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         default=None,
         help="where Pulsar's managed-ledgers and schemas are (default: the ledgers root's parent)",
     )
-    parser.add_argument("--ledgers-root", default="/ledgers", help="BookKeeper's ledgers root")
+    parser.add_argument(
+        "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
+    )
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
     from jobs.options.zookeeper import add_connection_arguments
 
