@@ -32,7 +32,7 @@ def _group(first: int, last: int, size: int, period: int) -> bytes:
 # ---- encoding, byte for byte ------------------------------------------------------------------
 
 
-def test_spec_example_byte_for_byte() -> None:
+def test_entry_runs_of_1_2_4_5_7_8_encode_byte_for_byte() -> None:
     data = encode(from_entry_ids([1, 2, 4, 5, 7, 8]))
     expected = bytes.fromhex("00000000 00000003") + bytes(56)
     expected += bytes.fromhex("0000000000000001 0000000000000001 00000002 00000000")

@@ -160,7 +160,7 @@ def test_corrupt_registration() -> None:
 
 # ---- cookies ------------------------------------------------------------------------------------
 
-SPEC_COOKIE = (
+COOKIE_V5 = (
     b"5\n"
     b'bookieHost: "10.0.0.5:3181"\n'
     b'journalDir: "/data/journal"\n'
@@ -169,10 +169,10 @@ SPEC_COOKIE = (
 )
 
 
-def test_spec_cookie_example() -> None:
-    cookie = parse_cookie(SPEC_COOKIE)
+def test_cookie_v5_parses_and_encodes_byte_for_byte() -> None:
+    cookie = parse_cookie(COOKIE_V5)
     assert cookie == Cookie(5, "10.0.0.5:3181", ["/data/journal"], ["/data/ledgers"], "5c0e-uuid")
-    assert encode_cookie(cookie) == SPEC_COOKIE
+    assert encode_cookie(cookie) == COOKIE_V5
 
 
 def test_cookie_round_trip_with_many_dirs_and_index_dirs() -> None:
@@ -221,7 +221,7 @@ def test_too_old_cookie() -> None:
 # ---- under-replication --------------------------------------------------------------------------
 
 
-def test_spec_ur_example() -> None:
+def test_underreplicated_mark_encodes_and_decodes_byte_for_byte() -> None:
     data = b'replica: "10.0.0.7:3181"\nctime: 1732000000000\n'
     assert encode_ur_ledger(["10.0.0.7:3181"], 1_732_000_000_000) == data
     assert decode_ur_ledger(data) == (["10.0.0.7:3181"], 1_732_000_000_000)

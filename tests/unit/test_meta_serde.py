@@ -29,7 +29,7 @@ def member(b: str) -> bytes:
 
 # An open v3 ledger as LedgerMetadataSerDe writes it (E=3, WQ=2, AQ=2, CRC32C, empty password,
 # cToken 0, no ctime), byte for byte.
-SPEC_V3_BODY = (
+V3_BODY = (
     bytes.fromhex("4f 08 02 10 03 18 00")
     + bytes.fromhex("20 ff ff ff ff ff ff ff ff ff 01")
     + bytes.fromhex("28 01 32 32")
@@ -38,9 +38,9 @@ SPEC_V3_BODY = (
     + member(B3)
     + bytes.fromhex("10 00 38 03 42 00 48 02 60 00")
 )
-SPEC_V3 = H3 + SPEC_V3_BODY
+METADATA_V3 = H3 + V3_BODY
 
-SPEC_V2 = (
+METADATA_V2 = (
     H2
     + b"""quorumSize: 2
 ensembleSize: 3
@@ -59,7 +59,7 @@ ackQuorumSize: 2
 """
 )
 
-SPEC_MD = LedgerMetadata(
+METADATA = LedgerMetadata(
     ledger_id=LID,
     ensemble_size=3,
     write_quorum=2,
@@ -136,30 +136,30 @@ def raises_corrupt(data: bytes, *words: str) -> CorruptMetadataError:
 # ---- worked examples ----------------------------------------------------------------------------
 
 
-def test_spec_v3_example_encodes_byte_for_byte() -> None:
-    assert encode_metadata(SPEC_MD) == SPEC_V3
+def test_v3_metadata_encodes_byte_for_byte() -> None:
+    assert encode_metadata(METADATA) == METADATA_V3
 
 
-def test_spec_v3_example_decodes() -> None:
-    md = decode_metadata(SPEC_V3, LID)
-    assert md == SPEC_MD
+def test_v3_metadata_decodes() -> None:
+    md = decode_metadata(METADATA_V3, LID)
+    assert md == METADATA
     assert md.format_version == 3
     assert md.ctime is None and md.store_ctime is False
 
 
 def test_last_entry_id_minus_one_is_a_ten_byte_varint() -> None:
-    data = encode_metadata(SPEC_MD)
+    data = encode_metadata(METADATA)
     tag = data.index(b"\x20", len(H3) + 1)
     assert data[tag : tag + 11] == b"\x20" + b"\xff" * 9 + b"\x01"
 
 
-def test_spec_v2_example_parses_to_the_same_metadata() -> None:
-    md = decode_metadata(SPEC_V2, LID)
-    assert md == SPEC_MD.replace(format_version=2)
+def test_v2_text_metadata_parses_to_the_same_metadata() -> None:
+    md = decode_metadata(METADATA_V2, LID)
+    assert md == METADATA.replace(format_version=2)
 
 
-def test_v2_encoding_matches_the_spec_text() -> None:
-    assert encode_metadata(SPEC_MD.replace(format_version=2)) == SPEC_V2
+def test_v2_encoding_matches_text_metadata_byte_for_byte() -> None:
+    assert encode_metadata(METADATA.replace(format_version=2)) == METADATA_V2
 
 
 def test_closed_v3_as_java_writes_it_round_trips_bytes() -> None:
@@ -171,12 +171,12 @@ def test_closed_v3_as_java_writes_it_round_trips_bytes() -> None:
 # ---- round trips --------------------------------------------------------------------------------
 
 VARIANTS = [
-    SPEC_MD,
+    METADATA,
     CLOSED_MD,
     CLOSED_MD.replace(last_entry_id=-1, length=0, ctoken=0),  # empty closed ledger
-    SPEC_MD.replace(state=LedgerState.IN_RECOVERY, digest_type=DigestType.DUMMY),
-    SPEC_MD.replace(digest_type=DigestType.CRC32, password=b"\x00\xffsecret\n\t\"'\\"),
-    SPEC_MD.replace(
+    METADATA.replace(state=LedgerState.IN_RECOVERY, digest_type=DigestType.DUMMY),
+    METADATA.replace(digest_type=DigestType.CRC32, password=b"\x00\xffsecret\n\t\"'\\"),
+    METADATA.replace(
         segments=(
             Segment(0, (B1, B2, B3)),
             Segment(10, (B4, B2, B3)),
@@ -184,7 +184,7 @@ VARIANTS = [
         ),
         custom_metadata={"a": b"", "b\u00e9": b"\x00\x01\x7f\x80", "c": b"text"},
     ),
-    SPEC_MD.replace(ctime=1_732_000_000_000, store_ctime=True),
+    METADATA.replace(ctime=1_732_000_000_000, store_ctime=True),
 ]
 
 
@@ -201,23 +201,23 @@ def test_round_trip(md: LedgerMetadata, version: int) -> None:
 
 
 def test_ctime_absent_comes_from_the_znode_and_is_not_written_back() -> None:
-    md = decode_metadata(SPEC_V3, LID, znode_ctime_ms=1234)
+    md = decode_metadata(METADATA_V3, LID, znode_ctime_ms=1234)
     assert md.ctime == 1234 and md.store_ctime is False
     out = encode_metadata(md)
-    assert out == SPEC_V3
+    assert out == METADATA_V3
     msg = LedgerMetadataFormat()
     msg.ParseFromString(out[len(H3) + 1 :])
     assert not msg.HasField("ctime")
 
 
 def test_ctime_present_wins_over_the_znode_ctime() -> None:
-    data = encode_metadata(SPEC_MD.replace(ctime=99, store_ctime=True))
+    data = encode_metadata(METADATA.replace(ctime=99, store_ctime=True))
     md = decode_metadata(data, LID, znode_ctime_ms=1234)
     assert md.ctime == 99 and md.store_ctime is True
 
 
 def test_v2_ledger_stays_v2_without_ctoken() -> None:
-    text = SPEC_V2 + b"cToken: 12345\n"
+    text = METADATA_V2 + b"cToken: 12345\n"
     md = decode_metadata(text, LID)
     assert md.format_version == 2 and md.ctoken == 12345
     closed = md.closed(last_entry_id=3, length=40)
@@ -229,14 +229,14 @@ def test_v2_ledger_stays_v2_without_ctoken() -> None:
 
 
 def test_new_ledgers_default_to_v3() -> None:
-    assert SPEC_MD.format_version == 3
-    assert encode_metadata(SPEC_MD.replace(ctoken=5)).startswith(H3)
+    assert METADATA.format_version == 3
+    assert encode_metadata(METADATA.replace(ctoken=5)).startswith(H3)
 
 
 def test_v3_writes_minus_one_and_zero_when_not_closed() -> None:
     for state in (LedgerState.OPEN, LedgerState.IN_RECOVERY):
         msg = LedgerMetadataFormat()
-        msg.ParseFromString(encode_metadata(SPEC_MD.replace(state=state))[len(H3) + 1 :])
+        msg.ParseFromString(encode_metadata(METADATA.replace(state=state))[len(H3) + 1 :])
         assert (msg.lastEntryId, msg.length, msg.state) == (-1, 0, state)
         assert msg.HasField("cToken") and msg.HasField("ackQuorumSize")
 
@@ -271,20 +271,20 @@ def test_bytes_after_the_v3_message_and_unknown_fields_are_ignored() -> None:
     msg = base_msg(password=b"", digestType=3, ackQuorumSize=2)
     body = msg.SerializeToString() + bytes.fromhex("f8 06 07")  # field 111 varint 7
     data = H3 + bytes([len(body)]) + body + b"trailing junk"
-    assert decode_metadata(data, LID) == SPEC_MD.replace(ctoken=0)
+    assert decode_metadata(data, LID) == METADATA.replace(ctoken=0)
 
 
 def test_header_version_with_leading_zeros_and_sign() -> None:
     # Integer.parseInt of up to 9 characters read before the newline.
     for version in (b"003", b"+3", b"000000003"):
-        data = b"BookieMetadataFormatVersion\t" + version + b"\n" + SPEC_V3_BODY
-        assert decode_metadata(data, LID) == SPEC_MD
+        data = b"BookieMetadataFormatVersion\t" + version + b"\n" + V3_BODY
+        assert decode_metadata(data, LID) == METADATA
 
 
 def test_overlong_length_prefix_is_accepted_like_protobuf_java() -> None:
     # readRawVarint32 keeps the low 32 bits of a varint up to 10 bytes long.
-    data = H3 + bytes([0x4F | 0x80, 0x80, 0x80, 0x80, 0x00]) + SPEC_V3_BODY[1:]
-    assert decode_metadata(data, LID) == SPEC_MD
+    data = H3 + bytes([0x4F | 0x80, 0x80, 0x80, 0x80, 0x00]) + V3_BODY[1:]
+    assert decode_metadata(data, LID) == METADATA
 
 
 def test_v2_text_with_escapes_comments_any_order_and_colon_brace() -> None:
@@ -314,14 +314,14 @@ def test_v2_text_with_escapes_comments_any_order_and_colon_brace() -> None:
 
 
 def test_v2_enum_numbers_and_repeated_singular_fields_like_textformat_merge() -> None:
-    text = SPEC_V2 + b"state: 3\nlastEntryId: 4\nquorumSize: 3\ndigestType: 4\n"
+    text = METADATA_V2 + b"state: 3\nlastEntryId: 4\nquorumSize: 3\ndigestType: 4\n"
     md = decode_metadata(text, LID)
     assert md.state == LedgerState.CLOSED and md.last_entry_id == 4
     assert md.write_quorum == 3 and md.digest_type == DigestType.DUMMY
 
 
 def test_v2_non_ascii_password_and_member_escape_as_octal() -> None:
-    md = SPEC_MD.replace(format_version=2, password=b"\xe9\x00", custom_metadata={"\u00e9": b""})
+    md = METADATA.replace(format_version=2, password=b"\xe9\x00", custom_metadata={"\u00e9": b""})
     out = encode_metadata(md)
     assert b'password: "\\351\\000"' in out
     assert b'key: "\\303\\251"' in out
@@ -402,12 +402,12 @@ def test_v1_corrupt(body: bytes) -> None:
     [
         (b"", "header"),
         (b"BookieMetadataFormatVersion 3\n", "header"),
-        (b"bookieMetadataFormatVersion\t3\n" + SPEC_V3_BODY, "header"),
+        (b"bookieMetadataFormatVersion\t3\n" + V3_BODY, "header"),
         (b"BookieMetadataFormatVersion\t", "version"),
         (b"BookieMetadataFormatVersion\t12345678901\n", "version"),
-        (b"BookieMetadataFormatVersion\t0000000003\n" + SPEC_V3_BODY, "end of the"),
+        (b"BookieMetadataFormatVersion\t0000000003\n" + V3_BODY, "end of the"),
         (b"BookieMetadataFormatVersion\tx\n", "version"),
-        (b"BookieMetadataFormatVersion\t4\n" + SPEC_V3_BODY, "version 4"),
+        (b"BookieMetadataFormatVersion\t4\n" + V3_BODY, "version 4"),
         (b"BookieMetadataFormatVersion\t0\n", "version 0"),
     ],
 )
@@ -421,7 +421,7 @@ def test_bad_header(data: bytes, word: str) -> None:
         H3,  # no length prefix
         H3 + b"\x80",  # incomplete varint
         H3 + b"\xff" * 11,  # varint too long
-        SPEC_V3[:-5],  # message shorter than its prefix
+        METADATA_V3[:-5],  # message shorter than its prefix
         H3 + b"\x04\x08\x02\x10",  # prefix covers a truncated field
         H3 + b"\xff\xff\xff\xff\x0f",  # negative int32 length
     ],
@@ -455,7 +455,7 @@ def test_missing_required_field_v3(drop: str) -> None:
 
 def test_missing_first_entry_id_in_segment() -> None:
     raises_corrupt(
-        SPEC_V2.replace(b"  firstEntryId: 0\n", b""), "required", "segment[0].firstEntryId"
+        METADATA_V2.replace(b"  firstEntryId: 0\n", b""), "required", "segment[0].firstEntryId"
     )
 
 
@@ -489,7 +489,7 @@ def test_negative_first_segment_key(first: int) -> None:
     msg = base_msg(password=b"", digestType=3)
     msg.segment[0].firstEntryId = first
     raises_corrupt(v3(msg), "negative entry id", str(first))
-    text = SPEC_V2.replace(b"firstEntryId: 0", f"firstEntryId: {first}".encode())
+    text = METADATA_V2.replace(b"firstEntryId: 0", f"firstEntryId: {first}".encode())
     raises_corrupt(text, "negative entry id")
     raises_corrupt(H1 + f"2\n3\n0\n{first}\t{B1}\t{B2}\t{B3}\n".encode(), "negative entry id")
 
@@ -512,7 +512,7 @@ def test_duplicate_custom_metadata_key() -> None:
     msg.customMetadata.add(key="k", value=b"1")
     msg.customMetadata.add(key="k", value=b"2")
     raises_corrupt(v3(msg), "duplicate", "'k'")
-    text = SPEC_V2 + b'customMetadata { key: "k" }\ncustomMetadata { key: "k" }\n'
+    text = METADATA_V2 + b'customMetadata { key: "k" }\ncustomMetadata { key: "k" }\n'
     raises_corrupt(text, "duplicate")
 
 
@@ -524,12 +524,12 @@ def test_no_segments() -> None:
 
 def test_encode_validates_first() -> None:
     with pytest.raises(CorruptMetadataError) as info:
-        encode_metadata(SPEC_MD.replace(ensemble_size=4))
+        encode_metadata(METADATA.replace(ensemble_size=4))
     assert info.value.ledger_id == LID
     with pytest.raises(CorruptMetadataError, match="out of range"):
-        encode_metadata(SPEC_MD.replace(ctoken=2**63))
+        encode_metadata(METADATA.replace(ctoken=2**63))
     with pytest.raises(CorruptMetadataError, match="ctime"):
-        encode_metadata(SPEC_MD.replace(store_ctime=True, ctime=None))
+        encode_metadata(METADATA.replace(store_ctime=True, ctime=None))
 
 
 def test_non_utf8_strings_decode_with_replacement_like_java() -> None:
@@ -547,9 +547,9 @@ def test_non_utf8_strings_decode_with_replacement_like_java() -> None:
 def test_mutated_input_only_ever_raises_corrupt_metadata() -> None:
     rng = random.Random(20)
     seeds = [
-        SPEC_V3,
+        METADATA_V3,
         CLOSED_V3,
-        SPEC_V2,
+        METADATA_V2,
         H1 + b"2\n2\n9\n0\t127.0.0.1:3181\t127.0.0.1:3182\n3\tCLOSED",
     ]
     outcomes = {"ok": 0, "corrupt": 0}
