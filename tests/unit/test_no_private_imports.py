@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 OURS = ("bklib", "jobs")
 
@@ -65,10 +63,5 @@ def test_bklib_imports_no_private_names() -> None:
     assert private_imports("bklib") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobs/commands/maintain.py imports jobs.tables.migrate._dataset; jobs/ is being "
-    "reorganised by its owner. Strict: drop this mark once it imports a public name.",
-)
 def test_jobs_imports_no_private_names() -> None:
     assert private_imports("jobs") == []
