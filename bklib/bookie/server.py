@@ -42,7 +42,7 @@ from bklib.bookie.storage import LedgerState, Storage, StorageError
 from bklib.bookie.v2 import AUTH_DISABLED_PLUGIN, V2Handlers
 from bklib.errors import BKError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError
 from bklib.proto import protocol_pb2 as pb
-from bklib.proto.framing import MAX_FRAME_SIZE, FrameTooLarge, split_frames
+from bklib.proto.framing import MAX_FRAME_SIZE, FrameTooLarge, is_v2_frame, split_frames
 from bklib.proto.status import status_code
 from bklib.tls import TlsContextSource, TlsSettings, describe_ssl_error
 
@@ -339,7 +339,7 @@ class BookieServer(V2Handlers):
     # -- frame dispatch --------------------------------------------------------------------
 
     def handle_frame(self, conn: Connection, frame: bytes) -> None:
-        if frame and frame[0] >= 0x08:
+        if not is_v2_frame(frame):
             try:
                 req = pb.Request.FromString(frame)
             except (DecodeError, ValueError, RuntimeError) as exc:

@@ -7,7 +7,6 @@ bytes. Like Netty's ``LengthFieldBasedFrameDecoder`` in the Java bookie, a frame
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 from bklib.errors import BKError
@@ -42,28 +41,6 @@ def check_length(length: int, max_frame: int = MAX_FRAME_SIZE) -> None:
     """
     if length < 0 or length + 4 > max_frame:
         raise FrameTooLarge(f"frame length {length} outside 0..{max_frame - 4}")
-
-
-async def read_frame(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME_SIZE) -> bytes:
-    """Read one frame's message bytes.
-
-    Raises ``asyncio.IncompleteReadError`` on EOF (``partial`` empty means a clean close between
-    frames) and FrameTooLarge for a refused length prefix, before reading the body, so a huge
-    prefix never makes us buffer gigabytes.
-    """
-    head = await reader.readexactly(4)
-    (length,) = _LEN.unpack(head)
-    check_length(length, max_frame)
-    if length == 0:
-        return b""
-    return await reader.readexactly(length)
-
-
-def write_frame(writer: asyncio.StreamWriter, message: bytes) -> None:
-    """Queue one framed message on ``writer`` (call ``await writer.drain()`` for back-pressure)."""
-    # Two writes avoid copying a possibly large message just to prepend 4 bytes.
-    writer.write(_LEN.pack(len(message)))
-    writer.write(message)
 
 
 def is_v2_frame(frame: bytes) -> bool:

@@ -15,7 +15,7 @@ from bklib.bookie.faults import AdminClient
 from bklib.bookie.main import Bookie, BookieConfig
 from bklib.digest import master_key
 from bklib.proto import protocol_pb2 as pb
-from bklib.proto.framing import read_frame, write_frame
+from bklib.testing.frames import read_frame, write_frame
 
 KEY = master_key(b"")
 

@@ -39,7 +39,8 @@ from bklib.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bklib.proto import protocol_pb2 as pb
-from bklib.proto.framing import encode_frame, read_frame
+from bklib.proto.framing import encode_frame
+from bklib.testing.frames import read_frame
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from bklib.errors import (
     ReadError,
 )
 from bklib.proto import v2
-from bklib.proto.framing import read_frame
+from bklib.testing.frames import read_frame
 from tests.bookie_helpers import KEY, WRONG_KEY, entry_body
 
 CFG = ClientConfig(

@@ -14,14 +14,13 @@ from bklib.proto.framing import (
     FrameTooLarge,
     encode_frame,
     is_v2_frame,
-    read_frame,
     split_frames,
-    write_frame,
 )
 from bklib.proto.status import V2_TO_V3, V3_TO_V2, error_for_status, status_name
+from bklib.testing.frames import read_frame, write_frame
 
 
-def test_fencing_read_matches_the_spec_worked_example() -> None:
+def test_fencing_read_is_the_bytes_protobuf_java_writes() -> None:
     """The exact bytes protobuf-java produces for a Java recovery read of entry -1."""
     req = pb.Request()
     req.header.version = pb.VERSION_THREE
