@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -26,6 +27,28 @@ LOG_FORMATS = ("text", "json")
 DEFAULT_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _state: dict[str, Any] = {"verbose": False, "format": "text"}
+# Progress bars drawn now on stderr (jobs.runtime.progress opens and closes them).
+_bars = 0
+_bars_lock = threading.Lock()
+
+
+def bars_active() -> bool:
+    """True while a progress bar is drawn (the log handler then writes around it)."""
+    return _bars > 0
+
+
+def bar_opened() -> None:
+    """A progress bar is now drawn on stderr."""
+    global _bars
+    with _bars_lock:
+        _bars += 1
+
+
+def bar_closed() -> None:
+    """A progress bar drawn on stderr was removed."""
+    global _bars
+    with _bars_lock:
+        _bars -= 1
 
 
 def is_verbose() -> bool:
@@ -62,9 +85,7 @@ class BarAwareHandler(logging.StreamHandler):  # type: ignore[type-arg]
     bar, writes the record and redraws the bar (else both would share one terminal line)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from jobs.runtime import progress
-
-        if not progress.bars_active():
+        if not bars_active():
             super().emit(record)
             return
         from tqdm import tqdm

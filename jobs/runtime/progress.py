@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from jobs.runtime.logs import bar_closed, bar_opened, bars_active, log_format
+
 __all__ = ["EVERY", "HEARTBEAT", "Progress", "SparkProgress", "bars_active", "mode", "track"]
 
 EVERY = 5.0
@@ -32,19 +34,9 @@ MODE_ENV = "BKAUDIT_PROGRESS"
 
 T = TypeVar("T")
 
-_active = 0
-_active_lock = threading.Lock()
-
-
-def bars_active() -> bool:
-    """True while a bar is drawn (the log handler then writes around it)."""
-    return _active > 0
-
 
 def mode() -> str:
     """``bar``, ``lines`` or ``off``: the environment's choice, else a bar on a terminal."""
-    from jobs.runtime.logs import log_format
-
     wanted = os.environ.get(MODE_ENV, "").strip().lower()
     if wanted in ("bar", "lines", "off"):
         return "lines" if wanted == "bar" and log_format() == "json" else wanted
@@ -89,9 +81,7 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            global _active
-            with _active_lock:
-                _active += 1
+            bar_opened()
             self._bar = tqdm(
                 total=total,
                 desc=what,
@@ -158,9 +148,7 @@ class Progress:
             return
         bar, self._bar = self._bar, None
         bar.close()
-        global _active
-        with _active_lock:
-            _active -= 1
+        bar_closed()
 
 
 def track(
