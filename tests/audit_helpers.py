@@ -247,7 +247,7 @@ def list_report(spark: SparkSession, warehouse: str, *extra: str) -> tuple[int, 
     )
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = run_listunderreplicated(args, spark)
+        code = run_listunderreplicated(args)
     return code, out.getvalue()
 
 

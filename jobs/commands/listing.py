@@ -371,10 +371,9 @@ def list_live(
     return 1 if marks else 0
 
 
-def run_listunderreplicated(args: argparse.Namespace, spark: Any = None) -> int:
-    """Entry point for parsed arguments (``bkaudit listunderreplicated``). ``spark`` is
-    accepted for older callers and ignored: the tables are read through delta-rs."""
-    del spark
+def run_listunderreplicated(args: argparse.Namespace) -> int:
+    """Entry point for parsed arguments (``bkaudit listunderreplicated``). No SparkSession:
+    the tables are read through delta-rs."""
     try:
         if args.live:
             if not args.zk:

@@ -1,5 +1,6 @@
-"""jobs.reports.html: the queries on a real warehouse (written by Spark, read through delta-rs),
-the page rendered by headless Chromium (DOM and pixels), and the pure rendering helpers."""
+"""``bkaudit report`` (jobs.reports.queries, data, charts, page; jobs.commands.report): the
+queries on a real warehouse (written by Spark, read through delta-rs), the page rendered by
+headless Chromium (DOM and pixels), and the pure rendering helpers."""
 
 from __future__ import annotations
 
@@ -17,24 +18,16 @@ import pytest
 from PIL import Image
 
 from bklib.states import ActionStatus, Check, Reason, RunStatus, Severity
-from jobs.reports.html import (
-    SEVERITY_COLORS,
-    ReportData,
-    add_report_arguments,
-    axis_ticks,
+from jobs.commands.report import add_report_arguments, run_report
+from jobs.reports.charts import axis_ticks, human_bytes, nice_bytes_max, nice_max, svg_hbar_chart
+from jobs.reports.data import ReportData, collect_report_data
+from jobs.reports.page import SEVERITY_COLORS, render_findings_table, render_html
+from jobs.reports.queries import (
     choose_bucket_seconds,
-    collect_report_data,
     fragments_per_bookie,
-    human_bytes,
-    nice_bytes_max,
-    nice_max,
-    render_findings_table,
-    render_html,
     repair_throughput,
-    run_report,
     severity_over_runs,
     stuck_ledgers,
-    svg_hbar_chart,
     time_to_repair,
 )
 from jobs.tables import delta

@@ -8,7 +8,7 @@ from typing import Any
 
 from bklib.states import ActionKind, ActionStatus
 from jobs.commands.listing import repair_status
-from jobs.reports.html import findings_with_repair_status
+from jobs.reports.queries import findings_with_repair_status
 
 AUDIT = datetime(2026, 11, 27, 8, 0, tzinfo=timezone.utc)
 

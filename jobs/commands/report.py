@@ -1,0 +1,122 @@
+"""``bkaudit report``: one self-contained HTML page about under-replication and repair.
+
+    bkaudit report --warehouse PATH --out report.html [--run-id R] [--runs 30]
+
+The page has three charts (under-replicated fragments per bookie by severity, findings per
+severity over the recent audit runs, repair throughput over time), the ledgers whose repair is
+stuck (WAITING_GRACE or NO_REPLICA) and the findings table of the latest completed audit run
+(docs/operations.md).
+
+Three layers under :mod:`jobs.reports`, kept apart so each is tested on its own:
+
+* :mod:`jobs.reports.queries`: plain-Python functions over rows of the Delta tables (also
+  used by ``notebooks/underreplication.ipynb``);
+* :mod:`jobs.reports.data`: reads the tables through delta-rs (no JVM) and runs the queries
+  into small Python lists (:class:`~jobs.reports.data.ReportData`);
+* :mod:`jobs.reports.charts` and :mod:`jobs.reports.page`: pure functions from those lists
+  to SVG and HTML strings.
+
+This module is the command line only. Exit status: 0 when the page was written, 2 on error
+(no warehouse, no completed run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from jobs.cli.config import parse_with_config
+from jobs.reports.data import DEFAULT_MAX_FINDINGS, DEFAULT_TITLE, collect_report_data
+from jobs.reports.page import render_html
+from jobs.reports.queries import DEFAULT_RUNS
+
+__all__ = ["REPORT_EPILOG", "add_report_arguments", "main", "run_report"]
+
+log = logging.getLogger("jobs.commands.report")
+
+REPORT_EPILOG = """examples:
+  bkaudit report --warehouse /data/bkaudit --out report.html
+  bkaudit report --warehouse s3a://ops/bkaudit --out /tmp/r.html --runs 90
+  bkaudit report --warehouse /data/bkaudit --run-id 20260101T000000Z-1a2b3c4d --out old.html
+  python -m jobs.commands.report --warehouse /data/bkaudit --out report.html
+"""
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the report flags to ``parser`` (shared by ``bkaudit report`` and :func:`main`)."""
+    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--out", default="report.html", help="HTML file to write")
+    parser.add_argument(
+        "--run-id", default=None, help="findings of this audit run (default: latest completed)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=DEFAULT_RUNS, help="audit runs in the severity chart"
+    )
+    parser.add_argument(
+        "--max-findings",
+        type=int,
+        default=DEFAULT_MAX_FINDINGS,
+        help="rows of the findings table, worst severity first",
+    )
+    parser.add_argument("--title", default=DEFAULT_TITLE, help="page title")
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (delta-rs errors span many)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return first or type(exc).__name__
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Write the report from parsed arguments; 0 when written, 2 on error (one line on
+    stderr). No SparkSession: the tables are read through delta-rs."""
+    try:
+        data = collect_report_data(
+            args.warehouse,
+            run_id=args.run_id,
+            runs=args.runs,
+            title=args.title,
+            max_findings=args.max_findings,
+        )
+        if data is None:
+            what = f"audit run {args.run_id}" if args.run_id else "completed audit run"
+            print(f"report: no {what} in {args.warehouse}", file=sys.stderr)
+            return 2
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(render_html(data), encoding="utf-8")
+    except Exception as exc:  # TableProtocolError, unreadable tables, unwritable --out
+        log.debug("report failed", exc_info=True)
+        print(f"report: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    print(
+        f"report of run {data.run['run_id']}: {len(data.findings)} fragments, "
+        f"{len(data.stuck)} stuck ledgers -> {out}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jobs.commands.report ...`` entry point."""
+    parser = add_report_arguments(
+        argparse.ArgumentParser(
+            prog="html_report",
+            description="Write a self-contained HTML report from the Delta tables.",
+            epilog=REPORT_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    args = parse_with_config(parser, "report", argv)  # conf/bkaudit.yaml and BKAUDIT_* env
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

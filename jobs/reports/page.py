@@ -1,0 +1,351 @@
+"""The report's page: one self-contained HTML string from :class:`~jobs.reports.data.ReportData`,
+pure. CSS and SVG (:mod:`jobs.reports.charts`) are inline and there is no script, so the
+file can be mailed or attached to a ticket and opens offline (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from bklib.states import CountKey, Severity
+from jobs.reports.charts import esc, human_bytes, nice_bytes_max, svg_column_chart, svg_hbar_chart
+from jobs.reports.data import ReportData
+from jobs.reports.queries import SEVERITIES, UNKNOWN_SEVERITY
+
+SEVERITY_COLORS = {
+    Severity.NO_REPLICA: "#b91c1c",
+    Severity.BELOW_AQ: "#ea580c",
+    Severity.BELOW_WQ: "#ca8a04",
+}
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;
+color:#1f2937;background:#f8fafc}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
+.meta{color:#6b7280;margin-bottom:16px}
+.cards{display:flex;gap:12px;flex-wrap:wrap}
+.card{background:#fff;border:1px solid #e5e7eb;border-radius:8px;padding:10px 14px;min-width:130px}
+.card b{display:block;font-size:20px}.card span{color:#6b7280;font-size:12px}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:16px}
+figure{background:#fff;border:1px solid #e5e7eb;border-radius:8px;margin:0;padding:12px}
+figcaption{font-weight:600;margin-bottom:6px}
+.legend span{display:inline-block;margin-right:12px;font-size:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:-1px}
+.empty{color:#6b7280;font-style:italic;padding:20px 0}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left;white-space:nowrap}
+th{background:#f1f5f9;position:sticky;top:0}td.num{text-align:right}
+.sev{font-weight:600;color:#fff;padding:1px 6px;border-radius:4px;font-size:12px}
+.ok{color:#15803d}.bad{color:#b91c1c}
+svg text{font:11px system-ui,sans-serif;fill:#374151}
+"""
+
+
+def _fmt_ts(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else str(value)
+
+
+def _legend(series: Sequence[str], colors: dict[str, str]) -> str:
+    items = "".join(f'<span><i style="background:{colors[s]}"></i>{esc(s)}</span>' for s in series)
+    return f'<div class="legend">{items}</div>'
+
+
+def _short_time(ts: Any, bucket_seconds: int = 60) -> str:
+    if not isinstance(ts, datetime):
+        return str(ts)
+    return ts.strftime("%m-%d" if bucket_seconds >= 86400 else "%m-%d %H:%M")
+
+
+def _sev_badge(sev: Any) -> str:
+    if not sev:
+        return ""
+    color = SEVERITY_COLORS.get(str(sev), "#6b7280")
+    return f'<span class="sev" style="background:{color}">{esc(sev)}</span>'
+
+
+_FINDING_COLUMNS = (
+    ("ledger_id", "ledger", True),
+    ("segment", "segment", False),
+    ("bookie_id", "missing replica", False),
+    ("reason", "reason", False),
+    ("missing_entries", "missing entries", True),
+    ("min_replicas", "min replicas", True),
+    ("severity", "severity", False),
+    ("ledger_state", "ledger state", False),
+    ("first_detected_at", "first detected (UTC)", False),
+    ("repair_status", "repair status", False),
+)
+
+
+def render_findings_table(findings: Sequence[dict[str, Any]]) -> str:
+    """The latest run's findings as ``table#findings``; one ``tr`` per fragment carrying
+    ``data-ledger-id``, ``data-bookie-id`` and ``data-severity``."""
+    if not findings:
+        return '<p class="empty ok" id="findings-empty">No under-replicated fragments.</p>'
+    head = "".join(f"<th>{esc(h)}</th>" for _, h, _ in _FINDING_COLUMNS)
+    body = []
+    for f in findings:
+        last = f.get("segment_last_entry_id")
+        cells = {
+            **f,
+            "segment": f"[{f.get('segment_first_entry_id')}, {'open' if last is None else last}]",
+            "first_detected_at": _fmt_ts(f.get("first_detected_at")),
+        }
+        tds = []
+        for key, _, numeric in _FINDING_COLUMNS:
+            if key == "severity":
+                tds.append(f"<td>{_sev_badge(f.get('severity'))}</td>")
+            elif key == "repair_status" and f.get("repair_error"):
+                title = esc(f["repair_error"])
+                tds.append(f'<td title="{title}">{esc(f.get("repair_status"))}</td>')
+            else:
+                cls = ' class="num"' if numeric else ""
+                tds.append(f"<td{cls}>{esc(cells.get(key))}</td>")
+        body.append(
+            f'<tr data-ledger-id="{esc(f["ledger_id"])}" data-bookie-id="{esc(f["bookie_id"])}" '
+            f'data-severity="{esc(f.get("severity"))}">{"".join(tds)}</tr>'
+        )
+    return (
+        f'<table id="findings"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def render_stuck_table(stuck: Sequence[dict[str, Any]], has_actions: bool) -> str:
+    """Ledgers stuck in WAITING_GRACE or NO_REPLICA as ``table#stuck``."""
+    if not has_actions:
+        return '<p class="empty" id="stuck-empty">No repair run recorded yet.</p>'
+    if not stuck:
+        return '<p class="empty ok" id="stuck-empty">No ledger is stuck.</p>'
+    rows = []
+    for s in stuck:
+        entries = s.get("no_replica_entries") or []
+        shown = ", ".join(map(str, entries[:10])) + (" ..." if len(entries) > 10 else "")
+        rows.append(
+            f'<tr data-ledger-id="{esc(s["ledger_id"])}" data-status="{esc(s["status"])}">'
+            f'<td class="num">{esc(s["ledger_id"])}</td><td>{esc(s["status"])}</td>'
+            f"<td>{esc(s.get('action'))}</td><td>{esc(_fmt_ts(s.get('since')))}</td>"
+            f"<td>{esc(shown)}</td><td>{esc(s.get('error'))}</td><td>{esc(s.get('run_id'))}</td></tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("ledger", "status", "action", "since (UTC)", "entries with no replica", "error")
+    )
+    return (
+        f'<table id="stuck"><thead><tr>{head}<th>repair run</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _table(tid: str, head: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) -> str:
+    if not rows:
+        return f'<p class="empty ok" id="{tid}-empty">{esc(empty)}</p>'
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f'<table id="{tid}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render_risk_sections(data: ReportData) -> str:
+    """Blast radius (riskiest bookies and racks), affected topics, triage."""
+    head = ("name", "bookies", "ledgers", "below AQ", "ledgers lost", "entries lost",
+            "writers blocked", "topics")  # fmt: skip
+
+    def blast(scope: str) -> list[list[Any]]:
+        return [
+            [
+                r["name"],
+                r["bookies"],
+                r["ledgers"],
+                r["ledgers_below_aq"],
+                r["ledgers_lost"],
+                r["entries_lost"],
+                r["writers_blocked"],
+                len(r.get("topics") or []),
+            ]
+            for r in data.blast
+            if r["scope"] == scope
+        ]
+
+    no_blast = "No blastradius run recorded yet (bkaudit blastradius)."
+    topics = [[t["topic"], t["ledgers"], t["fragments"], t["worst"]] for t in data.topics]
+    triage = [
+        [
+            r["ledger_id"],
+            r["class"],
+            r.get("topic"),
+            r.get("age_seconds"),
+            r.get("lost_entries"),
+            r.get("detail"),
+            r.get("repair_status"),
+        ]
+        for r in data.triage
+    ]
+    return (
+        "<h2>Riskiest bookies (blast radius if each failed alone)</h2>"
+        + _table("blast-bookies", head, blast("bookie"), no_blast)
+        + "<h2>Riskiest racks</h2>"
+        + _table("blast-racks", head, blast("rack"), no_blast)
+        + "<h2>Affected topics (latest run)</h2>"
+        + _table(
+            "topics",
+            ("topic", "ledgers", "fragments", "worst severity"),
+            topics,
+            "No under-replicated ledger carries Pulsar topic metadata.",
+        )
+        + "<h2>Unrecoverable ledgers (triage)</h2>"
+        + _table(
+            "triage",
+            ("ledger", "class", "topic", "age (s)", "entries lost", "detail", "repair status"),
+            triage,
+            "No triage run recorded, or nothing to triage (bkaudit triage).",
+        )
+        + render_pulsar_section(data)
+    )
+
+
+def render_pulsar_section(data: ReportData) -> str:
+    """Pulsar's metadata against BookKeeper's: orphan bytes per namespace, dangling refs."""
+    check = data.pulsar_check
+    if check is None:
+        return (
+            "<h2>Pulsar metadata</h2>"
+            '<p class="empty" id="pulsar-empty">No Pulsar cross-check recorded '
+            "(bkaudit audit --check pulsar).</p>"
+        )
+    when = check["started_at"]
+    orphans = [[r["namespace"], r["orphans"], r["bytes"]] for r in data.pulsar_namespaces]
+    dangling = [
+        [r["ledger_id"], r.get("topic"), r.get("component"), r.get("key")]
+        for r in data.pulsar_dangling
+    ]
+    return (
+        f"<h2>Pulsar metadata (check {esc(check['run_id'])}, {esc(_fmt_ts(when))})</h2>"
+        + "<h3>Orphan ledgers per namespace</h3>"
+        + _table(
+            "pulsar-orphans",
+            ("namespace", "orphan ledgers", "bytes"),
+            orphans,
+            "No orphan ledgers.",
+        )
+        + "<h3>Dangling references (topics whose reads fail)</h3>"
+        + _table(
+            "pulsar-dangling",
+            ("ledger", "topic", "component", "key"),
+            dangling,
+            "No dangling references.",
+        )
+    )
+
+
+def render_html(data: ReportData) -> str:
+    """The whole page for ``data``."""
+    run = data.run
+    counts = run.get("counts") or {}
+    sev_series = [s for s in SEVERITIES]
+    colors = {**SEVERITY_COLORS, UNKNOWN_SEVERITY: "#6b7280"}
+    bookies: dict[str, dict[str, float]] = {}
+    for r in data.per_bookie:
+        bookies.setdefault(r["bookie_id"], {})[r["severity"]] = float(r["fragments"])
+    if any(r["severity"] == UNKNOWN_SEVERITY for r in data.per_bookie):
+        sev_series.append(UNKNOWN_SEVERITY)
+    per_bookie = sorted(bookies.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    chart_bookies = svg_hbar_chart(
+        "fragments-per-bookie",
+        per_bookie,
+        sev_series,
+        colors,
+        empty="No under-replicated fragments in this run.",
+    )
+    chart_runs = svg_column_chart(
+        "severity-over-runs",
+        [
+            (r["run_id"], _short_time(r["started_at"]), {s: float(r[s]) for s in SEVERITIES})
+            for r in data.over_runs
+        ],
+        SEVERITIES,
+        SEVERITY_COLORS,
+    )
+    if data.has_actions:
+        chart_repair = svg_column_chart(
+            "repair-throughput",
+            [
+                (
+                    _fmt_ts(r["bucket_start"]),
+                    _short_time(r["bucket_start"], data.bucket_seconds),
+                    {"bytes copied": float(r["bytes_copied"] or 0)},
+                )
+                for r in data.throughput
+            ],
+            ["bytes copied"],
+            {"bytes copied": "#2563eb"},
+            value_format=human_bytes,
+            top_of=nice_bytes_max,
+        )
+    else:
+        chart_repair = (
+            '<div class="empty" data-chart="repair-throughput">No repair run recorded yet.</div>'
+        )
+    total_copied = sum(int(r["bytes_copied"] or 0) for r in data.throughput)
+    total_entries = sum(int(r["entries_copied"] or 0) for r in data.throughput)
+    # The run's own counts cover every fragment, also when the table below is truncated.
+    total = max(data.findings_total, len(data.findings))
+    ledgers_bad = counts.get(
+        CountKey.UNDERREPLICATED_LEDGERS, len({f["ledger_id"] for f in data.findings})
+    )
+    missing = counts.get(
+        CountKey.MISSING_ENTRIES, sum(int(f.get("missing_entries") or 0) for f in data.findings)
+    )
+    present = {r["severity"] for r in data.per_bookie} | {f.get("severity") for f in data.findings}
+    worst = next((s for s in SEVERITIES if s in present), "")
+    cards = [
+        ("ledgers scanned", counts.get(CountKey.LEDGERS, "")),
+        ("under-replicated ledgers", ledgers_bad),
+        ("fragments", total),
+        ("missing entries", missing),
+        ("worst severity", worst or "none"),
+        ("stuck ledgers", len(data.stuck)),
+        ("copied (all repair runs)", f"{human_bytes(total_copied)} / {total_entries} entries"),
+    ]
+    cards_html = "".join(
+        f'<div class="card"><b class="{"bad" if (k == "worst severity" and worst) else ""}">'
+        f"{esc(v)}</b><span>{esc(k)}</span></div>"
+        for k, v in cards
+    )
+    shown_note = (
+        f'<p class="meta" id="findings-truncated">Showing the {len(data.findings)} worst of '
+        f"{total} fragments; <code>bkaudit listunderreplicated</code> lists them all.</p>"
+        if total > len(data.findings)
+        else ""
+    )
+    bucket = {60: "minute", 3600: "hour", 86400: "day"}.get(
+        data.bucket_seconds, f"{data.bucket_seconds}s"
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(data.title)}</title><style>{_CSS}</style></head>
+<body>
+<h1>{esc(data.title)}</h1>
+<div class="meta">audit run <code id="run-id">{esc(run["run_id"])}</code>
+ · check {esc(run.get("check"))} · {esc(run.get("status"))}
+ · finished {esc(_fmt_ts(run.get("finished_at")))} UTC · zk {esc(run.get("zk"))}
+ · warehouse {esc(data.warehouse)} · generated {esc(_fmt_ts(data.generated_at))} UTC</div>
+<div class="cards">{cards_html}</div>
+<div class="grid">
+<figure id="fig-bookies"><figcaption>Under-replicated fragments per missing bookie
+ (latest run)</figcaption>{_legend(sev_series, colors)}{chart_bookies}</figure>
+<figure id="fig-runs"><figcaption>Fragments by severity over the last {len(data.over_runs)}
+ audit runs</figcaption>{_legend(SEVERITIES, SEVERITY_COLORS)}{chart_runs}</figure>
+<figure id="fig-repair"><figcaption>Repair throughput: bytes copied per {bucket}
+</figcaption>{chart_repair}</figure>
+</div>
+<h2>Ledgers stuck in WAITING_GRACE or NO_REPLICA</h2>
+{render_stuck_table(data.stuck, data.has_actions)}
+{render_risk_sections(data)}
+<h2>Findings of run {esc(run["run_id"])}</h2>
+{shown_note}{render_findings_table(data.findings)}
+</body></html>
+"""
