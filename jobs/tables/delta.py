@@ -50,14 +50,17 @@ __all__ = [
     "TableInfo",
     "TableProtocolError",
     "append_rows",
+    "arrow_dataset",
     "check_schema_version",
     "check_writable",
     "first_detections",
     "latest_run",
+    "open_table",
     "read_rows",
     "run_dates",
     "schema_version",
     "set_schema_version",
+    "table_error",
     "table_exists",
     "table_info",
     "table_path",
@@ -113,7 +116,10 @@ def check_schema_version(properties: Mapping[str, str | None], path: str) -> int
     return version
 
 
-def _table_error(path: str, exc: BaseException) -> TableError:
+def table_error(path: str, exc: BaseException) -> TableError:
+    """A delta-rs error as a one-line :class:`TableError` naming the table at ``path`` (a
+    :class:`TableProtocolError` for features this delta-rs cannot honour), for callers that
+    operate on a table directly (``bkaudit maintain``, the migration) to raise ``from exc``."""
     text = str(exc)
     if isinstance(exc, _protocol_errors()) or "Unsupported" in text or "protocol" in text:
         return TableProtocolError(_protocol_message(path, exc))
@@ -159,7 +165,11 @@ def table_exists(warehouse: str, name: str) -> bool:
     return bool(DeltaTable.is_deltatable(path))
 
 
-def _open(warehouse: str, name: str) -> Any:
+def open_table(warehouse: str, name: str) -> Any:
+    """Table ``name``'s ``deltalake.DeltaTable`` at its latest version, for operations beyond
+    reading and appending (delete, compact, vacuum, relayout); a delta-rs error becomes a
+    one-line :class:`TableError`. Nothing is checked: call :func:`table_info` first to refuse
+    a protocol or schema version this code cannot honour."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
@@ -167,7 +177,7 @@ def _open(warehouse: str, name: str) -> Any:
     try:
         return DeltaTable(path)
     except DeltaError as exc:
-        raise _table_error(path, exc) from exc
+        raise table_error(path, exc) from exc
 
 
 def _protocol_message(path: str, exc: BaseException) -> str:
@@ -189,7 +199,7 @@ def _check_protocol(table: Any, path: str, write: bool) -> None:
         if write:
             table.schema()
     except DeltaError as exc:
-        raise _table_error(path, exc) from exc
+        raise table_error(path, exc) from exc
     check_schema_version(properties, path)
     if proto.min_reader_version > 3 or proto.min_writer_version > 7:
         raise TableProtocolError(
@@ -207,7 +217,7 @@ def check_writable(warehouse: str, names: Iterable[str]) -> None:
     be appended to by delta-rs."""
     for name in names:
         if table_exists(warehouse, name):
-            _check_protocol(_open(warehouse, name), table_path(warehouse, name), write=True)
+            _check_protocol(open_table(warehouse, name), table_path(warehouse, name), write=True)
 
 
 def read_rows(
@@ -237,12 +247,10 @@ def read_arrow(
     """Table ``name`` as an Arrow table (see :func:`read_rows`)."""
     from deltalake.exceptions import DeltaError
 
-    table = _open(warehouse, name)
+    table = open_table(warehouse, name)
     _check_protocol(table, table_path(warehouse, name), write=False)
     try:
-        dataset = table.to_pyarrow_dataset(
-            filesystem=_arrow_filesystem(table_path(warehouse, name))
-        )
+        dataset = arrow_dataset(warehouse, name, table)
         expr = None
         import pyarrow.dataset as ds
 
@@ -252,7 +260,7 @@ def read_arrow(
         wanted = [c for c in columns if c in dataset.schema.names] if columns else None
         return dataset.to_table(columns=wanted, filter=expr)
     except DeltaError as exc:
-        raise _table_error(table_path(warehouse, name), exc) from exc
+        raise table_error(table_path(warehouse, name), exc) from exc
 
 
 def _arrow_filesystem(path: str) -> Any:
@@ -270,6 +278,14 @@ def _arrow_filesystem(path: str) -> Any:
     return pa_fs.SubTreeFileSystem(
         os.path.abspath(path.removeprefix("file://")), pa_fs.LocalFileSystem()
     )
+
+
+def arrow_dataset(warehouse: str, name: str, table: Any = None) -> Any:
+    """Table ``name``'s files (of ``table``, an :func:`open_table` result, when given) as an
+    Arrow dataset, read through Arrow's own file system when local (delta-rs's Python file
+    system cannot be called back while delta-rs writes): for counting and relaying rows."""
+    table = table if table is not None else open_table(warehouse, name)
+    return table.to_pyarrow_dataset(filesystem=_arrow_filesystem(table_path(warehouse, name)))
 
 
 def _term(field: Any, op: str, value: Any) -> Any:
@@ -315,7 +331,7 @@ def table_info(warehouse: str, name: str) -> TableInfo | None:
     if not table_exists(warehouse, name):
         return None
     path = table_path(warehouse, name)
-    table = _open(warehouse, name)
+    table = open_table(warehouse, name)
     _check_protocol(table, path, write=False)
     meta = table.metadata()
     properties = {k: v for k, v in dict(meta.configuration).items() if v is not None}
@@ -366,7 +382,7 @@ def create_table(warehouse: str, name: str) -> None:
         )
     except DeltaError as exc:  # lost a creation race: the winner's table is as good
         if not wait_for_table(warehouse, name):
-            raise _table_error(path, exc) from exc
+            raise table_error(path, exc) from exc
     set_schema_version(warehouse, name)
 
 
@@ -396,7 +412,7 @@ def set_schema_version(
 
     path = table_path(warehouse, name)
     for attempt in range(COMMIT_RETRIES):
-        table = _open(warehouse, name)
+        table = open_table(warehouse, name)
         meta = table.metadata()
         current = {k: v for k, v in dict(meta.configuration).items() if v is not None}
         check_schema_version(current, path)
@@ -412,7 +428,7 @@ def set_schema_version(
         except CommitFailedError:
             time.sleep(0.1 * (attempt + 1))
         except DeltaError as exc:
-            raise _table_error(path, exc) from exc
+            raise table_error(path, exc) from exc
     raise TableError(f"Delta table {path}: could not set its properties (commit races)")
 
 
@@ -484,7 +500,7 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
     if not table_exists(warehouse, name):
         create_table(warehouse, name)
     for attempt in range(COMMIT_RETRIES):
-        table = _open(warehouse, name)
+        table = open_table(warehouse, name)
         _check_protocol(table, path, write=True)
         # Append in the table's own partitioning: the current one, or a version-1 table's
         # until it is migrated (delta-rs refuses a mismatch).
@@ -502,7 +518,7 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
             return int(data.num_rows)
         except CommitFailedError as exc:
             if attempt + 1 == COMMIT_RETRIES:
-                raise _table_error(path, exc) from exc
+                raise table_error(path, exc) from exc
             log.warning("%s: commit race (%s), retrying", name, exc)
             time.sleep(0.2 * (attempt + 1))
         except DeltaError as exc:
@@ -510,7 +526,7 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
                 # Migrated under us (partitioning changed since we opened it): reopen.
                 log.warning("%s: %s; reopening the table", name, exc)
                 continue
-            raise _table_error(path, exc) from exc
+            raise table_error(path, exc) from exc
     return 0
 
 

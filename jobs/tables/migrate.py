@@ -93,16 +93,7 @@ def plan(warehouse: str) -> list[TableMigration]:
 
 
 def _count(warehouse: str, name: str) -> int:
-    return int(_dataset(warehouse, name).count_rows())
-
-
-def _dataset(warehouse: str, name: str, table: Any = None) -> Any:
-    """The table's files as an Arrow dataset, read through Arrow's own file system when local
-    (delta-rs's Python file system cannot be called back while delta-rs writes)."""
-    table = table if table is not None else delta._open(warehouse, name)
-    return table.to_pyarrow_dataset(
-        filesystem=delta._arrow_filesystem(delta.table_path(warehouse, name))
-    )
+    return int(delta.arrow_dataset(warehouse, name).count_rows())
 
 
 def audit_run_days(warehouse: str) -> dict[str, date]:
@@ -177,9 +168,9 @@ def migrate_table(warehouse: str, name: str, days: Mapping[str, date]) -> TableM
         raise MigrationError(f"Delta table {path} does not exist")
     step = TableMigration(name, info.partition_columns, 0, not info.current_layout)
     for attempt in range(ATTEMPTS if step.relayout else 0):
-        table = delta._open(warehouse, name)
+        table = delta.open_table(warehouse, name)
         before = table.version()
-        dataset = _dataset(warehouse, name, table)
+        dataset = delta.arrow_dataset(warehouse, name, table)
         step.rows = int(dataset.count_rows())
         run_days = _run_days(dataset, name, days)
         data: Any = _relaid(dataset, name, run_days)
@@ -210,7 +201,7 @@ def migrate_table(warehouse: str, name: str, days: Mapping[str, date]) -> TableM
             time.sleep(0.5 * (attempt + 1))
             continue
         except DeltaError as exc:
-            raise delta._table_error(path, exc) from exc
+            raise delta.table_error(path, exc) from exc
         after = _count(warehouse, name)
         if after != step.rows:  # cannot happen with the guard above; never pass silently
             raise MigrationError(

@@ -20,11 +20,10 @@ from bklib.states import ActionKind, ActionStatus, Check, RepairMode, RunStatus
 from jobs.cli.main import main as cli_main
 from jobs.commands import maintain
 from jobs.commands.listing import list_underreplicated
-from jobs.commands.maintain import AuditRun, open_finding_runs
 from jobs.options.units import parse_duration
 from jobs.spark import load
 from jobs.spark.schema import BOOKIE_SCHEMA, FRAGMENT_SCHEMA, LEDGER_SCHEMA
-from jobs.tables import delta
+from jobs.tables import delta, maintenance
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import (
     ACTIONS,
@@ -222,12 +221,12 @@ def test_maintain_bounds_partitions_and_files_of_100_runs_and_keeps_what_it_must
     # nothing else on disk (vacuumed with zero retention; empty directories removed).
     for table in PER_RUN:
         days = {r[RUN_DATE] for r in delta.read_rows(wh.path, table, columns=[RUN_DATE])}
-        files, parts = maintain.file_stats(wh.path, table)
+        files, parts = maintenance.file_stats(wh.path, table)
         assert parts == len(days) <= 36, table
         assert files == parts, table
         assert len(_parquet_files(wh.path, table)) == files, table
         assert len(_partition_dirs(wh.path, table)) == parts, table
-    assert maintain.file_stats(wh.path, AUDIT_RUNS)[0] == 1
+    assert maintenance.file_stats(wh.path, AUDIT_RUNS)[0] == 1
     by_name = {r.name: r for r in reports}
     assert by_name[LEDGERS].files_before >= 108
     assert by_name[LEDGERS].partitions_before >= 50 and by_name[LEDGERS].partitions_after <= 36
@@ -267,7 +266,7 @@ def _snapshot(path: str) -> dict[str, Any]:
         for n in names:
             full = os.path.join(d, n)
             files[os.path.relpath(full, path)] = os.path.getsize(full)
-    versions = {t: delta._open(path, t).version() for t in (AUDIT_RUNS, *PER_RUN, ACTIONS)}
+    versions = {t: delta.open_table(path, t).version() for t in (AUDIT_RUNS, *PER_RUN, ACTIONS)}
     return {"files": files, "versions": versions}
 
 
@@ -291,49 +290,11 @@ def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path: Path) -> No
     assert "would vacuum 0 files" in lines[LEDGERS]
 
 
-def test_open_findings_rule() -> None:
-    """The rule on its own: cleared by a later COMPLETED audit of the same check, resolved by
-    a later repair, otherwise open (and only its last report is kept)."""
-    t = NOW - timedelta(days=60)
-
-    def run(i: int, check: str, status: str = RunStatus.COMPLETED) -> AuditRun:
-        return AuditRun(f"r{i}", check, status, t + timedelta(days=i))
-
-    runs = [
-        run(0, Check.DEEP),
-        run(1, Check.DEEP, RunStatus.COMPLETED_WITH_ERRORS),
-        run(2, Check.DEEP, RunStatus.COMPLETED_WITH_ERRORS),
-        run(3, Check.LOST),
-        run(4, Check.LOST),
-        run(5, Check.LOST, RunStatus.FAILED),
-    ]
-
-    def frag(run_id: str, ledger: int) -> dict[str, Any]:
-        return {
-            "run_id": run_id,
-            "ledger_id": ledger,
-            "segment_first_entry_id": 0,
-            "bookie_id": "b",
-        }
-
-    fragments = [
-        frag("r0", 7),  # deep: seen in r0 and r1, not in r2 (with errors): last report r1
-        frag("r1", 7),
-        frag("r1", 8),  # repaired after r1: resolved
-        frag("r3", 9),  # lost: r4 COMPLETED without it: cleared
-    ]
-    actions = [_action("p1", "r1", 8, ActionStatus.DONE, t + timedelta(days=1, hours=1))]
-    assert open_finding_runs(runs, fragments, actions) == {"r1": "last report of 1 open finding"}
-    # Once a complete deep audit no longer lists ledger 7, nothing is open.
-    runs.append(run(6, Check.DEEP))
-    assert open_finding_runs(runs, fragments, actions) == {}
-
-
 def test_refuses_a_warehouse_newer_than_the_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wh = _build(tmp_path / "wh", runs=2)
-    delta._open(wh.path, LEDGERS).alter.set_table_properties(
+    delta.open_table(wh.path, LEDGERS).alter.set_table_properties(
         {SCHEMA_VERSION_KEY: "3"}, raise_if_not_exists=False
     )
     before = _snapshot(wh.path)
