@@ -359,6 +359,26 @@ def decode(
     missing entries. ``max_runs`` bounds the expansion of periodic groups.
     """
     view = memoryview(data)
+    _check_header(view)
+    starts: array[int] = array("q")
+    ends: array[int] = array("q")
+    prev_end = -2  # an entry id never adjacent to a real one
+    for k, (first, last, size, period) in enumerate(_GROUP.iter_unpack(view[HEADER_SIZE:])):
+        where = f"sequence group {k} ({first}, {last}, {size}, {period})"
+        end = _check_group(where, first, last, size, period, prev_end)
+        seq_starts, seq_size = _group_sequences(
+            where, first, last, size, period, end, len(starts), max_runs
+        )
+        _append_sequences(starts, ends, seq_starts, seq_size)
+        prev_end = end
+        if len(starts) > max_runs:
+            _bad(f"availability data expands to more than {max_runs} runs")
+    return EntryRuns._from_merged(starts, ends)
+
+
+def _check_header(view: memoryview) -> None:
+    """Availability data must have a supported header version and exactly the length its
+    sequence group count needs."""
     if view.nbytes < HEADER_SIZE:
         _bad(
             f"availability data of {view.nbytes} bytes is shorter than the {HEADER_SIZE}-byte "
@@ -374,36 +394,51 @@ def decode(
     expected = HEADER_SIZE + GROUP_SIZE * n
     if view.nbytes != expected:
         _bad(f"availability data is {view.nbytes} bytes, {n} sequence groups need {expected}")
-    starts: array[int] = array("q")
-    ends: array[int] = array("q")
-    prev_end = -2  # an entry id never adjacent to a real one
-    for k, (first, last, size, period) in enumerate(_GROUP.iter_unpack(view[HEADER_SIZE:])):
-        where = f"sequence group {k} ({first}, {last}, {size}, {period})"
-        if first < 0 or last < first or size < 1 or period < 0:
-            _bad(f"{where}: invalid fields")
-        if first != last and (period == 0 or (last - first) % period):
-            _bad(f"{where}: last start is not first plus a multiple of the period")
-        end = last + size - 1
-        if end > _LONG_MAX:
-            _bad(f"{where}: ends beyond the largest entry id")
-        if first <= prev_end:
-            _bad(f"{where}: not ascending and disjoint from the previous group")
-        if first == last or size >= period:
-            # One sequence, or sequences that touch/overlap: a single run.
-            seq_starts: Iterable[int] = (first,)
-            seq_size = end - first + 1
+
+
+def _check_group(where: str, first: int, last: int, size: int, period: int, prev_end: int) -> int:
+    """The last entry id of a sequence group, once its fields are consistent and it starts
+    after ``prev_end``, the previous group's last entry id."""
+    if first < 0 or last < first or size < 1 or period < 0:
+        _bad(f"{where}: invalid fields")
+    if first != last and (period == 0 or (last - first) % period):
+        _bad(f"{where}: last start is not first plus a multiple of the period")
+    end = last + size - 1
+    if end > _LONG_MAX:
+        _bad(f"{where}: ends beyond the largest entry id")
+    if first <= prev_end:
+        _bad(f"{where}: not ascending and disjoint from the previous group")
+    return end
+
+
+def _group_sequences(
+    where: str,
+    first: int,
+    last: int,
+    size: int,
+    period: int,
+    end: int,
+    runs_so_far: int,
+    max_runs: int,
+) -> tuple[Iterable[int], int]:
+    """Where a checked group's sequences start and how long each is: one run when they touch
+    or overlap, else one per period (too many on top of ``runs_so_far``: an error)."""
+    if first == last or size >= period:
+        # One sequence, or sequences that touch/overlap: a single run.
+        return (first,), end - first + 1
+    if runs_so_far + (last - first) // period + 1 > max_runs:
+        _bad(f"{where}: expands to more than {max_runs} runs")
+    return range(first, last + 1, period), size
+
+
+def _append_sequences(
+    starts: array[int], ends: array[int], seq_starts: Iterable[int], seq_size: int
+) -> None:
+    """Append sequences of ``seq_size`` ids to the runs, a sequence starting at or next to
+    the last run's end extending it."""
+    for s in seq_starts:
+        if starts and s <= ends[-1] + 1:
+            ends[-1] = s + seq_size - 1
         else:
-            if len(starts) + (last - first) // period + 1 > max_runs:
-                _bad(f"{where}: expands to more than {max_runs} runs")
-            seq_starts = range(first, last + 1, period)
-            seq_size = size
-        for s in seq_starts:
-            if starts and s <= ends[-1] + 1:
-                ends[-1] = s + seq_size - 1
-            else:
-                starts.append(s)
-                ends.append(s + seq_size - 1)
-        prev_end = end
-        if len(starts) > max_runs:
-            _bad(f"availability data expands to more than {max_runs} runs")
-    return EntryRuns._from_merged(starts, ends)
+            starts.append(s)
+            ends.append(s + seq_size - 1)

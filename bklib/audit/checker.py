@@ -33,7 +33,7 @@ import functools
 import logging
 import random
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -349,78 +349,116 @@ class ReplicaChecker:
             yield done.ledger, self._finish(done)
 
     def _finish(self, item: _Pending) -> list[ReplicaReport]:
-        ledger = item.ledger
-        lid = ledger.ledger_id
-        dm = _digest(ledger)
+        """What each bookie of ``item``'s ledger answered, in the order they were asked."""
+        dm = _digest(item.ledger)
+        lacs = self._lacs(item, dm)
+        known = [v for v in lacs.values() if v is not None]
+        lac = max(known) if known else None
+        self._start_probes(item, lac)
+        return [
+            self._report(item, b, fut, lacs.get(b), lac, dm) for b, fut in item.list_futs.items()
+        ]
+
+    def _lacs(self, item: _Pending, dm: DigestManager | None) -> dict[str, int | None]:
+        """Each asked bookie's LAC of the ledger; None where its READ_LAC gave none."""
         lacs: dict[str, int | None] = {}
         for b, lac_fut in item.lac_futs.items():
             try:
                 lacs[b] = _lac_of(self._wait(lac_fut), dm)
             except BKError:
                 lacs[b] = None  # NoSuchEntry/NoSuchLedger or unknown: no LAC from this bookie
-        known = [v for v in lacs.values() if v is not None]
-        lac = max(known) if known else None
-        out = []
-        self._start_probes(item, lac)
-        probes = item.probes
-        for b, fut in item.list_futs.items():
-            base = ReplicaReport(lid, b, lac=lacs.get(b))
-            if b in self.down:
-                for started in (fut, probes.get(b)):
-                    if started is not None:
-                        started.cancel()
-                out.append(_with(base, status=ReplicaStatus.UNREACHABLE, error=self.down[b]))
-                continue
-            report = base
-            probe = fut is None
-            if fut is not None:
-                try:
-                    runs = decode_availability(self._wait(fut))
-                    report = _with(base, entries=tuple(runs.runs()))
-                    self._answered(b)
-                except (NoSuchLedgerError, NoSuchEntryError) as exc:
-                    # Only a negative answer means "does not have it".
-                    report = _with(base, status=ReplicaStatus.NO_LEDGER, error=str(exc))
-                except BKTimeoutError as exc:
-                    # Java bookies on DbLedgerStorage never answer list-entries: probe by reads.
-                    log.info("bookie %s: list-entries timed out (%s); probing by reads", b, exc)
-                    probe = True
-                except _DOWN_ERRORS as exc:
-                    log.warning("bookie %s unreachable for ledger %d: %s", b, lid, exc)
-                    self._silent(b, str(exc))
-                    report = _with(
-                        base, status=ReplicaStatus.UNREACHABLE, error=f"unreachable: {exc}"
-                    )
-                except (BKError, ValueError) as exc:
-                    report = _with(
-                        base, status=ReplicaStatus.UNREACHABLE, error=f"list-entries failed: {exc}"
-                    )
-            if probe:
-                started = probes.get(b)
-                got = (started or self._probe_soon(ledger, b, lac, dm)).result()
-                report = _with(
-                    base,
-                    method=(
-                        FetchMethod.SAMPLE
-                        if self.sample
-                        else FetchMethod.READ
-                        if self.deep
-                        else FetchMethod.PROBE
-                    ),
-                    status=got.status,
-                    entries=got.entries,
-                    bad_entries=got.bad,
-                    unknown_entries=got.unknown,
-                    error=got.error,
-                )
-                if got.unknown_count and not got.answered:
-                    self._silent(b, got.error or "no answer")
-                elif got.answered:
-                    self._answered(b)
-                    if fut is not None:
-                        self.no_list.add(b)  # answers reads but not list-entries
-            out.append(report)
-        return out
+        return lacs
+
+    def _report(
+        self,
+        item: _Pending,
+        b: str,
+        fut: concurrent.futures.Future[Any] | None,
+        own_lac: int | None,
+        lac: int | None,
+        dm: DigestManager | None,
+    ) -> ReplicaReport:
+        """What ``b`` holds of the ledger: UNREACHABLE if it is down, else its list-entries
+        answer, or what reading its entries found when it is probed (``fut`` None: no
+        list-entries asked)."""
+        base = ReplicaReport(item.ledger.ledger_id, b, lac=own_lac)
+        if b in self.down:
+            for started in (fut, item.probes.get(b)):
+                if started is not None:
+                    started.cancel()
+            return _with(base, status=ReplicaStatus.UNREACHABLE, error=self.down[b])
+        if fut is None:
+            report, probe = base, True
+        else:
+            report, probe = self._listed(b, item.ledger.ledger_id, fut, base)
+        if probe:
+            return self._probed(item, b, fut is not None, base, lac, dm)
+        return report
+
+    def _listed(
+        self, b: str, lid: int, fut: concurrent.futures.Future[Any], base: ReplicaReport
+    ) -> tuple[ReplicaReport, bool]:
+        """``b``'s report from its list-entries answer, and whether to probe it by reads
+        instead (the request timed out). Only NoSuchLedger / NoSuchEntry is NO_LEDGER."""
+        try:
+            runs = decode_availability(self._wait(fut))
+            report = _with(base, entries=tuple(runs.runs()))
+            self._answered(b)
+        except (NoSuchLedgerError, NoSuchEntryError) as exc:
+            # Only a negative answer means "does not have it".
+            return _with(base, status=ReplicaStatus.NO_LEDGER, error=str(exc)), False
+        except BKTimeoutError as exc:
+            # Java bookies on DbLedgerStorage never answer list-entries: probe by reads.
+            log.info("bookie %s: list-entries timed out (%s); probing by reads", b, exc)
+            return base, True
+        except _DOWN_ERRORS as exc:
+            log.warning("bookie %s unreachable for ledger %d: %s", b, lid, exc)
+            self._silent(b, str(exc))
+            report = _with(base, status=ReplicaStatus.UNREACHABLE, error=f"unreachable: {exc}")
+            return report, False
+        except (BKError, ValueError) as exc:
+            report = _with(
+                base, status=ReplicaStatus.UNREACHABLE, error=f"list-entries failed: {exc}"
+            )
+            return report, False
+        return report, False
+
+    def _fetch_method(self) -> str:
+        """How a probed bookie's entries were fetched: sampled, all read, or probed."""
+        if self.sample:
+            return FetchMethod.SAMPLE
+        return FetchMethod.READ if self.deep else FetchMethod.PROBE
+
+    def _probed(
+        self,
+        item: _Pending,
+        b: str,
+        listed: bool,
+        base: ReplicaReport,
+        lac: int | None,
+        dm: DigestManager | None,
+    ) -> ReplicaReport:
+        """``b``'s report from reading its entries (the probe started with the ledger, or one
+        started now), counted towards its health; ``listed``: list-entries was asked and
+        timed out, so a bookie answering reads is not asked to list again."""
+        started = item.probes.get(b)
+        got = (started or self._probe_soon(item.ledger, b, lac, dm)).result()
+        report = _with(
+            base,
+            method=self._fetch_method(),
+            status=got.status,
+            entries=got.entries,
+            bad_entries=got.bad,
+            unknown_entries=got.unknown,
+            error=got.error,
+        )
+        if got.unknown_count and not got.answered:
+            self._silent(b, got.error or "no answer")
+        elif got.answered:
+            self._answered(b)
+            if listed:
+                self.no_list.add(b)  # answers reads but not list-entries
+        return report
 
     def _start_probes(self, item: _Pending, lac: int | None) -> None:
         """Start reading the bookies that are probed from the start (no list-entries asked);
@@ -468,152 +506,237 @@ class ReplicaChecker:
         sample check reads only BookKeeper's sample of each fragment (:func:`sample_stripe`)
         and takes the entries it did not read as held, so only what it read can be missing
         or unknown. Runs on the client's loop, as one of many probes."""
-        lid = ledger.ledger_id
-        e, wq = ledger.ensemble_size, ledger.write_quorum
-        assert e is not None and wq is not None
-        t = self.settings.read_timeout
-        runs = _RunBuilder()
-        bad: list[int] = []
-        errors: list[str] = []
-        held = unknown = missing = 0
-        window: collections.deque[tuple[list[int], asyncio.Task[Any]]] = collections.deque()
-        batched = bookie in self.settings.batch_read and not self.sample
-        gate, limiter = self._bounds(bookie)
-        loop = asyncio.get_running_loop()
-        in_flight = 0
-
-        def record(x: int, body: bytes | None, exc: BaseException | None) -> None:
-            nonlocal held, unknown, missing
-            if isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
-                runs.add(x, "missing")
-                missing += 1
-                return
-            if exc is not None or body is None:
-                runs.add(x, "unknown")
-                unknown += 1
-                if len(errors) < 3:
-                    errors.append(str(exc))
-                return
-            runs.add(x, "held")
-            held += 1
-            if self.deep and dm is not None:
-                try:
-                    dm.verify_entry(body, x)
-                except DigestMatchError:
-                    bad.append(x)
-
-        async def one(x: int) -> Any:
-            res = await pool.read(bookie, lid, x, timeout=t)
-            await limiter.acquire(len(res.body))
-            return res
-
-        async def batch(ids: list[int]) -> list[bytes]:
-            n, size = len(ids), self.settings.batch_max_bytes
-            bodies = await pool.batch_read(bookie, lid, ids[0], n, size, timeout=t)
-            await limiter.acquire(sum(len(b) for b in bodies))
-            return bodies
-
-        async def answer(ids: list[int], task: asyncio.Task[Any]) -> Any:
-            # Each request carries its own deadline (the connection's timer): no guard here.
-            try:
-                return await task
-            finally:
-                gate.give(len(ids))  # answered (or given up on): no longer outstanding
-
-        async def settle(keep: int) -> None:
-            """Take answers, oldest first, until at most ``keep`` reads are outstanding (in
-            order: the run builder wants ascending ids)."""
-            nonlocal in_flight
-            while window and in_flight > keep:
-                ids, task = window.popleft()
-                in_flight -= len(ids)
-                try:
-                    res = await answer(ids, task)
-                except NoSuchLedgerError as exc:
-                    for x in ids:  # the bookie has no such ledger: none of them
-                        record(x, None, exc)
-                    continue
-                except BKError as exc:
-                    if len(ids) == 1 or not isinstance(exc, NoSuchEntryError):
-                        for x in ids:  # unknown stays unknown, for the whole batch
-                            record(x, None, exc)
-                        continue
-                    res = []  # the batch's first entry is missing: ask the rest one by one
-                if len(ids) == 1 and not isinstance(res, list):
-                    record(ids[0], res.body, None)
-                    continue
-                got = list(res)
-                for x, body in zip(ids, got, strict=False):
-                    record(x, body, None)
-                # A batch stops before the first entry the bookie lacks (or at its size
-                # bound): the rest of the chunk is asked by pipelined single reads.
-                rest = ids[len(got) :]
-                if rest:
-                    if not got:
-                        record(rest[0], None, NoSuchEntryError("missing", entry_id=rest[0]))
-                        rest = rest[1:]
-                    singles = [(x, loop.create_task(one(x))) for x in rest]
-                    for x, single in singles:
-                        try:
-                            record(x, (await single).body, None)
-                        except BKError as exc:
-                            record(x, None, exc)
-
+        probe = _EntryProbe(
+            pool,
+            ledger,
+            bookie,
+            dm,
+            self.settings,
+            deep=self.deep,
+            sample=self.sample,
+            bounds=self._bounds,
+        )
         plan = _stripe_plan(ledger.segments or (), bookie, lac)
-        pct = self.settings.verify_percentage
-        # The sample's picks: reproducible per (ledger, bookie) under a seed, whatever order
-        # the probes run in.
+        await probe.run(plan, self._sample_rng(ledger.ledger_id, bookie))
+        return probe.result(plan)
+
+    def _sample_rng(self, lid: int, bookie: str) -> random.Random | None:
+        """The source of the sample's picks on (``lid``, ``bookie``): reproducible under a
+        seed, whatever order the probes run in; None unless sampling with
+        ``--verify-percentage``."""
         seed = self.settings.sample_seed
         # None without --verify-percentage: only the ends are read, and seeding a source per
         # (ledger, bookie) would cost more than the probe's own reads.
-        rng = (
-            random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
-            if self.sample and pct > 0
-            else None
+        if self.sample and self.settings.verify_percentage > 0:
+            return random.Random(None if seed is None else f"{seed}:{lid}:{bookie}")
+        return None
+
+
+class _EntryProbe:
+    """The state of one :meth:`ReplicaChecker._read_entries` probe of one (ledger, bookie):
+    the reads outstanding, in order, and what the answers said so far.
+
+    Runs on the client's event loop; the bookie's gate and rate limiter are shared with every
+    other probe reading from it.
+    """
+
+    def __init__(
+        self,
+        pool: BookieClientPool,
+        ledger: LedgerView,
+        bookie: str,
+        dm: DigestManager | None,
+        settings: CheckSettings,
+        *,
+        deep: bool,
+        sample: bool,
+        bounds: Callable[[str], tuple[_Gate, RateLimiter]],
+    ) -> None:
+        e, wq = ledger.ensemble_size, ledger.write_quorum
+        assert e is not None and wq is not None
+        self.pool = pool
+        self.lid = ledger.ledger_id
+        self.e, self.wq = e, wq
+        self.bookie = bookie
+        self.dm = dm
+        self.settings = settings
+        self.deep = deep
+        self.sample = sample
+        self.timeout = settings.read_timeout
+        self.batched = bookie in settings.batch_read and not sample
+        self.gate, self.limiter = bounds(bookie)  # the bookie's, shared with its other probes
+        self.loop = asyncio.get_running_loop()
+        self.runs = _RunBuilder()
+        self.bad: list[int] = []
+        self.errors: list[str] = []
+        self.held = self.unknown = self.missing = 0
+        self.window: collections.deque[tuple[list[int], asyncio.Task[Any]]] = collections.deque()
+        self.in_flight = 0
+
+    # ---- what an answer says -------------------------------------------------------------------
+
+    def record(self, x: int, body: bytes | None, exc: BaseException | None) -> None:
+        """Count entry ``x``: missing on NoSuchEntry / NoSuchLedger only, unknown on any other
+        failure or no body, else held (and, when deep, checked against its digest)."""
+        if isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
+            self.runs.add(x, "missing")
+            self.missing += 1
+            return
+        if exc is not None or body is None:
+            self.runs.add(x, "unknown")
+            self.unknown += 1
+            if len(self.errors) < 3:
+                self.errors.append(str(exc))
+            return
+        self.runs.add(x, "held")
+        self.held += 1
+        if self.deep and self.dm is not None:
+            try:
+                self.dm.verify_entry(body, x)
+            except DigestMatchError:
+                self.bad.append(x)
+
+    # ---- requests ------------------------------------------------------------------------------
+
+    async def one(self, x: int) -> Any:
+        """Read entry ``x``, paying its bytes to the bookie's rate limiter."""
+        res = await self.pool.read(self.bookie, self.lid, x, timeout=self.timeout)
+        await self.limiter.acquire(len(res.body))
+        return res
+
+    async def batch(self, ids: list[int]) -> list[bytes]:
+        """Batch-read the consecutive ``ids`` (the reply may stop short), paying its bytes."""
+        n, size = len(ids), self.settings.batch_max_bytes
+        bodies = await self.pool.batch_read(
+            self.bookie, self.lid, ids[0], n, size, timeout=self.timeout
         )
+        await self.limiter.acquire(sum(len(b) for b in bodies))
+        return bodies
+
+    async def answer(self, ids: list[int], task: asyncio.Task[Any]) -> Any:
+        """``task``'s answer; its reads no longer count as outstanding at the gate."""
+        # Each request carries its own deadline (the connection's timer): no guard here.
+        try:
+            return await task
+        finally:
+            self.gate.give(len(ids))  # answered (or given up on): no longer outstanding
+
+    # ---- taking answers ------------------------------------------------------------------------
+
+    async def settle(self, keep: int) -> None:
+        """Take answers, oldest first, until at most ``keep`` reads are outstanding (in
+        order: the run builder wants ascending ids)."""
+        while self.window and self.in_flight > keep:
+            ids, task = self.window.popleft()
+            self.in_flight -= len(ids)
+            await self._take(ids, task)
+
+    async def _take(self, ids: list[int], task: asyncio.Task[Any]) -> None:
+        """Record one request's answer: an error counts for all its ids, except that a batch
+        whose first entry is missing has that one missing and the rest asked one by one."""
+        try:
+            res = await self.answer(ids, task)
+        except NoSuchLedgerError as exc:
+            for x in ids:  # the bookie has no such ledger: none of them
+                self.record(x, None, exc)
+            return
+        except BKError as exc:
+            if len(ids) == 1 or not isinstance(exc, NoSuchEntryError):
+                for x in ids:  # unknown stays unknown, for the whole batch
+                    self.record(x, None, exc)
+                return
+            res = []  # the batch's first entry is missing: ask the rest one by one
+        if len(ids) == 1 and not isinstance(res, list):
+            self.record(ids[0], res.body, None)
+            return
+        await self._take_batch(ids, list(res))
+
+    async def _take_batch(self, ids: list[int], got: list[bytes]) -> None:
+        """Record a batch's bodies; the ids past where it stopped are read one by one (the
+        first of them missing when the batch returned nothing)."""
+        for x, body in zip(ids, got, strict=False):
+            self.record(x, body, None)
+        # A batch stops before the first entry the bookie lacks (or at its size
+        # bound): the rest of the chunk is asked by pipelined single reads.
+        rest = ids[len(got) :]
+        if rest:
+            if not got:
+                self.record(rest[0], None, NoSuchEntryError("missing", entry_id=rest[0]))
+                rest = rest[1:]
+            await self._read_singles(rest)
+
+    async def _read_singles(self, ids: list[int]) -> None:
+        """Read ``ids`` by pipelined single reads and record each answer, in order."""
+        singles = [(x, self.loop.create_task(self.one(x))) for x in ids]
+        for x, single in singles:
+            try:
+                self.record(x, (await single).body, None)
+            except BKError as exc:
+                self.record(x, None, exc)
+
+    # ---- the probe -----------------------------------------------------------------------------
+
+    async def run(self, plan: list[tuple[int, int, int]], rng: random.Random | None) -> None:
+        """Read the planned ranges, at most ``reads_in_flight`` reads outstanding; when
+        cancelled, what is still outstanding is cancelled and given back to the gate."""
         limit = max(1, self.settings.reads_in_flight)
         try:
             for idx, first, last in plan:
-                await settle(0)
-                runs.cut()
-                ids: Iterable[int] = (
-                    sample_stripe(idx, first, last, e, wq, pct, rng)
-                    if self.sample
-                    else iter_stripe(idx, first, last, e, wq)
-                )
-                chunks = (
-                    contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
-                    if batched
-                    else ([x] for x in ids)
-                )
-                for chunk in chunks:
-                    if not gate.try_take(len(chunk)):
-                        await settle(0)  # wait holding nothing (see _Gate)
-                        await gate.take(len(chunk))
-                    task = loop.create_task(batch(chunk) if len(chunk) > 1 else one(chunk[0]))
-                    window.append((chunk, task))
-                    in_flight += len(chunk)
-                    await settle(limit - 1)
-            await settle(0)
+                await self.settle(0)
+                self.runs.cut()
+                for chunk in self._chunks(idx, first, last, rng, limit):
+                    await self._send(chunk, limit)
+            await self.settle(0)
         finally:
-            for ids, task in window:  # cancelled: give back what is still outstanding
+            for ids, task in self.window:  # cancelled: give back what is still outstanding
                 task.cancel()
-                gate.give(len(ids))
-        held_runs = runs.get("held")
+                self.gate.give(len(ids))
+
+    def _chunks(
+        self, idx: int, first: int, last: int, rng: random.Random | None, limit: int
+    ) -> Iterable[list[int]]:
+        """The requests of one planned range: its stripe's ids (the sample's, when sampling),
+        in batches of consecutive ids when the bookie serves batch reads, else one by one."""
+        e, wq = self.e, self.wq
+        ids: Iterable[int] = (
+            sample_stripe(idx, first, last, e, wq, self.settings.verify_percentage, rng)
+            if self.sample
+            else iter_stripe(idx, first, last, e, wq)
+        )
+        if self.batched:
+            return contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
+        return ([x] for x in ids)
+
+    async def _send(self, chunk: list[int], limit: int) -> None:
+        """Send one request once the bookie's gate lets its reads out, then take answers
+        until fewer than ``limit`` reads are outstanding."""
+        if not self.gate.try_take(len(chunk)):
+            await self.settle(0)  # wait holding nothing (see _Gate)
+            await self.gate.take(len(chunk))
+        task = self.loop.create_task(self.batch(chunk) if len(chunk) > 1 else self.one(chunk[0]))
+        self.window.append((chunk, task))
+        self.in_flight += len(chunk)
+        await self.settle(limit - 1)
+
+    def result(self, plan: list[tuple[int, int, int]]) -> _Probe:
+        """What the probe found; UNREACHABLE when not one read was answered."""
+        held_runs = self.runs.get("held")
         if self.sample:
-            held_runs = _unread_as_held(plan, runs.missing, runs.get("unknown"))
+            held_runs = _unread_as_held(plan, self.runs.missing, self.runs.get("unknown"))
         # Not one answer: the bookie is unreachable, not empty.
         status = (
-            ReplicaStatus.UNREACHABLE if unknown and not held and not missing else ReplicaStatus.OK
+            ReplicaStatus.UNREACHABLE
+            if self.unknown and not self.held and not self.missing
+            else ReplicaStatus.OK
         )
         return _Probe(
             status=status,
             entries=held_runs,
-            bad=tuple(from_entry_ids(bad).runs()),
-            unknown=runs.get("unknown"),
-            error="; ".join(errors) or None,
-            answered=held + missing,
-            unknown_count=unknown,
+            bad=tuple(from_entry_ids(self.bad).runs()),
+            unknown=self.runs.get("unknown"),
+            error="; ".join(self.errors) or None,
+            answered=self.held + self.missing,
+            unknown_count=self.unknown,
         )
 
 

@@ -18,6 +18,7 @@ missing nor as held, and never given a severity.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
@@ -98,6 +99,20 @@ def _fully_held(rep: ReplicaReport, first: int, last: int) -> bool:
     return EntryRuns(rep.entries).covers(first, last)
 
 
+_Found = tuple[int, str, dict[str, Any]]
+"""One finding of a segment before it is graded: ``(ensemble index, reason, fields)``."""
+
+
+@dataclass
+class _SegmentScan:
+    """What one segment's bookies showed: the findings, the ranges each index lacks (missing
+    or bad; what the grading sweep counts), and the indexes of lost bookies."""
+
+    found: list[_Found] = field(default_factory=list)
+    absent: dict[int, list[Run]] = field(default_factory=dict)
+    lost_idx: set[int] = field(default_factory=set)
+
+
 def classify_ledger(
     ledger: LedgerView,
     lost_bookies: Collection[str],
@@ -123,133 +138,221 @@ def classify_ledger(
         first, last = seg.first_entry_id, seg.last_entry_id
         if last is None and replicas is not None:
             last = lac  # open / in-recovery ledger: checked up to its LAC
-        known = last is not None
-        nonempty = last is not None and last >= first
-        absent: dict[int, list[Run]] = {}
-        found: list[tuple[int, str, dict[str, Any]]] = []
-        lost_idx: set[int] = set()
-        for i, bookie in enumerate(seg.ensemble):
-            rep = replicas.get(bookie) if replicas is not None else None
-            if (
-                last is not None
-                and nonempty
-                and rep is not None
-                and rep.status == ReplicaStatus.OK
-                and bookie not in lost_bookies
-                and _fully_held(rep, first, last)
-            ):
-                continue  # the common case: one run spanning the segment
-            expected = stripe_count(i, first, last, e, wq) if last is not None else None
-            base: dict[str, Any] = {"expected_entries": expected, "bookie_id": bookie}
-            if bookie in lost_bookies:
-                lost_idx.add(i)
-                if last is not None and nonempty:
-                    absent[i] = [(first, last)]
-                found.append(
-                    (
-                        i,
-                        Reason.BOOKIE_LOST,
-                        {**base, "missing_entries": expected, "error": "not registered"},
-                    )
-                )
-                continue
-            if replicas is None or last is None or not nonempty or not expected:
-                continue
-            if rep is None or rep.status == ReplicaStatus.UNREACHABLE:
-                err = rep.error if rep is not None else "no answer recorded"
-                found.append(
-                    (
-                        i,
-                        Reason.BOOKIE_UNREACHABLE,
-                        {**base, "unknown_entries": expected, "error": err},
-                    )
-                )
-                continue
-            if rep.status == ReplicaStatus.NO_LEDGER:
-                gaps = EntryRuns().missing_from_stripe(i, first, last, e, wq)
-                absent[i] = gaps
-                found.append(
-                    (
-                        i,
-                        Reason.ENTRIES_MISSING,
-                        {
-                            **base,
-                            "missing_entries": expected,
-                            "ranges": gaps,
-                            "error": rep.error,
-                        },
-                    )
-                )
-                continue
-            unknown = EntryRuns(rep.unknown_entries).present_on_stripe(i, first, last, e, wq)
-            # Unknown ids are neither held nor missing: they fill the gaps they sit in.
-            held = EntryRuns([*rep.entries, *rep.unknown_entries])
-            gaps = held.missing_from_stripe(i, first, last, e, wq)
-            bad = EntryRuns(rep.bad_entries).present_on_stripe(i, first, last, e, wq)
-            if gaps or bad:
-                absent[i] = list(EntryRuns([*gaps, *bad]).runs()) if bad else gaps
-            if gaps:
-                found.append(
-                    (
-                        i,
-                        Reason.ENTRIES_MISSING,
-                        {**base, "missing_entries": _count(gaps, i, e, wq), "ranges": gaps},
-                    )
-                )
-            if bad:
-                found.append(
-                    (
-                        i,
-                        Reason.DIGEST_MISMATCH,
-                        {**base, "missing_entries": _count(bad, i, e, wq), "ranges": bad},
-                    )
-                )
-            if unknown:
-                found.append(
-                    (
-                        i,
-                        Reason.BOOKIE_UNREACHABLE,
-                        {**base, "unknown_entries": _count(unknown, i, e, wq), "error": rep.error},
-                    )
-                )
-        if not found:
+        scan = _scan_segment(seg.ensemble, first, last, lost_bookies, replicas, e, wq)
+        if not scan.found:
             continue
-        worst = _worst_missing(absent, e, wq) if absent else {}
-        ring = _worst_on_ring(lost_idx, e, wq) if lost_idx else {}
-        for i, reason, f in found:
-            min_rep: int | None
-            if reason == Reason.BOOKIE_UNREACHABLE:
-                min_rep = None
-            elif reason == Reason.BOOKIE_LOST and not nonempty:
-                # Nothing stored, or the end is unknown: classify as if every residue held
-                # entries, since the metadata names a dead bookie either way.
-                min_rep = wq - ring[i]
-            else:
-                min_rep = wq - worst.get(i, 0)
-            ranges = f.pop("ranges", None)
-            out.append(
-                Finding(
-                    ledger_id=ledger.ledger_id,
-                    segment_index=si,
-                    segment_first_entry_id=first,
-                    segment_last_entry_id=last if known else None,
-                    bookie_index=i,
-                    reason=reason,
-                    missing_ranges=tuple(ranges[:max_ranges]) if ranges is not None else None,
-                    missing_ranges_truncated=(
-                        len(ranges) > max_ranges if ranges is not None else None
-                    ),
-                    min_replicas=min_rep,
-                    severity=classify_replicas(min_rep, wq, aq) if min_rep is not None else None,
-                    ledger_state=ledger.state,
-                    ensemble_size=e,
-                    write_quorum=wq,
-                    ack_quorum=aq,
-                    topic=ledger.topic,
-                    component=ledger.component,
-                    **f,
-                )
+        out.extend(_graded(ledger, si, first, last, scan, max_ranges, e, wq, aq))
+    return out
+
+
+def _scan_segment(
+    ensemble: Iterable[str],
+    first: int,
+    last: int | None,
+    lost_bookies: Collection[str],
+    replicas: Mapping[str, ReplicaReport] | None,
+    e: int,
+    wq: int,
+) -> _SegmentScan:
+    """The findings of each bookie of a segment ``[first, last]`` (``last`` None: end
+    unknown): lost bookies always; the others only with ``replicas``, a known end and
+    entries on their stripe."""
+    scan = _SegmentScan()
+    nonempty = last is not None and last >= first
+    for i, bookie in enumerate(ensemble):
+        rep = replicas.get(bookie) if replicas is not None else None
+        if _holds_segment(rep, bookie, lost_bookies, first, last):
+            continue  # the common case: one run spanning the segment
+        expected = stripe_count(i, first, last, e, wq) if last is not None else None
+        base: dict[str, Any] = {"expected_entries": expected, "bookie_id": bookie}
+        if bookie in lost_bookies:
+            _add_lost(scan, i, base, expected, first, last)
+            continue
+        if replicas is None or last is None or not nonempty or not expected:
+            continue
+        _add_answer(scan, i, rep, base, expected, first, last, e, wq)
+    return scan
+
+
+def _holds_segment(
+    rep: ReplicaReport | None,
+    bookie: str,
+    lost_bookies: Collection[str],
+    first: int,
+    last: int | None,
+) -> bool:
+    """Whether ``bookie`` (not lost) answered OK with one held run spanning the non-empty
+    segment and nothing bad or unknown: nothing to report."""
+    return (
+        last is not None
+        and last >= first
+        and rep is not None
+        and rep.status == ReplicaStatus.OK
+        and bookie not in lost_bookies
+        and _fully_held(rep, first, last)
+    )
+
+
+def _add_lost(
+    scan: _SegmentScan,
+    i: int,
+    base: dict[str, Any],
+    expected: int | None,
+    first: int,
+    last: int | None,
+) -> None:
+    """A lost bookie at index ``i``: BOOKIE_LOST, its whole stripe absent when the segment
+    has entries."""
+    scan.lost_idx.add(i)
+    if last is not None and last >= first:
+        scan.absent[i] = [(first, last)]
+    scan.found.append(
+        (
+            i,
+            Reason.BOOKIE_LOST,
+            {**base, "missing_entries": expected, "error": "not registered"},
+        )
+    )
+
+
+def _add_answer(
+    scan: _SegmentScan,
+    i: int,
+    rep: ReplicaReport | None,
+    base: dict[str, Any],
+    expected: int,
+    first: int,
+    last: int,
+    e: int,
+    wq: int,
+) -> None:
+    """A bookie asked about a non-empty segment, at index ``i``: UNREACHABLE when it did not
+    answer (unknown, never missing), its whole stripe missing on NoSuchLedger, else what its
+    runs lack."""
+    if rep is None or rep.status == ReplicaStatus.UNREACHABLE:
+        err = rep.error if rep is not None else "no answer recorded"
+        scan.found.append(
+            (
+                i,
+                Reason.BOOKIE_UNREACHABLE,
+                {**base, "unknown_entries": expected, "error": err},
             )
+        )
+        return
+    if rep.status == ReplicaStatus.NO_LEDGER:
+        gaps = EntryRuns().missing_from_stripe(i, first, last, e, wq)
+        scan.absent[i] = gaps
+        scan.found.append(
+            (
+                i,
+                Reason.ENTRIES_MISSING,
+                {
+                    **base,
+                    "missing_entries": expected,
+                    "ranges": gaps,
+                    "error": rep.error,
+                },
+            )
+        )
+        return
+    _add_runs(scan, i, rep, base, first, last, e, wq)
+
+
+def _add_runs(
+    scan: _SegmentScan,
+    i: int,
+    rep: ReplicaReport,
+    base: dict[str, Any],
+    first: int,
+    last: int,
+    e: int,
+    wq: int,
+) -> None:
+    """An answering bookie at index ``i``: the stripe entries its runs lack are
+    ENTRIES_MISSING, bad ones DIGEST_MISMATCH, unknown ones BOOKIE_UNREACHABLE (neither held
+    nor missing)."""
+    unknown = EntryRuns(rep.unknown_entries).present_on_stripe(i, first, last, e, wq)
+    # Unknown ids are neither held nor missing: they fill the gaps they sit in.
+    held = EntryRuns([*rep.entries, *rep.unknown_entries])
+    gaps = held.missing_from_stripe(i, first, last, e, wq)
+    bad = EntryRuns(rep.bad_entries).present_on_stripe(i, first, last, e, wq)
+    if gaps or bad:
+        scan.absent[i] = list(EntryRuns([*gaps, *bad]).runs()) if bad else gaps
+    if gaps:
+        scan.found.append(
+            (
+                i,
+                Reason.ENTRIES_MISSING,
+                {**base, "missing_entries": _count(gaps, i, e, wq), "ranges": gaps},
+            )
+        )
+    if bad:
+        scan.found.append(
+            (
+                i,
+                Reason.DIGEST_MISMATCH,
+                {**base, "missing_entries": _count(bad, i, e, wq), "ranges": bad},
+            )
+        )
+    if unknown:
+        scan.found.append(
+            (
+                i,
+                Reason.BOOKIE_UNREACHABLE,
+                {**base, "unknown_entries": _count(unknown, i, e, wq), "error": rep.error},
+            )
+        )
+
+
+def _graded(
+    ledger: LedgerView,
+    si: int,
+    first: int,
+    last: int | None,
+    scan: _SegmentScan,
+    max_ranges: int,
+    e: int,
+    wq: int,
+    aq: int,
+) -> list[Finding]:
+    """Segment ``si``'s findings with their fewest replicas and severity (none for
+    BOOKIE_UNREACHABLE: unknown is not missing)."""
+    nonempty = last is not None and last >= first
+    worst = _worst_missing(scan.absent, e, wq) if scan.absent else {}
+    ring = _worst_on_ring(scan.lost_idx, e, wq) if scan.lost_idx else {}
+    out: list[Finding] = []
+    for i, reason, f in scan.found:
+        min_rep: int | None
+        if reason == Reason.BOOKIE_UNREACHABLE:
+            min_rep = None
+        elif reason == Reason.BOOKIE_LOST and not nonempty:
+            # Nothing stored, or the end is unknown: classify as if every residue held
+            # entries, since the metadata names a dead bookie either way.
+            min_rep = wq - ring[i]
+        else:
+            min_rep = wq - worst.get(i, 0)
+        ranges = f.pop("ranges", None)
+        out.append(
+            Finding(
+                ledger_id=ledger.ledger_id,
+                segment_index=si,
+                segment_first_entry_id=first,
+                segment_last_entry_id=last,
+                bookie_index=i,
+                reason=reason,
+                missing_ranges=tuple(ranges[:max_ranges]) if ranges is not None else None,
+                missing_ranges_truncated=(len(ranges) > max_ranges if ranges is not None else None),
+                min_replicas=min_rep,
+                severity=classify_replicas(min_rep, wq, aq) if min_rep is not None else None,
+                ledger_state=ledger.state,
+                ensemble_size=e,
+                write_quorum=wq,
+                ack_quorum=aq,
+                topic=ledger.topic,
+                component=ledger.component,
+                **f,
+            )
+        )
     return out
 
 

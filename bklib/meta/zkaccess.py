@@ -351,17 +351,41 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"(?m)^\s*(//|#).*$", " ", text)
 
 
+_JaasToken = tuple[str, bool]
+"""A token of a JAAS file: ``(text, quoted)``."""
+_JaasModule = tuple[str, dict[str, str]]
+"""A login module entry of a JAAS section: ``(module class, options)``."""
+
+
 def read_jaas_section(path: str, section: str = DEFAULT_JAAS_SECTION) -> ZkSasl:
     """The SASL settings of ``section`` (ZooKeeper's default: ``Client``) of a JAAS login
     file: a ``DigestLoginModule`` (``username``, ``password``) gives DIGEST-MD5, a
     ``Krb5LoginModule`` (``principal``, ``keyTab``) GSSAPI. Raises ZkAccessConfigError."""
+    text = _read_jaas_file(path)
+    sections = _jaas_sections(path, _jaas_tokens(path, _strip_comments(text)))
+    if section not in sections:
+        raise ZkAccessConfigError(
+            f"--zk-sasl-jaas-file {path}: no {section!r} section "
+            f"(has: {', '.join(sorted(sections)) or 'none'})"
+        )
+    module, opts = sections[section]
+    return _jaas_sasl(path, section, module, opts)
+
+
+def _read_jaas_file(path: str) -> str:
+    """The text of the JAAS file at ``path``; ZkAccessConfigError if it cannot be read."""
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        return Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ZkAccessConfigError(f"--zk-sasl-jaas-file {path}: cannot read: {reason}") from None
-    tokens: list[tuple[str, bool]] = []  # (text, quoted)
-    pos, text = 0, _strip_comments(text)
+
+
+def _jaas_tokens(path: str, text: str) -> list[_JaasToken]:
+    """The tokens of a JAAS file's ``text`` (comments stripped); ZkAccessConfigError at
+    anything that is not a token."""
+    tokens: list[_JaasToken] = []
+    pos = 0
     while pos < len(text):
         m = _JAAS_TOKEN.match(text, pos)
         if m is None or m.end() == pos:
@@ -373,39 +397,58 @@ def read_jaas_section(path: str, section: str = DEFAULT_JAAS_SECTION) -> ZkSasl:
             tokens.append((m.group(1).replace('\\"', '"').replace("\\\\", "\\"), True))
         else:
             tokens.append((m.group(2) or m.group(3), False))
-    sections: dict[str, tuple[str, dict[str, str]]] = {}
+    return tokens
+
+
+def _jaas_sections(path: str, tokens: list[_JaasToken]) -> dict[str, _JaasModule]:
+    """Each non-empty section's first login module, by section name (a later section of the
+    same name wins); ZkAccessConfigError if the tokens are not JAAS syntax."""
+    sections: dict[str, _JaasModule] = {}
     i = 0
     try:
         while i < len(tokens):
-            name = tokens[i][0]
-            if tokens[i + 1] != ("{", False):
-                raise IndexError
-            i += 2
-            first: tuple[str, dict[str, str]] | None = None
-            while tokens[i] != ("}", False):
-                module, i = tokens[i][0], i + 2  # module class, control flag
-                opts: dict[str, str] = {}
-                while tokens[i] != (";", False):
-                    key, eq, value = tokens[i][0], tokens[i + 1], tokens[i + 2][0]
-                    if eq != ("=", False):
-                        raise IndexError
-                    opts[key] = value
-                    i += 3
-                i += 1
-                first = first or (module, opts)
-            i += 1
-            if i < len(tokens) and tokens[i] == (";", False):
-                i += 1
+            name, first, i = _jaas_section(tokens, i)
             if first is not None:
                 sections[name] = first
     except IndexError:
         raise ZkAccessConfigError(f"--zk-sasl-jaas-file {path}: not a JAAS file") from None
-    if section not in sections:
-        raise ZkAccessConfigError(
-            f"--zk-sasl-jaas-file {path}: no {section!r} section "
-            f"(has: {', '.join(sorted(sections)) or 'none'})"
-        )
-    module, opts = sections[section]
+    return sections
+
+
+def _jaas_section(tokens: list[_JaasToken], i: int) -> tuple[str, _JaasModule | None, int]:
+    """The section starting at ``tokens[i]``: its name, its first login module (None: it has
+    none) and where the next section starts. IndexError if it is malformed."""
+    name = tokens[i][0]
+    if tokens[i + 1] != ("{", False):
+        raise IndexError
+    i += 2
+    first: _JaasModule | None = None
+    while tokens[i] != ("}", False):
+        entry, i = _jaas_module(tokens, i)
+        first = first or entry
+    i += 1
+    if i < len(tokens) and tokens[i] == (";", False):
+        i += 1
+    return name, first, i
+
+
+def _jaas_module(tokens: list[_JaasToken], i: int) -> tuple[_JaasModule, int]:
+    """The login module entry starting at ``tokens[i]`` (class, control flag, ``key=value``
+    options, ``;``) and where the next one starts. IndexError if it is malformed."""
+    module, i = tokens[i][0], i + 2  # module class, control flag
+    opts: dict[str, str] = {}
+    while tokens[i] != (";", False):
+        key, eq, value = tokens[i][0], tokens[i + 1], tokens[i + 2][0]
+        if eq != ("=", False):
+            raise IndexError
+        opts[key] = value
+        i += 3
+    return (module, opts), i + 1
+
+
+def _jaas_sasl(path: str, section: str, module: str, opts: dict[str, str]) -> ZkSasl:
+    """The SASL settings a section's login module gives: DIGEST-MD5 (needs username and
+    password) or GSSAPI; ZkAccessConfigError for any other module."""
     if module == JAAS_DIGEST_MODULE or module.endswith(".DigestLoginModule"):
         if not opts.get("username") or "password" not in opts:
             raise ZkAccessConfigError(
