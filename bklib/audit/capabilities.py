@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bklib.audit.model import LedgerView
-from bklib.client.connection import ConnectionLostError
 from bklib.client.pool import BookieClientPool, SyncBookieClient
+from bklib.client.transport import ConnectionLostError
 from bklib.errors import BKError, BKTimeoutError, NoSuchEntryError, NoSuchLedgerError
 from bklib.tls import BookieTlsError
 

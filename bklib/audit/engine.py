@@ -25,7 +25,7 @@ from bklib.audit.capabilities import DEFAULT_PROBE_TIMEOUT, learn_capabilities, 
 from bklib.audit.checker import CheckSettings, ReplicaChecker
 from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
-from bklib.client.connection import ClientConfig
+from bklib.client.operations import ClientConfig
 from bklib.errors import BKError
 from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind

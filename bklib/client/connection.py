@@ -19,16 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bklib.client.operations import ClientConfig, ReadResult, bookie_operation
+from bklib.client.operations import ReadResult, bookie_operation
 from bklib.client.transport import (
-    AddressResolver,
-    BadResponseError,
     Channel,
-    ConnectionLostError,
     Pending,
     PipelinedConnection,
     RequestExpired,
-    TlsConnectionLostError,
     parse_response,
 )
 from bklib.errors import BKTimeoutError, IncorrectParameterError, ReadError, WriteError
@@ -38,22 +34,14 @@ from bklib.proto.status import is_write_op
 
 log = logging.getLogger(__name__)
 
-# ClientConfig and the connection failures are re-exported on purpose: jobs/ and bklib.audit
-# import them from here, as the one module a bookie client's user needs.
 __all__ = [
     "BOOKIE_INFO_ALL",
     "HIGH_PRIORITY",
     "OPERATIONS",
     "WRITE_FLAG_DEFERRED_SYNC",
-    "AddressResolver",
-    "BadResponseError",
     "BookieConnection",
     "BookieInfo",
-    "ClientConfig",
-    "ConnectionLostError",
     "ReadLacResult",
-    "ReadResult",
-    "TlsConnectionLostError",
 ]
 
 # BookKeeper marks high-priority v3 requests with this header priority; the bookie only tests

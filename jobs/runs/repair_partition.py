@@ -30,7 +30,7 @@ def repair_partition(
     ``proceed``, if given, is asked before each ledger starts: once it says no, the ledgers
     not yet started yield no rows (those in flight finish). A ledger starts as soon as any
     other finishes, so one slow ledger (an open one being fenced) holds up no batch."""
-    from bklib.client.connection import ClientConfig
+    from bklib.client.operations import ClientConfig
     from bklib.client.pool import SyncBookieClient
     from bklib.meta.racks import RackDocument, load_racks_file, read_racks, read_racks_strict
     from bklib.meta.store import LedgerStore, connect

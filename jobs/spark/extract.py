@@ -174,7 +174,7 @@ def learn_bookies_df(
 ) -> tuple[DataFrame, CheckSettings]:
     """The run's capability probe, from the driver (:func:`bklib.audit.engine.learn_bookies`):
     the bookies table with the answers, and the settings that carry them to every task."""
-    from bklib.client.connection import ClientConfig
+    from bklib.client.operations import ClientConfig
     from bklib.client.pool import SyncBookieClient
 
     closed = F.col("state") == LedgerState.CLOSED.name
