@@ -82,7 +82,7 @@ def run_local(args: argparse.Namespace) -> tuple[list[ScopeImpact], str]:
     t1, c1 = time.monotonic(), time.process_time()
     kw: dict[str, Any] = {"racks": racks, "gone": lost, "writable": frozenset(bookies) - lost}
     if args.processes > 1:
-        from jobs.commands.whatif import parallel_blast_radius
+        from jobs.commands.blastradius import parallel_blast_radius
 
         rows = parallel_blast_radius(views, bookies, processes=args.processes, **kw)
     else:

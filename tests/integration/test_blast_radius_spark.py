@@ -22,12 +22,8 @@ from pyspark.sql import SparkSession
 from bklib.audit.blast_radius import blast_radius
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.whatif import current_missing
-from jobs.commands.whatif import (
-    add_blastradius_arguments,
-    findings_missing,
-    load_state,
-    run_blastradius,
-)
+from jobs.commands.blastradius import add_blastradius_arguments, run_blastradius
+from jobs.commands.whatif import findings_missing, load_state
 from jobs.spark.blast_radius import blast_radius_df
 from jobs.spark.schema import LEDGER_SCHEMA
 from jobs.tables import delta

@@ -157,7 +157,7 @@ def test_partial_results_merge_into_the_whole() -> None:
 
 
 def test_forked_workers_merge_into_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jobs.commands import whatif as job
+    from jobs.commands import blastradius as job
 
     monkeypatch.setattr(job, "PARALLEL_MIN_LEDGERS", 10)
     rng = random.Random(8)
