@@ -330,31 +330,44 @@ async def ask_replicas(
     Requests still outstanding when the verdict is reached are abandoned.
     """
 
-    async def one(pos: int) -> Reply[T]:
-        bookie = targets[pos]
-        try:
-            return Reply(pos, bookie, value=await send(bookie))
-        except BKError as exc:
-            return Reply(pos, bookie, error=exc)
-        except (OSError, ValueError) as exc:
-            return Reply(pos, bookie, error=ReadError(f"{type(exc).__name__}: {exc}"))
-
     if len(targets) == 1:
         # Nobody to ask speculatively (the usual copy of a WQ=2 entry with one replica lost):
         # the same verdict as below without a task and an asyncio.wait per read, which were a
         # large share of the client loop's CPU on bulk copies.
-        verdict = decide([await one(0)], True)
+        verdict = decide([await _ask_one(targets, send, 0)], True)
         if verdict is None:
             raise AssertionError("decide() gave no verdict with every replica answered")
         return verdict
+    return await _ask_in_turn(targets, send, decide, speculative_timeout)
 
+
+async def _ask_one(
+    targets: Sequence[str], send: Callable[[str], Awaitable[T]], pos: int
+) -> Reply[T]:
+    """The reply of ``targets[pos]``: its value, or the error it failed with."""
+    bookie = targets[pos]
+    try:
+        return Reply(pos, bookie, value=await send(bookie))
+    except BKError as exc:
+        return Reply(pos, bookie, error=exc)
+    except (OSError, ValueError) as exc:
+        return Reply(pos, bookie, error=ReadError(f"{type(exc).__name__}: {exc}"))
+
+
+async def _ask_in_turn(
+    targets: Sequence[str],
+    send: Callable[[str], Awaitable[T]],
+    decide: Callable[[list[Reply[T]], bool], R | None],
+    speculative_timeout: float,
+) -> R:
+    """:func:`ask_replicas` with more than one target: the speculative loop."""
     tasks: set[asyncio.Task[Reply[T]]] = set()
     replies: list[Reply[T]] = []
     asked = 0
 
     def launch() -> None:
         nonlocal asked
-        tasks.add(asyncio.ensure_future(one(asked)))
+        tasks.add(asyncio.ensure_future(_ask_one(targets, send, asked)))
         asked += 1
 
     launch()

@@ -91,12 +91,12 @@ class LedgerMetadata:
 
     # ---- validation -------------------------------------------------------------------------
 
+    def _corrupt(self, msg: str) -> CorruptMetadataError:
+        return CorruptMetadataError(msg, ledger_id=self.ledger_id)
+
     def validate(self) -> LedgerMetadata:
         """Raise CorruptMetadataError if BookKeeper would reject this metadata; return self."""
-
-        def bad(msg: str) -> CorruptMetadataError:
-            return CorruptMetadataError(msg, ledger_id=self.ledger_id)
-
+        bad = self._corrupt
         if self.ledger_id < 0:
             raise bad(f"negative ledger id {self.ledger_id}")
         e, wq, aq = self.ensemble_size, self.write_quorum, self.ack_quorum
@@ -104,6 +104,23 @@ class LedgerMetadata:
             raise bad(
                 f"need ensemble >= write quorum >= ack quorum >= 1, got E={e} WQ={wq} AQ={aq}"
             )
+        self._validate_segments()
+        if (self.password is None) != (self.digest_type is None):
+            raise bad("password and digest type must be both present or both absent")
+        if self.state != LedgerState.CLOSED and (
+            self.last_entry_id != INVALID_ENTRY_ID or self.length != 0
+        ):
+            raise bad(f"{self.state.name} ledger must have lastEntryId -1 and length 0")
+        if self.state == LedgerState.CLOSED and self.last_entry_id < INVALID_ENTRY_ID:
+            raise bad(f"closed ledger with lastEntryId {self.last_entry_id}")
+        if self.format_version not in (1, 2, 3):
+            raise bad(f"unknown metadata format version {self.format_version}")
+        return self
+
+    def _validate_segments(self) -> None:
+        """Ensembles: at least one, keys strictly increasing, each of ensemble size, every
+        bookie id valid."""
+        bad, e = self._corrupt, self.ensemble_size
         if not self.segments:
             raise bad("no ensembles")
         prev = None
@@ -121,17 +138,6 @@ class LedgerMetadata:
             for b in seg.ensemble:
                 if not is_valid_bookie_id(b):
                     raise bad(f"invalid bookie id {b!r} in segment at entry {seg.first_entry_id}")
-        if (self.password is None) != (self.digest_type is None):
-            raise bad("password and digest type must be both present or both absent")
-        if self.state != LedgerState.CLOSED and (
-            self.last_entry_id != INVALID_ENTRY_ID or self.length != 0
-        ):
-            raise bad(f"{self.state.name} ledger must have lastEntryId -1 and length 0")
-        if self.state == LedgerState.CLOSED and self.last_entry_id < INVALID_ENTRY_ID:
-            raise bad(f"closed ledger with lastEntryId {self.last_entry_id}")
-        if self.format_version not in (1, 2, 3):
-            raise bad(f"unknown metadata format version {self.format_version}")
-        return self
 
     # ---- queries ----------------------------------------------------------------------------
 

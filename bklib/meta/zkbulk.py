@@ -238,25 +238,7 @@ class BulkReader:
         ping_every = self.session_timeout_ms / 3000.0
         while True:
             if not exhausted and len(pending) < max_in_flight:
-                batch = []
-                while len(pending) < max_in_flight:
-                    try:
-                        path = next(it)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    xid = self._next_xid()
-                    payload = (
-                        struct.pack(">ii", xid, OP_GET_DATA)
-                        + _string(self.chroot + path)
-                        + b"\x00"  # no watch
-                    )
-                    batch.append(_INT.pack(len(payload)) + payload)
-                    pending.append((xid, path))
-                if batch:
-                    assert self.sock is not None
-                    self.sock.sendall(b"".join(batch))
-                    self._last_send = time.monotonic()
+                exhausted = self._send_gets(it, pending, max_in_flight)
             if not pending:
                 return
             if time.monotonic() - self._last_send > ping_every:
@@ -273,12 +255,42 @@ class BulkReader:
                     raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=path)
                 yield GetResult(path, None, None, err)
                 continue
-            off = _REPLY_HEADER.size
-            n = _INT.unpack_from(frame, off)[0]
-            off += 4
-            data = frame[off : off + n] if n >= 0 else b""
-            off += max(n, 0)
-            _, _, ctime, mtime, version, cversion, _, owner, _, nchild, _ = _STAT.unpack_from(
-                frame, off
+            yield _get_result(path, frame)
+
+    def _send_gets(
+        self, paths: Iterator[str], pending: deque[tuple[int, str]], max_in_flight: int
+    ) -> bool:
+        """Pipeline getData requests for the next paths until ``max_in_flight`` are pending,
+        in one send; True when ``paths`` is exhausted."""
+        batch = []
+        exhausted = False
+        while len(pending) < max_in_flight:
+            try:
+                path = next(paths)
+            except StopIteration:
+                exhausted = True
+                break
+            xid = self._next_xid()
+            payload = (
+                struct.pack(">ii", xid, OP_GET_DATA)
+                + _string(self.chroot + path)
+                + b"\x00"  # no watch
             )
-            yield GetResult(path, data, Stat(ctime, mtime, version, cversion, owner, nchild), 0)
+            batch.append(_INT.pack(len(payload)) + payload)
+            pending.append((xid, path))
+        if batch:
+            assert self.sock is not None
+            self.sock.sendall(b"".join(batch))
+            self._last_send = time.monotonic()
+        return exhausted
+
+
+def _get_result(path: str, frame: bytes) -> GetResult:
+    """A successful getData reply: the data, then the Stat."""
+    off = _REPLY_HEADER.size
+    n = _INT.unpack_from(frame, off)[0]
+    off += 4
+    data = frame[off : off + n] if n >= 0 else b""
+    off += max(n, 0)
+    _, _, ctime, mtime, version, cversion, _, owner, _, nchild, _ = _STAT.unpack_from(frame, off)
+    return GetResult(path, data, Stat(ctime, mtime, version, cversion, owner, nchild), 0)

@@ -125,6 +125,26 @@ def resolve_connection(
     ``zk_auth`` and ``password`` on ``args``. Raises :class:`ConnectionArgsError`."""
     if not hasattr(parser, _ZK_REQUIRED):
         return args
+    _read_secret_flags(args)
+    zk_auth: str | None = getattr(args, "zk_auth", None)
+    redact_in_logs(
+        zk_auth, zk_auth.partition(":")[2] if zk_auth else None, getattr(args, "password", None)
+    )
+    try:  # TLS / SASL flags: args.zk_auth becomes a ZkAccess when any is given
+        redact_in_logs(*resolve_zk_security(args))
+    except ZkSecurityArgsError as exc:
+        raise ConnectionArgsError(str(exc)) from None
+    try:  # bookie TLS flags: args.bookie_tls, a TlsSettings or None
+        setattr(args, TLS_DEST, tls_from_args(args))
+    except TlsConfigError as exc:
+        raise ConnectionArgsError(exc.reason) from None
+    _apply_metadata_uri(parser, args, argv)
+    return args
+
+
+def _read_secret_flags(args: argparse.Namespace) -> None:
+    """``--zk-auth-file`` and ``--password-file`` into ``zk_auth`` and ``password``, each
+    given once."""
     auth_file = getattr(args, "zk_auth_file", None)
     if auth_file:
         if getattr(args, "zk_auth", None):
@@ -145,18 +165,12 @@ def resolve_connection(
                 "give the ledger password once: --password ($BKAUDIT_PASSWORD) or --password-file"
             )
         args.password = read_secret_file(password_file, "--password-file")
-    zk_auth: str | None = getattr(args, "zk_auth", None)
-    redact_in_logs(
-        zk_auth, zk_auth.partition(":")[2] if zk_auth else None, getattr(args, "password", None)
-    )
-    try:  # TLS / SASL flags: args.zk_auth becomes a ZkAccess when any is given
-        redact_in_logs(*resolve_zk_security(args))
-    except ZkSecurityArgsError as exc:
-        raise ConnectionArgsError(str(exc)) from None
-    try:  # bookie TLS flags: args.bookie_tls, a TlsSettings or None
-        setattr(args, TLS_DEST, tls_from_args(args))
-    except TlsConfigError as exc:
-        raise ConnectionArgsError(exc.reason) from None
+
+
+def _apply_metadata_uri(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]
+) -> None:
+    """``--metadata-uri`` into ``zk`` and ``ledgers_root``; or check ``--zk`` was given."""
     uri = getattr(args, "metadata_uri", None)
     if uri:
         root = getattr(args, "ledgers_root", DEFAULT_LEDGERS_ROOT)
@@ -172,4 +186,3 @@ def resolve_connection(
         args.ledgers_root = target.ledgers_root
     elif getattr(parser, _ZK_REQUIRED) and not args.zk:
         raise ConnectionArgsError("one of --zk or --metadata-uri is required")
-    return args
