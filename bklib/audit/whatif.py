@@ -165,6 +165,135 @@ def _add_run(runs: list[Run], a: int, b: int) -> None:
         runs.append((a, b))
 
 
+_NO_IMPACT = SegmentResult(0, 0, (), False, False, False)
+
+
+def _mask(indices: Iterable[int]) -> int:
+    """The bitmask of ensemble ``indices`` (bit ``i`` is index ``i``)."""
+    mask = 0
+    for i in indices:
+        mask |= 1 << i
+    return mask
+
+
+def _split_absent(
+    absent: Mapping[int, Sequence[Run] | None], last: int | None
+) -> tuple[int, dict[int, list[Run]]]:
+    """Which indices lack the whole segment (a mask) and which lack sorted ranges of it."""
+    whole = 0
+    partial: dict[int, list[Run]] = {}
+    for i, ranges in absent.items():
+        if ranges is None or last is None:
+            whole |= 1 << i  # unknown end: a partial gap counts as whole (conservative)
+        elif ranges:
+            partial[i] = sorted(ranges)
+    return whole, partial
+
+
+def _verdict(
+    e: int, wq: int, aq: int, gone: int, failed_mask: int, existing: bool
+) -> tuple[tuple[int, int], ...]:
+    """Residues below AQ with ``gone`` absent: ``failed_mask`` failing, or as is (existing)."""
+    if existing:
+        return residue_verdict(e, wq, aq, 0, gone)
+    return residue_verdict(e, wq, aq, gone, failed_mask & ~gone)
+
+
+def _open_impact(
+    e: int, wq: int, aq: int, whole: int, failed_mask: int, existing: bool
+) -> SegmentResult:
+    """Whether an open segment (unknown end) has any residue below AQ or with no replica."""
+    verdict = _verdict(e, wq, aq, whole, failed_mask, existing)
+    any_lost = any(h == 0 for _, h in verdict)
+    return SegmentResult(0, 0, (), False, bool(verdict), any_lost)
+
+
+def _bounds(first: int, last: int, partial: Mapping[int, Sequence[Run]]) -> list[int]:
+    """The sorted points in ``[first, last + 1]`` where the set of absent indices changes."""
+    points = {first, last + 1}
+    for rs in partial.values():
+        for a, b in rs:
+            if b >= first and a <= last:
+                points.add(max(a, first))
+                points.add(min(b, last) + 1)
+    return sorted(points)
+
+
+def _gone_at(p: int, whole: int, partial: Mapping[int, Sequence[Run]]) -> int:
+    """The mask of indices that lack entry ``p``."""
+    gone = whole
+    for i, rs in partial.items():
+        if any(a <= p <= b for a, b in rs):
+            gone |= 1 << i
+    return gone
+
+
+def _tally(
+    verdict: Iterable[tuple[int, int]], p: int, q: int, e: int
+) -> tuple[int, int, list[int]]:
+    """How many entries of ``[p, q]`` fall below AQ, how many are lost, and the lost residues."""
+    span = q - p + 1
+    below = lost = 0
+    lost_residues = []
+    for r, held in verdict:
+        n = span // e if span % e == 0 else _count(r, p, q, e)
+        if n == 0:
+            continue
+        below += n
+        if held == 0:
+            lost += n
+            lost_residues.append(r)
+    return below, lost, lost_residues
+
+
+def _record_lost(
+    runs: list[Run], lost_residues: Sequence[int], p: int, q: int, e: int, max_ranges: int
+) -> bool:
+    """List ``[p, q]``'s lost ids in ``runs``; True if cut short (max_ranges, or 64 stripes)."""
+    if len(lost_residues) == e:
+        _add_run(runs, p, q)
+        return len(runs) > max_ranges
+    hi = min(q, p + e * 64)
+    for x in sorted(x for r in lost_residues for x in _ids(r, p, hi, e)):
+        _add_run(runs, x, x)
+        if len(runs) > max_ranges:
+            return True
+    return q > p + e * 64
+
+
+def _closed_impact(
+    first: int,
+    last: int,
+    e: int,
+    wq: int,
+    aq: int,
+    gaps: tuple[int, dict[int, list[Run]]],
+    failed_mask: int,
+    existing: bool,
+    max_ranges: int,
+) -> SegmentResult:
+    """A closed segment's counts and lost ranges, piece by piece where the absent set holds."""
+    whole, partial = gaps
+    # No partial gaps (the common case): one piece, the whole segment, absent set ``whole``.
+    bounds = _bounds(first, last, partial) if partial else [first, last + 1]
+    below = lost = 0
+    runs: list[Run] = []
+    truncated = False
+    for k in range(len(bounds) - 1):
+        p, q = bounds[k], bounds[k + 1] - 1
+        gone = _gone_at(p, whole, partial) if partial else whole
+        verdict = _verdict(e, wq, aq, gone, failed_mask, existing)
+        if not verdict:
+            continue
+        n_below, n_lost, lost_residues = _tally(verdict, p, q, e)
+        below += n_below
+        lost += n_lost
+        if not lost_residues or truncated:
+            continue
+        truncated = max_ranges <= 0 or _record_lost(runs, lost_residues, p, q, e, max_ranges)
+    return SegmentResult(below, lost, tuple(runs[:max_ranges]), truncated, below > 0, lost > 0)
+
+
 def segment_impact(
     first: int,
     last: int | None,
@@ -184,81 +313,17 @@ def segment_impact(
     ``existing``: ignore ``failed`` and judge what is already absent (the entries with no
     replica now are ``lost``; use AQ=1 to ask only that).
     """
-    failed_mask = 0
-    for i in failed:
-        failed_mask |= 1 << i
+    failed_mask = _mask(failed)
     if existing:
-        failed_mask = sum(1 << i for i in absent)
+        failed_mask = _mask(absent)
     if not failed_mask:
-        return SegmentResult(0, 0, (), False, False, False)
-    whole = 0
-    partial: dict[int, list[Run]] = {}
-    for i, ranges in absent.items():
-        if ranges is None or last is None:
-            whole |= 1 << i  # unknown end: a partial gap counts as whole (conservative)
-        elif ranges:
-            partial[i] = sorted(ranges)
+        return _NO_IMPACT
+    gaps = _split_absent(absent, last)
     if last is None:
-        verdict = (
-            residue_verdict(e, wq, aq, 0, whole)
-            if existing
-            else residue_verdict(e, wq, aq, whole, failed_mask & ~whole)
-        )
-        any_lost = any(h == 0 for _, h in verdict)
-        return SegmentResult(0, 0, (), False, bool(verdict), any_lost)
+        return _open_impact(e, wq, aq, gaps[0], failed_mask, existing)
     if last < first:
-        return SegmentResult(0, 0, (), False, False, False)
-    points = {first, last + 1}
-    for rs in partial.values():
-        for a, b in rs:
-            if b >= first and a <= last:
-                points.add(max(a, first))
-                points.add(min(b, last) + 1)
-    bounds = sorted(points)
-    below = lost = 0
-    runs: list[Run] = []
-    truncated: bool = False
-    for k in range(len(bounds) - 1):
-        p, q = bounds[k], bounds[k + 1] - 1
-        gone = whole
-        for i, rs in partial.items():
-            if any(a <= p <= b for a, b in rs):
-                gone |= 1 << i
-        verdict = (
-            residue_verdict(e, wq, aq, 0, gone)
-            if existing
-            else residue_verdict(e, wq, aq, gone, failed_mask & ~gone)
-        )
-        if not verdict:
-            continue
-        span = q - p + 1
-        lost_residues = []
-        for r, held in verdict:
-            n = span // e if span % e == 0 else _count(r, p, q, e)
-            if n == 0:
-                continue
-            below += n
-            if held == 0:
-                lost += n
-                lost_residues.append(r)
-        if not lost_residues or truncated or max_ranges <= 0:
-            truncated = truncated or (bool(lost_residues) and max_ranges <= 0)
-            continue
-        if len(lost_residues) == e:
-            _add_run(runs, p, q)
-        else:
-            ids = sorted(x for r in lost_residues for x in _ids(r, p, min(q, p + e * 64), e))
-            for x in ids:
-                _add_run(runs, x, x)
-                if len(runs) > max_ranges:
-                    break
-            if q > p + e * 64:
-                truncated = True
-        if len(runs) > max_ranges:
-            truncated = True
-    if len(runs) > max_ranges:
-        runs = runs[:max_ranges]
-    return SegmentResult(below, lost, tuple(runs), truncated, below > 0, lost > 0)
+        return _NO_IMPACT
+    return _closed_impact(first, last, e, wq, aq, gaps, failed_mask, existing, max_ranges)
 
 
 @dataclass(frozen=True)
