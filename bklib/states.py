@@ -12,6 +12,8 @@ how a ``host:port`` bookie id splits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "DEFAULT_LEDGERS_ROOT",
     "UNKNOWN_RACK",
@@ -90,6 +92,14 @@ class Severity:
     ORDER = {NO_REPLICA: 0, BELOW_AQ: 1, BELOW_WQ: 2}
     """Worst first."""
     ALL = (NO_REPLICA, BELOW_AQ, BELOW_WQ)
+    NONE = "none"
+    """What :meth:`worst` names when no severity is given."""
+
+    @staticmethod
+    def worst(severities: Iterable[str | None]) -> str:
+        """The worst of ``severities`` (unknown values and None ignored), else :attr:`NONE`."""
+        ranked = [s for s in severities if s in Severity.ORDER]
+        return min(ranked, key=Severity.ORDER.__getitem__, default=Severity.NONE)
 
 
 class BookieState:

@@ -24,7 +24,8 @@ from typing import Any, TextIO
 
 from bklib.meta.zkaccess import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
-from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, Reason, Severity
+from bklib.repair.outcome import REPAIRED, RESOLVED, repair_status
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 
@@ -69,46 +70,37 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return add_connection_arguments(parser)
 
 
-REPAIRED = "REPAIRED"
-"""A ledger whose latest repair since the audit did its work and left nothing to do."""
-
-
-def repair_status(
-    actions: list[dict[str, Any]], since: Any
-) -> dict[int, tuple[str, dict[str, Any]]]:
-    """Per ledger, what the repair runs that started after ``since`` left it in, with the
-    deciding run's last action row: REPAIRED (a run did its work and left nothing to do),
-    SKIPPED (nothing to do: already repaired or deleted), PLANNED (a dry run), or the first
-    unfinished status (WAITING_GRACE, FAILED, NO_REPLICA, LOCKED, ...). A later run that only
-    skips the ledger does not undo an earlier repair."""
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
-    for a in sorted(actions, key=lambda a: a["started_at"]):
-        if a["action"] in ActionKind.NOT_LEDGER_REPAIRS:
-            continue
-        if since is None or a["started_at"] >= since:
-            runs.setdefault(a["ledger_id"], {}).setdefault(a["run_id"], []).append(a)
-    out: dict[int, tuple[str, dict[str, Any]]] = {}
-    for lid, by_run in runs.items():
-        for rows in by_run.values():  # in the order the runs started
-            unfinished = [r["status"] for r in rows if r["status"] not in ActionStatus.FINAL]
-            if unfinished:
-                outcome = unfinished[0]
-            elif any(r["status"] == ActionStatus.DONE for r in rows):
-                outcome = REPAIRED
-            else:
-                outcome = rows[-1]["status"]
-            if outcome == ActionStatus.SKIPPED and out.get(lid, ("",))[0] == REPAIRED:
-                continue
-            out[lid] = (outcome, rows[-1])
-    return out
-
-
-RESOLVED = (REPAIRED, ActionStatus.SKIPPED)
-"""Outcomes after which nothing is left to do for a ledger."""
-
-
 def _fmt_range(first: int, last: int | None) -> str:
     return f"[{first}, {'LAC?' if last is None else last}]"
+
+
+def _fragment_line(f: dict[str, Any], repair: tuple[str, dict[str, Any]] | None) -> str:
+    """One fragment of the report, with what the repairs since the audit did to its ledger."""
+    detail = [
+        f"\tMissingReplica : {f['bookie_id']}",
+        f"segment {_fmt_range(f['segment_first_entry_id'], f['segment_last_entry_id'])}",
+        f["reason"],
+    ]
+    if f["missing_entries"] is not None:
+        detail.append(f"{f['missing_entries']} entries")
+    if f.get("unknown_entries"):
+        detail.append(f"{f['unknown_entries']} unknown")
+    if f["severity"]:
+        detail.append(f"{f['severity']} (min replicas {f['min_replicas']})")
+    if f.get("ledger_state"):
+        detail.append(f["ledger_state"])
+    if f.get("first_detected_at"):
+        detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
+    if f.get("error"):
+        detail.append(f"({f['error']})")
+    if repair is not None:
+        status, last = repair
+        why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
+        detail.append(
+            f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
+            f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
+        )
+    return "  ".join(detail)
 
 
 def format_report(
@@ -132,33 +124,7 @@ def format_report(
     for lid in sorted(by_ledger):
         rows = sorted(by_ledger[lid], key=lambda f: (f["segment_first_entry_id"], f["bookie_id"]))
         lines.append(f"{lid}")
-        for f in rows:
-            missing = f["missing_entries"]
-            detail = [
-                f"\tMissingReplica : {f['bookie_id']}",
-                f"segment {_fmt_range(f['segment_first_entry_id'], f['segment_last_entry_id'])}",
-                f["reason"],
-            ]
-            if missing is not None:
-                detail.append(f"{missing} entries")
-            if f.get("unknown_entries"):
-                detail.append(f"{f['unknown_entries']} unknown")
-            if f["severity"]:
-                detail.append(f"{f['severity']} (min replicas {f['min_replicas']})")
-            if f.get("ledger_state"):
-                detail.append(f["ledger_state"])
-            if f.get("first_detected_at"):
-                detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
-            if f.get("error"):
-                detail.append(f"({f['error']})")
-            if lid in repairs:
-                status, last = repairs[lid]
-                why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
-                detail.append(
-                    f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
-                    f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
-                )
-            lines.append("  ".join(detail))
+        lines.extend(_fragment_line(f, repairs.get(lid)) for f in rows)
     for e in errors:
         lines.append(
             f"unreadable metadata: ledger {e['ledger_id']} at {e['znode_path']}: {e['error']}"
@@ -166,8 +132,7 @@ def format_report(
     if not by_ledger and not errors:
         lines.append("no under-replicated ledgers")
     else:
-        ranked = [f["severity"] for f in fragments if f["severity"] in Severity.ORDER]
-        label = min(ranked, key=Severity.ORDER.__getitem__, default="none")
+        label = Severity.worst(f["severity"] for f in fragments)
         lines.append(
             f"{len(by_ledger)} under-replicated ledgers, {len(fragments)} fragments, "
             f"{len(errors)} unreadable znodes; worst severity {label}"
@@ -199,8 +164,7 @@ def format_by_topic(
     lines = [f"audit run {run['run_id']}: check {run['check']}, {run['status']}, by topic"]
 
     def worst(fs: list[dict[str, Any]]) -> str:
-        ranked = [f["severity"] for f in fs if f["severity"] in Severity.ORDER]
-        return min(ranked, key=Severity.ORDER.__getitem__, default="none")
+        return Severity.worst(f["severity"] for f in fs)
 
     def order(t: str) -> tuple[bool, int, int, str]:
         fs = by_topic[t]

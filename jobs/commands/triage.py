@@ -80,7 +80,7 @@ def collect_triage(
     """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With ``zk``, a
     Pulsar data ledger's lost entries are also named as message ids, with the publish-time
     range the surviving neighbours bound (:func:`pulsar_loss`)."""
-    from jobs.commands.listing import RESOLVED, repair_status
+    from bklib.repair.outcome import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
     from jobs.tables.schema import ACTIONS, BOOKIES, LEDGERS

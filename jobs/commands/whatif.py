@@ -113,7 +113,7 @@ def findings_missing(warehouse: str) -> tuple[Findings, str]:
     the audit's run id. Unreachable replicas count as missing (whatif is conservative); a
     truncated range list counts as the whole stripe. Keep only those the current metadata
     still names (:func:`bklib.audit.whatif.current_missing`)."""
-    from jobs.commands.listing import RESOLVED, repair_status
+    from bklib.repair.outcome import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 

@@ -299,18 +299,19 @@ def render_html(data: ReportData) -> str:
         CountKey.MISSING_ENTRIES, sum(int(f.get("missing_entries") or 0) for f in data.findings)
     )
     present = {r["severity"] for r in data.per_bookie} | {f.get("severity") for f in data.findings}
-    worst = next((s for s in SEVERITIES if s in present), "")
+    worst = Severity.worst(present)
     cards = [
         ("ledgers scanned", counts.get(CountKey.LEDGERS, "")),
         ("under-replicated ledgers", ledgers_bad),
         ("fragments", total),
         ("missing entries", missing),
-        ("worst severity", worst or "none"),
+        ("worst severity", worst),
         ("stuck ledgers", len(data.stuck)),
         ("copied (all repair runs)", f"{human_bytes(total_copied)} / {total_entries} entries"),
     ]
+    bad = {"worst severity"} if worst != Severity.NONE else set()
     cards_html = "".join(
-        f'<div class="card"><b class="{"bad" if (k == "worst severity" and worst) else ""}">'
+        f'<div class="card"><b class="{"bad" if k in bad else ""}">'
         f"{esc(v)}</b><span>{esc(k)}</span></div>"
         for k, v in cards
     )

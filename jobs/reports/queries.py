@@ -211,7 +211,7 @@ def findings_with_repair_status(
     start) left their ledger in: ``repair_status`` and ``repair_error`` by the rule
     ``listunderreplicated`` uses (:func:`jobs.commands.listing.repair_status`), so both
     reports say the same of every finding."""
-    from jobs.commands.listing import REPAIRED, repair_status
+    from bklib.repair.outcome import REPAIRED, repair_status
 
     if actions is None:
         return [{**f, "repair_status": None, "repair_error": None} for f in fragments]
@@ -303,19 +303,23 @@ def affected_topics(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:
         topic = f.get("topic")
         if not topic:
             continue
-        t = acc.setdefault(topic, {"topic": topic, "ledgers": set(), "fragments": 0, "rank": 9})
+        t = acc.setdefault(
+            topic, {"topic": topic, "ledgers": set(), "fragments": 0, "severities": set()}
+        )
         t["ledgers"].add(f["ledger_id"])
         t["fragments"] += 1
-        t["rank"] = min(t["rank"], Severity.ORDER.get(f.get("severity") or "", 9))
-    out = [
-        {
-            "topic": t["topic"],
-            "ledgers": len(t["ledgers"]),
-            "fragments": t["fragments"],
-            "worst": next((k for k, v in Severity.ORDER.items() if v == t["rank"]), None),
-        }
-        for t in acc.values()
-    ]
+        t["severities"].add(f.get("severity"))
+    out = []
+    for t in acc.values():
+        worst = Severity.worst(t["severities"])
+        out.append(
+            {
+                "topic": t["topic"],
+                "ledgers": len(t["ledgers"]),
+                "fragments": t["fragments"],
+                "worst": None if worst == Severity.NONE else worst,
+            }
+        )
     return sorted(out, key=lambda t: (Severity.ORDER.get(t["worst"] or "", 9), -t["ledgers"]))
 
 

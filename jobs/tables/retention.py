@@ -129,7 +129,7 @@ def open_finding_runs(
     ``fragments``: rows with run_id, ledger_id, segment_first_entry_id and bookie_id of the
     :func:`open_finding_candidates` runs (other rows are ignored).
     """
-    from jobs.commands.listing import RESOLVED, repair_status
+    from bklib.repair.outcome import RESOLVED, repair_status
 
     candidates = {r.run_id: r for r in open_finding_candidates(runs)}
     last: dict[FindingKey, AuditRun] = {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bklib.repair.outcome import repair_status
 from bklib.states import ActionKind, ActionStatus
-from jobs.commands.listing import repair_status
 from jobs.reports.queries import findings_with_repair_status
 
 AUDIT = datetime(2026, 11, 27, 8, 0, tzinfo=timezone.utc)

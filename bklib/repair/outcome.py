@@ -1,0 +1,48 @@
+"""What the repair runs since an audit left each ledger in: the one rule for "resolved by a
+later repair", which ``listunderreplicated``, the HTML report, whatif, triage and maintain's
+retention all apply to the rows of ``replication_actions``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bklib.states import ActionKind, ActionStatus
+
+__all__ = ["REPAIRED", "RESOLVED", "repair_status"]
+
+REPAIRED = "REPAIRED"
+"""A ledger whose latest repair since the audit did its work and left nothing to do."""
+
+
+def repair_status(
+    actions: list[dict[str, Any]], since: Any
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Per ledger, what the repair runs that started after ``since`` left it in, with the
+    deciding run's last action row: REPAIRED (a run did its work and left nothing to do),
+    SKIPPED (nothing to do: already repaired or deleted), PLANNED (a dry run), or the first
+    unfinished status (WAITING_GRACE, FAILED, NO_REPLICA, LOCKED, ...). A later run that only
+    skips the ledger does not undo an earlier repair."""
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for a in sorted(actions, key=lambda a: a["started_at"]):
+        if a["action"] in ActionKind.NOT_LEDGER_REPAIRS:
+            continue
+        if since is None or a["started_at"] >= since:
+            runs.setdefault(a["ledger_id"], {}).setdefault(a["run_id"], []).append(a)
+    out: dict[int, tuple[str, dict[str, Any]]] = {}
+    for lid, by_run in runs.items():
+        for rows in by_run.values():  # in the order the runs started
+            unfinished = [r["status"] for r in rows if r["status"] not in ActionStatus.FINAL]
+            if unfinished:
+                outcome = unfinished[0]
+            elif any(r["status"] == ActionStatus.DONE for r in rows):
+                outcome = REPAIRED
+            else:
+                outcome = rows[-1]["status"]
+            if outcome == ActionStatus.SKIPPED and out.get(lid, ("",))[0] == REPAIRED:
+                continue
+            out[lid] = (outcome, rows[-1])
+    return out
+
+
+RESOLVED = (REPAIRED, ActionStatus.SKIPPED)
+"""Outcomes after which nothing is left to do for a ledger."""
