@@ -4,9 +4,9 @@ per partition of the metadata scan and merged on the driver.
 The input is the local path's exactly: every ledger's current metadata (the audit's own
 metadata scan, :func:`jobs.spark.extract.scan_ledgers_df`, not the last audit's ``ledgers``
 table, which may be stale), the registrations, the rack map, and the latest audit's missing
-replicas. Each task runs :func:`bklib.audit.whatif.blast_radius` on its ledgers with the full
+replicas. Each task runs :func:`bklib.audit.blast_radius.blast_radius` on its ledgers with the full
 bookie list (so every partial result has every scope, with the same ``bookies`` counts) and
-ships one row per scope; the driver adds them up (:func:`bklib.audit.whatif.merge_scopes`).
+ships one row per scope; the driver adds them up (:func:`bklib.audit.blast_radius.merge_scopes`).
 """
 
 from __future__ import annotations

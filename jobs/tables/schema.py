@@ -337,7 +337,7 @@ BLAST_RADIUS_SCHEMA = pa.schema(
         _f("executor", pa.string()),
     ]
 )
-"""One bookie's or rack's blast radius (:class:`bklib.audit.whatif.ScopeImpact`)."""
+"""One bookie's or rack's blast radius (:class:`bklib.audit.blast_radius.ScopeImpact`)."""
 
 TRIAGE_SCHEMA = pa.schema(
     [
