@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from bklib.audit.model import LedgerView, SegmentSpan
 from bklib.audit.whatif import (
@@ -37,6 +38,17 @@ __all__ = ["ScopeImpact", "blast_radius", "merge_scopes"]
 @dataclass
 class ScopeImpact:
     """The blast radius of one bookie or one rack (a row of the ``blast_radius`` table)."""
+
+    COUNTS: ClassVar[tuple[str, ...]] = (
+        "ledgers",
+        "ledgers_below_aq",
+        "ledgers_lost",
+        "entries_below_aq",
+        "entries_lost",
+        "ledgers_entries_unknown",
+        "writers_blocked",
+    )
+    """The counters, which partial results add up (and the table's int64 columns)."""
 
     scope: str
     name: str
@@ -72,15 +84,7 @@ class ScopeImpact:
 
     def merge(self, other: ScopeImpact) -> None:
         """Add another partial result for the same scope (Spark partitions, say)."""
-        for name in (
-            "ledgers",
-            "ledgers_below_aq",
-            "ledgers_lost",
-            "entries_below_aq",
-            "entries_lost",
-            "ledgers_entries_unknown",
-            "writers_blocked",
-        ):
+        for name in self.COUNTS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.topics |= other.topics
         self.topics_lost |= other.topics_lost

@@ -40,18 +40,7 @@ PARTIAL_SCHEMA = pa.schema(
         pa.field("scope", pa.string(), False),
         pa.field("name", pa.string(), False),
         pa.field("bookies", pa.int32()),
-        *(
-            pa.field(c, pa.int64())
-            for c in (
-                "ledgers",
-                "ledgers_below_aq",
-                "ledgers_lost",
-                "entries_below_aq",
-                "entries_lost",
-                "ledgers_entries_unknown",
-                "writers_blocked",
-            )
-        ),
+        *(pa.field(c, pa.int64()) for c in ScopeImpact.COUNTS),
         pa.field("topics", _STRINGS),
         pa.field("topics_lost", _STRINGS),
     ]
