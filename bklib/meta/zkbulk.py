@@ -33,16 +33,22 @@ XID_AUTH = -4
 XID_WATCH = -1
 
 ZOK = 0
+ZCONNECTIONLOSS = -4
 ZNONODE = -101
 ZNOAUTH = -102
+ZSESSIONEXPIRED = -112
+ZAUTHFAILED = -115
+ZSESSIONCLOSEDREQUIRESASLAUTH = -124
 ERROR_NAMES = {
-    -4: "CONNECTIONLOSS",
-    -101: "NONODE",
-    -102: "NOAUTH",
-    -112: "SESSIONEXPIRED",
-    -115: "AUTHFAILED",
-    -124: "SESSIONCLOSEDREQUIRESASLAUTH",
+    ZCONNECTIONLOSS: "CONNECTIONLOSS",
+    ZNONODE: "NONODE",
+    ZNOAUTH: "NOAUTH",
+    ZSESSIONEXPIRED: "SESSIONEXPIRED",
+    ZAUTHFAILED: "AUTHFAILED",
+    ZSESSIONCLOSEDREQUIRESASLAUTH: "SESSIONCLOSEDREQUIRESASLAUTH",
 }
+# Errors that end the session, not just one read.
+SESSION_ERRORS = frozenset({ZSESSIONEXPIRED, ZCONNECTIONLOSS, ZAUTHFAILED})
 
 _REPLY_HEADER = struct.Struct(">iqi")
 _STAT = struct.Struct(">qqqqiiiqiiq")
@@ -251,7 +257,7 @@ class BulkReader:
             if xid != exp_xid:
                 raise ZKError(f"ZooKeeper reply out of order: xid {xid}, expected {exp_xid}")
             if err != ZOK:
-                if err in (-112, -4, -115):
+                if err in SESSION_ERRORS:
                     raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=path)
                 yield GetResult(path, None, None, err)
                 continue

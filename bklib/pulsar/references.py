@@ -24,7 +24,12 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from bklib.errors import ZKError
 from bklib.meta import paths
-from bklib.meta.pulsar import topic_of_managed_ledger
+from bklib.meta.pulsar import (
+    COMPONENT_COMPACTED,
+    COMPONENT_MANAGED_LEDGER,
+    COMPONENT_SCHEMA,
+    topic_of_managed_ledger,
+)
 from bklib.pulsar.metadata import (
     CorruptPulsarMetadata,
     decode_cursor,
@@ -55,12 +60,13 @@ BATCH = 256
 
 
 class Owner:
-    """What references a ledger (``pulsar_references.component``)."""
+    """What references a ledger (``pulsar_references.component``): Pulsar's own ``component``
+    tag names, and ``cursor`` for a cursor's ledger (which Pulsar tags as a managed ledger's)."""
 
-    MANAGED_LEDGER = "managed-ledger"
+    MANAGED_LEDGER = COMPONENT_MANAGED_LEDGER
     CURSOR = "cursor"
-    SCHEMA = "schema"
-    COMPACTED = "compacted-ledger"
+    SCHEMA = COMPONENT_SCHEMA
+    COMPACTED = COMPONENT_COMPACTED
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,6 @@ DEFAULT_SPOOL_MAX_BYTES = 512 * 1024 * 1024
 """512 MB: hours of audits of a large cluster before the service stops."""
 
 _NAME = re.compile(r"^(\d{20})-(\d+)-([a-z_]+)\.jsonl$")
-_TAGS = ("$ts", "$date", "$b64", "$obj")
 
 
 class SpoolError(TableError):
