@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from jobs.cli.registry import COMMANDS, Command
 
-__all__ = ["build_parser", "main", "run", "run_command"]
+__all__ = ["build_parser", "command_main", "command_parser", "main", "run", "run_command"]
 
 
 def top_level_epilog() -> str:
@@ -44,6 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(cmd: Command) -> argparse.ArgumentParser:
+    """``bkaudit NAME``'s parser: the command's flags, its description and the examples
+    epilog (config-file and environment defaults are applied when it parses)."""
+    from jobs.cli.config import help_epilog
+
+    add_arguments, _ = cmd.load()
+    parser = argparse.ArgumentParser(
+        prog=f"bkaudit {cmd.name}",
+        description=textwrap.fill(cmd.description, width=79, break_on_hyphens=False),
+        epilog=help_epilog(cmd.name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return parser
+
+
 def run_command(cmd: Command, argv: Sequence[str]) -> int:
     """Parse ``argv`` with the command's parser (config file and environment applied) and run
     it. A bad flag, config key or variable exits 2 with one line."""
@@ -52,7 +69,17 @@ def run_command(cmd: Command, argv: Sequence[str]) -> int:
     if cmd.own_parser:
         return cmd.argv_runner()(list(argv))
     _, runner = cmd.load()
-    return int(runner(parse_with_config(cmd.parser(), cmd.name, argv)) or 0)
+    return int(runner(parse_with_config(command_parser(cmd), cmd.name, argv)) or 0)
+
+
+def command_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m jobs.commands.NAME ...``: the command as ``bkaudit NAME`` runs it, with its
+    logging set up from the config file."""
+    from jobs.cli.config import config_path_from_argv, configure_logging
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    configure_logging(False, config_path_from_argv(argv))
+    return run_command(COMMANDS[name], argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -56,20 +55,6 @@ class Command:
         return cast(
             Callable[[list[str]], int], getattr(importlib.import_module(self.module), self.run)
         )
-
-    def parser(self) -> argparse.ArgumentParser:
-        """The command's parser, with its description and the examples epilog."""
-        from jobs.cli.config import help_epilog
-
-        add_arguments, _ = self.load()
-        parser = argparse.ArgumentParser(
-            prog=f"bkaudit {self.name}",
-            description=textwrap.fill(self.description, width=79, break_on_hyphens=False),
-            epilog=help_epilog(self.name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        add_arguments(parser)
-        return parser
 
 
 _EXIT_FINDINGS = "Exit 0 when clean, 1 when findings exist, 2 on error."

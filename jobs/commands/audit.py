@@ -253,10 +253,11 @@ def _failed(run: Any, exc: BaseException) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit jobs/audit.py ...`` entry point: always Spark."""
     from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+    from jobs.cli.main import command_parser
     from jobs.cli.registry import command
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_with_config(command("audit").parser(), "audit", argv)
+    args = parse_with_config(command_parser(command("audit")), "audit", argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
     return run_audit(args)

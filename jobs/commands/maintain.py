@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_KEEP",
     "add_maintain_arguments",
-    "build_parser",
     "main",
     "maintain",
     "run_maintain",
@@ -94,27 +93,6 @@ def add_maintain_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
         "on an older snapshot",
     )
     return parser
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m jobs.commands.maintain`` (``bkaudit maintain`` builds the same)."""
-    from jobs.cli.config import help_epilog
-
-    return add_maintain_arguments(
-        argparse.ArgumentParser(
-            prog="bkaudit maintain",
-            description=DESCRIPTION,
-            epilog=help_epilog("maintain"),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
-
-
-DESCRIPTION = (
-    "Keep the Delta tables healthy: delete runs older than --keep (keeping the latest run "
-    "of each check and every run with open findings), compact small files, vacuum; "
-    "--migrate relays old tables out by run_date. Exit 0 when done, 2 on error."
-)
 
 
 # ---- the steps, in order ------------------------------------------------------------------------
@@ -261,13 +239,10 @@ def run_maintain(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.commands.maintain ...`` entry point (config file and environment apply)."""
-    from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+    """``python -m jobs.commands.maintain ...``: ``bkaudit maintain``."""
+    from jobs.cli.main import command_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_with_config(build_parser(), "maintain", argv)
-    configure_logging(False, config_path_from_argv(argv))
-    return run_maintain(args)
+    return command_main("maintain", argv)
 
 
 if __name__ == "__main__":

@@ -385,9 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = argv.pop(0) if argv and argv[0] in (MODE_RECOVER, MODE_DECOMMISSION) else None
     mode = mode or MODE_REREPLICATE
     from jobs.cli.config import config_path_from_argv, configure_logging, parse_with_config
+    from jobs.cli.main import command_parser
     from jobs.cli.registry import command
 
-    args = parse_with_config(command(mode).parser(), mode, argv)
+    args = parse_with_config(command_parser(command(mode)), mode, argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
     return RUNNERS[mode](args)

@@ -28,21 +28,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs.cli.config import parse_with_config
 from jobs.reports.data import DEFAULT_MAX_FINDINGS, DEFAULT_TITLE, collect_report_data
 from jobs.reports.page import render_html
 from jobs.reports.queries import DEFAULT_RUNS
 
-__all__ = ["REPORT_EPILOG", "add_report_arguments", "main", "run_report"]
+__all__ = ["add_report_arguments", "main", "run_report"]
 
 log = logging.getLogger("jobs.commands.report")
-
-REPORT_EPILOG = """examples:
-  bkaudit report --warehouse /data/bkaudit --out report.html
-  bkaudit report --warehouse s3a://ops/bkaudit --out /tmp/r.html --runs 90
-  bkaudit report --warehouse /data/bkaudit --run-id 20260101T000000Z-1a2b3c4d --out old.html
-  python -m jobs.commands.report --warehouse /data/bkaudit --out report.html
-"""
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -102,20 +94,10 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.commands.report ...`` entry point."""
-    parser = add_report_arguments(
-        argparse.ArgumentParser(
-            prog="html_report",
-            description="Write a self-contained HTML report from the Delta tables.",
-            epilog=REPORT_EPILOG,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
-    args = parse_with_config(parser, "report", argv)  # conf/bkaudit.yaml and BKAUDIT_* env
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return run_report(args)
+    """``python -m jobs.commands.report ...``: ``bkaudit report``."""
+    from jobs.cli.main import command_main
+
+    return command_main("report", argv)
 
 
 if __name__ == "__main__":

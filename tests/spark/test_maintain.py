@@ -17,7 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bklib.states import ActionKind, ActionStatus, Check, RepairMode, RunStatus
+from jobs.cli.main import command_parser
 from jobs.cli.main import main as cli_main
+from jobs.cli.registry import command
 from jobs.commands import maintain
 from jobs.commands.listing import list_underreplicated
 from jobs.options.units import parse_duration
@@ -274,7 +276,7 @@ def test_dry_run_changes_nothing_and_says_what_it_would_do(tmp_path: Path) -> No
     wh = _build(tmp_path / "wh", runs=12)
     before = _snapshot(wh.path)
     out = io.StringIO()
-    args = maintain.build_parser().parse_args(
+    args = command_parser(command("maintain")).parse_args(
         ["--warehouse", wh.path, "--keep", KEEP, "--dry-run", "--vacuum-retention", "0s"]
     )
     assert maintain.run_maintain(args, out=out) == 0
@@ -312,6 +314,6 @@ def test_refuses_a_warehouse_newer_than_the_code(
 
 def test_keep_must_be_at_least_a_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh = _build(tmp_path / "wh", runs=1)
-    args = maintain.build_parser().parse_args(["--warehouse", wh.path, "--keep", "12h"])
+    args = command_parser(command("maintain")).parse_args(["--warehouse", wh.path, "--keep", "12h"])
     assert maintain.run_maintain(args) == 2
     assert capsys.readouterr().err == "maintain: --keep must be at least 1d (got 43200s)\n"

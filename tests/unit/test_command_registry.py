@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from jobs.cli.main import main
+from jobs.cli.main import command_parser, main
 from jobs.cli.registry import COMMANDS
 from tests.cli_helpers import REPO
 
@@ -61,7 +61,7 @@ def test_every_description_ends_with_its_exit_statuses() -> None:
 @pytest.mark.parametrize("name", [n for n, c in COMMANDS.items() if not c.own_parser])
 def test_spark_flag_matches_the_executor_flag(name: str) -> None:
     cmd = COMMANDS[name]
-    flags = {a.dest for a in cmd.parser()._actions}
+    flags = {a.dest for a in command_parser(cmd)._actions}
     # demo runs its audit on the default executor: it may start Spark without the flag.
     assert cmd.spark == ("executor" in flags or name == "demo"), name
 

@@ -4,6 +4,7 @@ the real command parsers (audit, listunderreplicated, report, sandbox, demo)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from jobs.cli.config import (
     load_config,
     parse_with_config,
 )
+from jobs.cli.main import command_parser
 from jobs.cli.registry import COMMANDS
 from jobs.commands.audit import add_audit_arguments
 
@@ -167,7 +169,7 @@ def test_help_names_where_a_changed_default_came_from(tmp_path: Path) -> None:
 
 # Every command that takes a config section, with the parser `bkaudit COMMAND` builds.
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
-    c.name: c.parser for c in COMMANDS.values() if not c.own_parser
+    c.name: functools.partial(command_parser, c) for c in COMMANDS.values() if not c.own_parser
 }
 
 
