@@ -20,8 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $@
 
-java-deps:
-	scripts/install_java_deps.sh
+java-deps: venv
+	PY=$(PY) scripts/install_java_deps.sh
 
 ## Apache BookKeeper 4.17 jars and our Java interop driver (tests/interop).
 bookkeeper-deps: java-deps

@@ -1,7 +1,7 @@
 """Runs a real standalone ZooKeeper server process (Apache ZooKeeper from Maven Central).
 
-Used by the test fixtures and the sandbox. The jars are resolved by
-``scripts/install_java_deps.sh`` into ``$BKAUDIT_CACHE/zookeeper/lib``.
+Used by the test fixtures and the sandbox. The jars are fetched from Maven Central by
+:mod:`bklib.testing.zookeeper_dist` into ``$BKAUDIT_CACHE/zookeeper/lib``.
 
 A secured server (:class:`ServerTls`, ``sasl_users``) adds a TLS ``secureClientPort`` on the
 Netty connection factory with PEM key and trust stores, and SASL DIGEST-MD5 from a JAAS
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bklib.testing.zookeeper_dist import is_complete, zookeeper_lib
+
 if TYPE_CHECKING:
     from bklib.meta.zkaccess import ZkAuth
 
@@ -36,16 +37,18 @@ class ZooKeeperUnavailable(RuntimeError):
     """No ZooKeeper server can be started here (jars or Java missing, or it did not come up)."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("BKAUDIT_CACHE", Path.home() / ".cache" / "bkaudit"))
+JAVA_MISSING = (
+    "java not found on PATH: ZooKeeper needs a Java 11+ runtime "
+    "(e.g. apt-get install openjdk-17-jre-headless)"
+)
 
 
 def zookeeper_classpath() -> str:
-    """Classpath of the ZooKeeper server jars, or raise with the command that installs them."""
-    lib = Path(os.environ.get("BKAUDIT_ZOOKEEPER_LIB", cache_dir() / "zookeeper" / "lib"))
-    if not lib.is_dir() or not any(lib.glob("zookeeper-*.jar")):
+    """Classpath of the ZooKeeper server jars, or raise with the command that fetches them."""
+    lib = zookeeper_lib()
+    if not is_complete(lib) and not any(lib.glob("zookeeper-*.jar")):
         raise ZooKeeperUnavailable(
-            f"ZooKeeper jars not found in {lib}; run scripts/install_java_deps.sh (make java-deps)"
+            f"ZooKeeper jars not found in {lib}; run python -m bklib.testing.zookeeper_dist"
         )
     return f"{lib}/*"
 
@@ -179,7 +182,7 @@ class ZooKeeperServer:
     def start(self, timeout: float = 60.0) -> ZooKeeperServer:
         java = shutil.which("java")
         if java is None:
-            raise ZooKeeperUnavailable("java not found on PATH (run scripts/install_java_deps.sh)")
+            raise ZooKeeperUnavailable(JAVA_MISSING)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
         secure_cfg, secure_jvm = self._security_config()

@@ -155,7 +155,12 @@ def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
     from jobs.commands.audit import add_audit_arguments, run_audit
     from jobs.commands.repair import add_repair_arguments, run_rereplicate
+    from jobs.commands.sandbox import prepare_zookeeper
 
+    missing = prepare_zookeeper()
+    if missing is not None:
+        print(f"demo: {missing}", file=sys.stderr)
+        return 2
     # Tables and step lines in order with the log lines when the output is a pipe or a file.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)

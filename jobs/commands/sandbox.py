@@ -4,11 +4,12 @@ Python bookies) that outlives the command; its state lives in ``--dir``."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import cast
 
-__all__ = ["DEFAULT_SANDBOX_DIR", "add_sandbox_arguments", "run_sandbox"]
+__all__ = ["DEFAULT_SANDBOX_DIR", "add_sandbox_arguments", "prepare_zookeeper", "run_sandbox"]
 
 DEFAULT_SANDBOX_DIR = Path("sandbox-data")
 
@@ -29,12 +30,47 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     return parser
 
 
+def prepare_zookeeper() -> str | None:
+    """Make a ZooKeeper server runnable here: Java on PATH, and the pinned server jars fetched
+    from Maven Central (cached) with a progress bar. Returns None when ready, else the one line
+    that says what is missing."""
+    from bklib.testing.zkserver import JAVA_MISSING
+    from bklib.testing.zookeeper_dist import (
+        ZOOKEEPER_SERVER,
+        ZOOKEEPER_VERSION,
+        FetchError,
+        fetch_zookeeper,
+        is_complete,
+        zookeeper_lib,
+    )
+    from jobs.runtime.progress import Progress
+
+    if shutil.which("java") is None:
+        return JAVA_MISSING
+    lib = zookeeper_lib()
+    if is_complete(lib):
+        return None
+    print(f"fetching ZooKeeper {ZOOKEEPER_VERSION} from Maven Central into {lib}", file=sys.stderr)
+    what = f"ZooKeeper {ZOOKEEPER_VERSION} jars"
+    try:
+        with Progress(what, len(ZOOKEEPER_SERVER), unit="jars") as bar:
+            fetch_zookeeper(lib, fetched=lambda _: bar.advance())
+    except FetchError as exc:
+        return str(exc)
+    return None
+
+
 def run_sandbox(args: argparse.Namespace) -> int:
     """Start, stop or show the sandbox recorded in ``args.dir``."""
     from bklib.testing.sandbox import SandboxError
+    from bklib.testing.zkserver import ZooKeeperUnavailable
 
     try:
         if args.action == "up":
+            missing = prepare_zookeeper()
+            if missing is not None:
+                print(f"sandbox: {missing}", file=sys.stderr)
+                return 2
             return _up(args)
         if args.action == "down":
             from bklib.testing.sandbox import stop_detached
@@ -43,7 +79,7 @@ def run_sandbox(args: argparse.Namespace) -> int:
             print("stopped: " + (", ".join(stopped) or "nothing was running"))
         else:
             _status(Path(args.dir))
-    except SandboxError as exc:
+    except (SandboxError, ZooKeeperUnavailable) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -34,7 +34,8 @@ from typing import Literal
 
 from kazoo.client import KazooClient
 
-from bklib.testing.zkserver import cache_dir, free_port, terminate
+from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.zookeeper_dist import cache_dir
 from tests.interop.harness import (
     DB_STORAGE,
     JVM_OPTS,
