@@ -1,0 +1,115 @@
+"""The shipped Grafana dashboard and Prometheus rules (deploy/monitoring) parse as PromQL, cover
+what an operator must be told, and name only metrics a running ``bkaudit watch`` exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from tests.audit_helpers import audit_cluster
+from tests.cli_helpers import REPO
+from tests.integration.test_watch import watching
+
+pytestmark = pytest.mark.integration
+
+MONITORING = REPO / "deploy" / "monitoring"
+_METRIC = re.compile(r"\b(bkaudit_[a-z_]+)\b")
+_SELECTOR = re.compile(r"\b(bkaudit_[a-z_]+)\{([^}]*)\}")
+_TYPE_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+}
+
+
+def _rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((MONITORING / "bkaudit-alerts.yaml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def _panel_exprs() -> list[str]:
+    doc = json.loads((MONITORING / "bkaudit-dashboard.json").read_text())
+    return [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+
+
+def test_every_expression_is_promql_and_every_rule_is_complete() -> None:
+    rules = _rules()
+    assert rules
+    for rule in rules:
+        promql_parser.parse(rule["expr"])
+        assert re.fullmatch(r"Bkaudit[A-Za-z]+", rule["alert"])
+        assert rule["labels"]["severity"] in ("critical", "warning", "info")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+    for expr in _panel_exprs():
+        promql_parser.parse(expr)
+
+
+def _alerting_on(metric: str, selector: str = "") -> list[str]:
+    return [r["alert"] for r in _rules() if metric in r["expr"] and selector in r["expr"]]
+
+
+def test_the_rules_cover_what_an_operator_must_be_told() -> None:
+    assert _alerting_on("bkaudit_underreplicated_ledgers", 'severity="NO_REPLICA"')
+    assert [r for r in _rules() if "bkaudit_underreplicated_ledgers" in r["expr"] and r.get("for")]
+    assert _alerting_on("bkaudit_last_audit_timestamp_seconds", 'check="lost"')
+    assert _alerting_on("bkaudit_last_audit_timestamp_seconds", 'check="sample"')
+    assert _alerting_on("bkaudit_watch_leader")
+    assert _alerting_on("bkaudit_repair_actions_total", 'status="FAILED"')
+    assert _alerting_on("bkaudit_spooled_rows")
+    assert _alerting_on("bkaudit_zk_session_losses_total")
+
+
+def _exported(text: str) -> tuple[set[str], set[str], dict[str, set[str]]]:
+    """(families, sample names, label names seen per sample name) of a /metrics page."""
+    families: set[str] = set()
+    names: set[str] = set()
+    labels: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, family, kind = line.split()
+            # the text format names a counter's family with its _total already
+            family = family.removesuffix("_total") if kind == "counter" else family
+            if family.endswith("_created"):  # a counter's or histogram's start time
+                names.add(family)
+                continue
+            families.add(family)
+            names.update(family + s for s in _TYPE_SUFFIXES[kind])
+        elif line and not line.startswith("#"):
+            name, _, rest = line.partition("{")
+            if rest:
+                labels.setdefault(name, set()).update(re.findall(r'(\w+)="', rest))
+    return families, names, labels
+
+
+def test_the_dashboard_and_rules_name_only_what_a_running_watch_exports(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    with (
+        audit_cluster(tmp_path / "sb", zk_chroot, bookies=3) as c,
+        watching(c.zk, str(tmp_path / "wh"), tmp_path, "w1") as w,
+    ):
+        w.wait_role("leader")
+        status, page = w.get("/metrics")
+    assert status == 200
+    families, names, labels = _exported(page)
+    assert {f for f in families if f.startswith("bkaudit_")}, page
+    exprs = [r["expr"] for r in _rules()] + _panel_exprs()
+    named = {m for e in exprs for m in _METRIC.findall(e)}
+    assert named - names == set(), f"not exported by the watch: {sorted(named - names)}"
+    for expr in exprs:
+        for metric, matchers in _SELECTOR.findall(expr):
+            used = set(re.findall(r"(\w+)\s*=~?", matchers))
+            if metric in labels:  # labelled samples present: their label names must match
+                assert used <= labels[metric], (expr, labels[metric])
+    # ...and the dashboard shows every family the watch exports.
+    shown = {m for e in _panel_exprs() for m in _METRIC.findall(e)}
+    unshown = {f for f in families if f.startswith("bkaudit_")} - {
+        re.sub(r"_(total|bucket|sum|count|created)$", "", m) for m in shown
+    }
+    assert not unshown, f"exported but on no dashboard panel: {sorted(unshown)}"
