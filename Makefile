@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ java-deps: venv
 ## Apache BookKeeper 4.17 jars and our Java interop driver (tests/interop).
 bookkeeper-deps: java-deps
 	scripts/install_bookkeeper.sh
+
+## Helm, built from its Go module, for the chart's tests (tests/deploy/test_helm_chart.py).
+helm-deps:
+	scripts/install_helm.sh >/dev/null
 
 ## Apache Pulsar 4.0 broker jars (with Pulsar's BookKeeper metadata driver) for tests/pulsar.
 pulsar-deps: java-deps
@@ -57,7 +61,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
-test: venv java-deps bookkeeper-deps pulsar-deps airflow chromium lint bytecode
+test: venv java-deps bookkeeper-deps pulsar-deps helm-deps airflow chromium lint bytecode
 	$(PY) -m pytest -q --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000

@@ -176,8 +176,10 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON"
     )
+    from jobs.options.pulsar import add_pulsar_admin_arguments
     from jobs.options.zookeeper import add_connection_arguments
 
+    add_pulsar_admin_arguments(parser)
     return add_connection_arguments(parser)
 
 
@@ -211,10 +213,16 @@ def use_json_logs() -> None:
 
 
 def run_watch(args: argparse.Namespace) -> int:
+    from jobs.options.pulsar import admin_settings
     from jobs.watch.loop import WatchConfig, WatchService
 
     if args.log_format == "json":
         use_json_logs()
+    try:  # checked before anything starts: a bad token file must not wait for the first repair
+        pulsar_admin = admin_settings(args)
+    except (ValueError, OSError) as exc:
+        print(f"watch: {one_line(exc)}", file=sys.stderr)
+        return 2
     config = WatchConfig(
         zk=args.zk,
         warehouse=args.warehouse,
@@ -242,6 +250,8 @@ def run_watch(args: argparse.Namespace) -> int:
         tls=getattr(args, "bookie_tls", None),
         spool_dir=args.spool_dir,
         spool_max_bytes=args.spool_max_bytes,
+        pulsar_admin=pulsar_admin,
+        unload_rate=args.unload_rate,
     )
     if args.instance_id:
         config.instance_id = args.instance_id

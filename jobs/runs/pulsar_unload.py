@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,9 +31,11 @@ from bklib.pulsar.unload import (
 from bklib.states import ActionKind, ActionStatus
 
 __all__ = [
+    "Unloads",
     "after_repair",
     "outcome_rows",
     "topics_of",
+    "unload_changed_topics",
 ]
 
 log = logging.getLogger("jobs.commands.repair")
@@ -97,6 +100,48 @@ def outcome_rows(
     ]
 
 
+@dataclass
+class Unloads:
+    """What one repair's unload step did: the topics planned, each one's outcome, and the
+    ``UNLOAD_TOPIC`` rows to append to ``replication_actions``."""
+
+    plan: dict[str, list[int]]
+    outcomes: list[UnloadOutcome]
+    rows: list[dict[str, Any]]
+
+
+def unload_changed_topics(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    run_id: str,
+    mode: str,
+    zk_hosts: str,
+    ledgers_root: str,
+    auth: ZkAuth,
+    warehouse: str,
+    audit_run_id: str | None,
+    dry_run: bool,
+    settings: AdminSettings | None,
+    unload_rate: float,
+) -> Unloads:
+    """Unload the topics behind the ledgers a repair changed, and, with the admin API
+    (``settings``), those earlier runs recorded as still waiting. Without it nothing is
+    unloaded and the topics come back FAILED for the operator. The rows are returned, not
+    written: the repair commands append them at once, the watch through its spool."""
+    changed = ledgers_changed(rows, dry_run=dry_run)
+    plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
+    if settings is not None and not dry_run:
+        for topic, lids in _left_by_earlier_runs(warehouse).items():
+            plan.setdefault(topic, lids)
+    if not plan:
+        return Unloads({}, [], [])
+    admin = PulsarAdmin(settings) if settings is not None else None
+    outcomes = unload_topics(admin, plan, per_second=unload_rate, dry_run=dry_run)
+    return Unloads(
+        plan, outcomes, outcome_rows(outcomes, run_id=run_id, mode=mode, audit_run_id=audit_run_id)
+    )
+
+
 def after_repair(
     args: argparse.Namespace,
     rows: Sequence[Mapping[str, Any]],
@@ -111,39 +156,41 @@ def after_repair(
     dry_run: bool,
     settings: AdminSettings | None,
 ) -> None:
-    """Unload (or record and name) the topics behind the ledgers the run changed, and, with
-    the admin API (``settings``, from :func:`admin_settings`), those earlier runs could not
-    unload. The caller keeps the repair's outcome whatever this raises."""
+    """A repair command's unload step (:func:`unload_changed_topics`): the rows appended to
+    ``replication_actions`` and the lines the operator reads. The caller keeps the repair's
+    outcome whatever this raises."""
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 
-    changed = ledgers_changed(rows, dry_run=dry_run)
-    plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
-    if settings is not None and not dry_run:
-        for topic, lids in _left_by_earlier_runs(warehouse).items():
-            plan.setdefault(topic, lids)
-    if not plan:
-        return
-    admin = PulsarAdmin(settings) if settings is not None else None
-    outcomes = unload_topics(admin, plan, per_second=args.unload_rate, dry_run=dry_run)
-    delta.append_rows(
-        warehouse,
-        ACTIONS,
-        outcome_rows(outcomes, run_id=run_id, mode=mode, audit_run_id=audit_run_id),
+    done = unload_changed_topics(
+        rows,
+        run_id=run_id,
+        mode=mode,
+        zk_hosts=zk_hosts,
+        ledgers_root=ledgers_root,
+        auth=auth,
+        warehouse=warehouse,
+        audit_run_id=audit_run_id,
+        dry_run=dry_run,
+        settings=settings,
+        unload_rate=args.unload_rate,
     )
+    if not done.plan:
+        return
+    delta.append_rows(warehouse, ACTIONS, done.rows)
     if settings is None and not dry_run:
         print(
-            f"  {len(plan)} Pulsar topics had ledgers repaired; their brokers may hold stale "
-            "ledger handles until each is unloaded (or pass --pulsar-admin-url):"
+            f"  {len(done.plan)} Pulsar topics had ledgers repaired; their brokers may hold "
+            "stale ledger handles until each is unloaded (or pass --pulsar-admin-url):"
         )
-        for topic in plan:
+        for topic in done.plan:
             print(f"    {operator_command(topic)}")
         return
-    done = sum(o.status in (ActionStatus.DONE, ActionStatus.PLANNED) for o in outcomes)
+    ok = sum(o.status in (ActionStatus.DONE, ActionStatus.PLANNED) for o in done.outcomes)
     verb = "would unload" if dry_run else "unloaded"
     where = f" through {settings.url}" if settings is not None else ""
-    print(f"  {verb} {done} of {len(outcomes)} Pulsar topics{where}")
-    failed = [o for o in outcomes if o.status == ActionStatus.FAILED]
+    print(f"  {verb} {ok} of {len(done.outcomes)} Pulsar topics{where}")
+    failed = [o for o in done.outcomes if o.status == ActionStatus.FAILED]
     if failed:
         reasons = sorted({o.error or "" for o in failed})
         others = f"; {len(reasons) - 1} other errors" if len(reasons) > 1 else ""

@@ -36,6 +36,7 @@ from bklib.audit.engine import ScanPlan
 from bklib.meta.model import DigestType
 from bklib.meta.store import connect
 from bklib.meta.zkaccess import ZkAuth
+from bklib.pulsar.admin import AdminSettings
 from bklib.repair.requests import requests_from_findings
 from bklib.repair.worker import RepairSettings
 from bklib.states import (
@@ -104,6 +105,11 @@ class WatchConfig:
     (:func:`jobs.watch.spool.default_spool_dir`)."""
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     """``--spool-max-bytes``: above it the service stops (exit 2) rather than grow."""
+    pulsar_admin: AdminSettings | None = None
+    """``--pulsar-admin-url`` and its credentials: after a repair the topics whose ledgers
+    changed are unloaded (docs/pulsar.md); None: they are recorded and named in the log."""
+    unload_rate: float = 2.0
+    """``--unload-rate``: topic unloads per second at most."""
 
 
 class _Stopped(Exception):
@@ -688,7 +694,49 @@ class WatchService:
             self._still_leader()  # the ledgers not started were abandoned: say so
         finally:
             self._record(out, config, run_id)
+        self._unload(out, config, run_id)
         return out
+
+    def _unload(self, rows: list[dict[str, Any]], config: RepairConfig, run_id: str) -> None:
+        """After a repair, the Pulsar topics whose ledgers changed: unloaded through the admin
+        API (``--pulsar-admin-url``), so brokers drop stale ledger handles, or recorded and
+        named for the operator. Never undoes the repair."""
+        from bklib.pulsar.unload import operator_command
+        from jobs.runs.pulsar_unload import unload_changed_topics
+
+        try:
+            done = unload_changed_topics(
+                rows,
+                run_id=run_id,
+                mode=RepairMode.REREPLICATE,
+                zk_hosts=self.cfg.zk,
+                ledgers_root=self.cfg.ledgers_root,
+                auth=self.cfg.zk_auth,
+                warehouse=self.cfg.warehouse,
+                audit_run_id=config.audit_run_id,
+                dry_run=False,
+                settings=self.cfg.pulsar_admin,
+                unload_rate=self.cfg.unload_rate,
+            )
+        except Exception as exc:  # noqa: BLE001 - logged with the repair's id; the repair stands
+            log.error("watch: repair %s: Pulsar topic unloads not done: %s", run_id, one_line(exc))
+            return
+        if not done.rows:
+            return
+        self.metrics.count_actions(done.rows)
+        self._write([(ACTIONS, done.rows)])
+        for o in done.outcomes:
+            if o.status == ActionStatus.DONE:
+                log.info("watch: repair %s: unloaded Pulsar topic %s", run_id, o.topic)
+            else:
+                log.warning(
+                    "watch: repair %s: Pulsar topic %s still holds stale ledger handles (%s); "
+                    "run: %s",
+                    run_id,
+                    o.topic,
+                    o.error,
+                    operator_command(o.topic),
+                )
 
     def _record(self, rows: list[dict[str, Any]], config: RepairConfig, run_id: str) -> None:
         if not rows:

@@ -6,9 +6,10 @@ Run on each metadata driver:
 * ``pulsar``: bookies and broker on ``metadata-store:zk:`` (no ``LAYOUT``); bkaudit is given
   the same URI and ``--pulsar-admin-url``, and the consumer reads everything back through the
   same live broker, with no manual unload.
-* ``zk``: bookies on ``zk+hierarchical://``; without the URL, the repair and
-  ``listunderreplicated`` name the topics needing an unload and the command; the test then
-  unloads them as the operator would.
+* ``zk``: bookies on ``zk+hierarchical://``; the first loss is repaired without the URL, so
+  the repair names the topics needing an unload and the command. The second loss is left to
+  ``bkaudit watch --pulsar-admin-url``: with nothing typed it repairs, unloads its own topics
+  and those the first run left waiting, and the consumer reads through the same broker.
 
 Then, on the ``pulsar`` driver, after topic deletion, retention trimming and rollovers, a ledger
 made and never added to its managed ledger (an orphan) and a managed ledger's ledger deleted
@@ -34,7 +35,6 @@ from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter
 from bklib.meta.model import DigestType
 from bklib.meta.store import LedgerStore, connect
-from bklib.pulsar.admin import AdminSettings, PulsarAdmin
 from bklib.pulsar.metadata import decode_managed_ledger
 from bklib.pulsar.topics import parse_topic
 from bklib.states import ActionKind, ActionStatus, PulsarFinding
@@ -140,6 +140,57 @@ def _lose_and_repair(
     return out
 
 
+def _lose_and_let_the_watch_repair(
+    cluster: PulsarCluster, wh: Path, alive: set[str], admin_url: str
+) -> str:
+    """Kill the busiest bookie with ``bkaudit watch --pulsar-admin-url`` running: nothing is
+    typed; the watch repairs, then unloads its topics and those earlier runs left waiting."""
+    import signal
+    import subprocess
+    import sys
+
+    from bklib.pulsar.unload import topics_awaiting_unload
+    from tests.cli_helpers import REPO
+
+    log = wh.parent / "watch-repair.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "watch", *_meta(cluster), "--warehouse", str(wh),
+             "--every", "off", "--lost-bookie-recovery-delay", "0s", "--grace-period", "0s",
+             "--retry-interval", "1s", "--poll-interval", "0.5s",
+             "--pulsar-admin-url", admin_url],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    victim = _busiest(cluster, alive)
+    try:
+        time.sleep(3)  # elected first: the loss is then seen as one
+        next(b for b in cluster.bookies if b.bookie_id == victim).kill9()
+        alive.discard(victim)
+        store = LedgerStore(cluster.zk)
+
+        def done() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"watch exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+            closed = [store.read_ledger(lid).value for lid in store.list_ledger_ids()]
+            if any(victim in s.ensemble for md in closed if md.is_closed for s in md.segments):
+                return False
+            rows = read_rows(str(wh), "replication_actions")
+            unloads = [r for r in rows if r["action"] == ActionKind.UNLOAD_TOPIC]
+            return any(r["status"] == ActionStatus.DONE for r in unloads) and not (
+                topics_awaiting_unload(unloads)
+            )
+
+        deadline = time.monotonic() + 300
+        while not done():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the watch did not repair {victim}:\n{log.read_text()[-4000:]}")
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    return log.read_text()
+
+
 def _consume_all(client: pulsar.Client, expected: dict[str, list[bytes]]) -> None:
     for t, want in expected.items():
         consumer = client.subscribe(t, KEEP, initial_position=pulsar.InitialPosition.Earliest)
@@ -202,7 +253,11 @@ def test_two_losses_repaired_under_a_live_broker(
         url = broker.admin_url if driver == "pulsar" else None
         traffic.start()
         try:
-            outs = [_lose_and_repair(cluster, wh, alive, url) for _ in range(2)]
+            outs = [_lose_and_repair(cluster, wh, alive, url)]
+            if driver == "pulsar":
+                outs.append(_lose_and_repair(cluster, wh, alive, url))
+            else:  # the second loss: the watch repairs it and unloads what run 1 could not
+                watch_log = _lose_and_let_the_watch_repair(cluster, wh, alive, broker.admin_url)
         finally:
             traffic.stop()
         victims = sorted(set(cluster.bookie_ids) - alive)
@@ -213,17 +268,15 @@ def test_two_losses_repaired_under_a_live_broker(
             assert unloads and {a["status"] for a in unloads} == {ActionStatus.DONE}, unloads
             assert {a["topic"] for a in unloads} <= set(TOPICS)
         else:
-            # Recorded as still needed, and named with the command that fixes them by the
-            # repair and by the listing.
-            assert unloads and {a["status"] for a in unloads} == {ActionStatus.FAILED}
+            # Run 1 without the URL: recorded as still needed and named with the command that
+            # fixes them. The watch, with the URL, unloaded its own topics and those: nothing
+            # waits, and the consumer below reads through the same broker with no manual unload.
+            failed = {a["topic"] for a in unloads if a["status"] == ActionStatus.FAILED}
+            done = {a["topic"] for a in unloads if a["status"] == ActionStatus.DONE}
             named = {line.split()[-1] for o in outs for line in o.splitlines()
                      if "pulsar-admin topics unload" in line}  # fmt: skip
-            assert named and named <= set(TOPICS), outs
-            listing = _run("listunderreplicated", "--warehouse", str(wh), codes=(0, 1))
-            assert "pulsar-admin topics unload" in listing, listing
-            admin = PulsarAdmin(AdminSettings(broker.admin_url))
-            for t in sorted(named):
-                admin.unload(parse_topic(t))
+            assert named and named == failed and named <= done <= set(TOPICS), (outs, unloads)
+            assert "unloaded Pulsar topic" in watch_log, watch_log[-3000:]
         assert sum(len(v) for v in traffic.acked.values()) > 50 * len(TOPICS)
         _consume_all(client, traffic.acked)
         if driver == "pulsar":

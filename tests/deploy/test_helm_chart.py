@@ -1,0 +1,192 @@
+"""The Helm chart (deploy/helm/bkaudit): ``helm lint --strict``; its manifests, with the default
+values and with everything switched on, validate against Kubernetes 1.28 and 1.33 schemas; the
+config it renders is read by the commands as conf/bkaudit.yaml is; secrets reach the pods as
+files only; the Spark audit's account may manage pods in its namespace and nothing more."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from jobs.cli.config import config_values, load_config
+from jobs.cli.main import command_parser
+from jobs.cli.registry import COMMANDS
+from tests.cli_helpers import REPO
+
+CHART = REPO / "deploy" / "helm" / "bkaudit"
+VALUES = {name: CHART / "ci" / f"{name}-values.yaml" for name in ("default", "full")}
+KUBERNETES = ("1.28.0", "1.33.0")
+# Prometheus operator kinds have no schema in kubernetes-validate; their shape is checked here.
+OPERATOR_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+
+
+@functools.cache
+def helm() -> Path:
+    """The Helm binary scripts/install_helm.sh built (it prints its path)."""
+    out = subprocess.run(
+        [str(REPO / "scripts" / "install_helm.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm()), *args], capture_output=True, text=True, timeout=120)
+
+
+@functools.cache
+def render(values: str, kube: str = KUBERNETES[-1]) -> tuple[dict[str, Any], ...]:
+    # A Helm built from source assumes Kubernetes 1.20 unless told (release builds stamp it).
+    proc = _helm(
+        "template", "bk", str(CHART), "--namespace", "pulsar", "-f", str(VALUES[values]),
+        "--kube-version", kube,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
+
+
+def _one(docs: tuple[dict[str, Any], ...], kind: str, suffix: str = "") -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, [(d["kind"], d["metadata"]["name"]) for d in docs]
+    return found[0]
+
+
+def _pods(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    out = []
+    for d in docs:
+        spec = d.get("spec", {})
+        if d["kind"] == "CronJob":
+            spec = spec["jobTemplate"]["spec"]
+        if "template" in spec:
+            out.append(spec["template"]["spec"])
+    return out
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_helm_lint_strict(values: str) -> None:
+    proc = _helm(
+        "lint", "--strict", str(CHART), "-f", str(VALUES[values]), "--kube-version", KUBERNETES[0]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_release_without_its_cluster_is_refused_in_one_line() -> None:
+    proc = _helm("template", "bk", str(CHART), "--kube-version", KUBERNETES[-1])
+    assert proc.returncode == 1
+    assert "warehouse is required" in proc.stderr
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_manifests_validate_strictly(values: str, version: str) -> None:
+    kinds = set()
+    for doc in render(values, version):
+        kinds.add(doc["kind"])
+        if doc["kind"] in OPERATOR_KINDS:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+    expected = {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
+    if values == "full":
+        expected |= OPERATOR_KINDS | {"CronJob", "Job", "ServiceAccount", "Role", "RoleBinding"}
+        expected |= {"NetworkPolicy"}
+    assert expected <= kinds, kinds
+
+
+def test_a_wrong_type_fails_validation() -> None:
+    # The check can fail: a port as a string is refused in strict mode.
+    service = json.loads(json.dumps(_one(render("default"), "Service")))
+    service["spec"]["ports"][0]["port"] = "9464"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(service, KUBERNETES[-1], strict=True)
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_the_config_map_is_a_config_file_every_command_accepts(values: str, tmp_path: Path) -> None:
+    rendered = tmp_path / "bkaudit.yaml"
+    rendered.write_text(_one(render(values), "ConfigMap", "bkaudit")["data"]["bkaudit.yaml"])
+    config = load_config(rendered)  # as the pods' --config reads it
+    assert config["global"]["warehouse"]
+    for section in config:
+        if section in ("global", "logging"):
+            continue
+        cmd = COMMANDS[section]  # a section is a command's name...
+        config_values(command_parser(cmd), section, config, env={})  # ...with its own flags
+    # Global keys a command lacks are ignored, so each must be one the watch really takes.
+    watch_flags = {a.dest for a in command_parser(COMMANDS["watch"])._actions}
+    assert set(config["global"]) <= watch_flags, set(config["global"]) - watch_flags
+    watch = config["watch"]
+    assert watch["metrics_port"] == 9464 and watch["spool_dir"] == "/var/lib/bkaudit/spool"
+
+
+def test_secrets_are_files_named_in_the_config_never_args_or_env() -> None:
+    docs = render("full")
+    config = yaml.safe_load(_one(docs, "ConfigMap", "bkaudit")["data"]["bkaudit.yaml"])["global"]
+    files = {k: v for k, v in config.items() if k.endswith("-file") or k.startswith("tls-")}
+    files |= {k: v for k, v in config.items() if k.startswith("zk-tls-")}
+    paths = [v for v in files.values() if isinstance(v, str) and v.startswith("/")]
+    assert len(paths) >= 7, files
+    for pod in _pods(docs):
+        for container in pod["containers"]:
+            mounts = [m["mountPath"] for m in container["volumeMounts"]]
+            for path in paths:
+                assert any(path.startswith(m + "/") for m in mounts), (path, mounts)
+            args = " ".join(container.get("args", []))
+            assert "zk-auth=" not in args and "password=" not in args and "token=" not in args
+            for env in container.get("env", []):
+                assert "secretKeyRef" not in env.get("valueFrom", {}), env
+    volumes = {v["name"]: v for pod in _pods(docs) for v in pod["volumes"]}
+    assert volumes["zk-auth"]["secret"]["defaultMode"] == 0o400
+
+
+def test_watch_runs_two_replicas_behind_a_pdb_with_an_http_port() -> None:
+    docs = render("default")
+    watch = _one(docs, "Deployment", "-watch")
+    assert watch["spec"]["replicas"] == 2
+    assert _one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert [p["name"] for p in _one(docs, "Service")["spec"]["ports"]] == ["http"]
+    pod = watch["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9464"
+    container = pod["spec"]["containers"][0]
+    assert container["args"][0] == "watch"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_monitoring_objects_carry_the_shipped_rules_and_dashboard() -> None:
+    docs = render("full")
+    rules = yaml.safe_load((REPO / "deploy" / "monitoring" / "bkaudit-alerts.yaml").read_text())
+    assert _one(docs, "PrometheusRule")["spec"] == rules
+    dashboard = _one(docs, "ConfigMap", "-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((REPO / "deploy" / "monitoring" / "bkaudit-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["bkaudit-dashboard.json"]) == shipped
+    for kind in ("PodMonitor", "ServiceMonitor"):
+        monitor = _one(docs, kind)
+        endpoints = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"]["endpoints"]
+        assert endpoints[0]["port"] == "http"
+
+
+def test_spark_account_may_manage_pods_in_its_namespace_only() -> None:
+    docs = render("full")
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    role = _one(docs, "Role")
+    assert role["metadata"].get("namespace") in (None, "pulsar")
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert resources == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+    binding = _one(docs, "RoleBinding")
+    assert binding["subjects"][0]["namespace"] == "pulsar"
+    job = _one(docs, "Job")["spec"]["template"]["spec"]
+    assert job["serviceAccountName"] == binding["subjects"][0]["name"]
+    args = job["containers"][0]["args"]
+    assert "--master=k8s://https://kubernetes.default.svc" in args
+    # every other pod runs without an API token
+    assert all(p.get("automountServiceAccountToken") is False for p in _pods(docs) if p is not job)
