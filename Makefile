@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ bookkeeper-deps: java-deps
 ## Helm, built from its Go module, for the chart's tests (tests/deploy/test_helm_chart.py).
 helm-deps:
 	scripts/install_helm.sh >/dev/null
+
+## kube-apiserver and etcd, built from their Go modules, to `helm install` the chart into.
+kube-deps:
+	scripts/install_kube.sh >/dev/null
 
 ## Apache Pulsar 4.0 broker jars (with Pulsar's BookKeeper metadata driver) for tests/pulsar.
 pulsar-deps: java-deps
@@ -61,7 +65,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
-test: venv java-deps bookkeeper-deps pulsar-deps helm-deps airflow chromium lint bytecode
+test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps airflow chromium lint bytecode
 	$(PY) -m pytest -q --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
