@@ -246,11 +246,10 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
         return 2, None
     status = print_summary(mode, run_id, rows)
-    from jobs.runs.pulsar_unload import after_repair
+    from jobs.runs.pulsar_unload import report_unloads, unload_changed_topics
 
     try:
-        after_repair(
-            args,
+        unloads = unload_changed_topics(
             rows,
             run_id=run_id,
             mode=mode,
@@ -261,6 +260,10 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
             audit_run_id=config.audit_run_id,
             dry_run=config.settings.dry_run,
             settings=admin,
+            unload_rate=args.unload_rate,
+        )
+        report_unloads(
+            unloads, warehouse=config.warehouse, dry_run=config.settings.dry_run, settings=admin
         )
     except Exception as exc:  # the repair is done and recorded: unloads never undo that
         # Which topics still hold stale handles is now unknown, so this run is not "done":

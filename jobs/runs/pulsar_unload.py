@@ -8,7 +8,6 @@ the URL the topics are named with the command that fixes them. See docs/pulsar.m
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from bklib.states import ActionKind, ActionStatus
 
 __all__ = [
     "Unloads",
-    "after_repair",
     "outcome_rows",
+    "report_unloads",
     "topics_of",
     "unload_changed_topics",
 ]
@@ -142,39 +141,14 @@ def unload_changed_topics(
     )
 
 
-def after_repair(
-    args: argparse.Namespace,
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    run_id: str,
-    mode: str,
-    zk_hosts: str,
-    ledgers_root: str,
-    auth: ZkAuth,
-    warehouse: str,
-    audit_run_id: str | None,
-    dry_run: bool,
-    settings: AdminSettings | None,
+def report_unloads(
+    done: Unloads, *, warehouse: str, dry_run: bool, settings: AdminSettings | None
 ) -> None:
-    """A repair command's unload step (:func:`unload_changed_topics`): the rows appended to
-    ``replication_actions`` and the lines the operator reads. The caller keeps the repair's
-    outcome whatever this raises."""
+    """A repair command's ending for :func:`unload_changed_topics`: the rows appended to
+    ``replication_actions`` and the lines the operator reads."""
     from jobs.tables import delta
     from jobs.tables.schema import ACTIONS
 
-    done = unload_changed_topics(
-        rows,
-        run_id=run_id,
-        mode=mode,
-        zk_hosts=zk_hosts,
-        ledgers_root=ledgers_root,
-        auth=auth,
-        warehouse=warehouse,
-        audit_run_id=audit_run_id,
-        dry_run=dry_run,
-        settings=settings,
-        unload_rate=args.unload_rate,
-    )
     if not done.plan:
         return
     delta.append_rows(warehouse, ACTIONS, done.rows)
