@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
@@ -247,7 +248,14 @@ def wait_for_znode(zk: KazooClient, path: str, timeout: float = 30.0) -> bytes:
         event = threading.Event()
         stat = zk.exists(path, watch=lambda _e, ev=event: ev.set())
         if stat is not None:
-            return zk.get(path)[0]
+            try:
+                return zk.get(path)[0]
+            except NoNodeError:
+                # Gone between exists and get: a restarted bookie's old ephemeral registration
+                # expiring, or a readonly switch re-registering. Wait for the next one.
+                if time.monotonic() < deadline:
+                    continue
+                raise TimeoutError(f"znode {path} vanished and did not return within {timeout}s")
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not event.wait(remaining):
             raise TimeoutError(f"znode {path} did not appear within {timeout}s")
