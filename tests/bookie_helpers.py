@@ -255,7 +255,7 @@ def wait_for_znode(zk: KazooClient, path: str, timeout: float = 30.0) -> bytes:
                 # expiring, or a readonly switch re-registering. Wait for the next one.
                 if time.monotonic() < deadline:
                     continue
-                raise TimeoutError(f"znode {path} vanished and did not return within {timeout}s")
+                raise TimeoutError(f"znode {path} vanished, not back in {timeout}s") from None
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not event.wait(remaining):
             raise TimeoutError(f"znode {path} did not appear within {timeout}s")
