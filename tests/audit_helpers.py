@@ -295,13 +295,14 @@ class AuditCluster:
 
 
 @contextlib.contextmanager
-def audit_cluster(base: Path, zk_chroot: str, bookies: int) -> Iterator[AuditCluster]:
-    """Start a sandbox in ``zk_chroot`` and yield it with a metadata store and bookie client."""
+def audit_cluster(base: Path, zk_chroot: str | None, bookies: int) -> Iterator[AuditCluster]:
+    """Start a sandbox in ``zk_chroot`` (None: on a ZooKeeper server of its own) and yield it
+    with a metadata store and bookie client."""
     sb = Sandbox(base, num_bookies=bookies, external_zk=zk_chroot, fault_injection=True)
     sb.start()
-    zk = connect(zk_chroot)
+    zk = connect(sb.zk_connect)
     config = ClientConfig(read_timeout=5.0, add_timeout=10.0, connect_timeout=5.0)
-    client = SyncBookieClient(zk_chroot, config=config)
+    client = SyncBookieClient(sb.zk_connect, config=config)
     try:
         yield AuditCluster(sb, LedgerStore(zk), client)
     finally:

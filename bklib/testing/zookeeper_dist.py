@@ -12,56 +12,23 @@ when every checksum matched.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import shutil
 import sys
-import tempfile
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
+from bklib.maven import Artifact, Fetched, FetchError, cache_dir, fetch_artifacts
+from bklib.maven import is_complete as _is_complete
+
 __all__ = [
-    "MAVEN_CENTRAL",
-    "REPOSITORY_ENV",
     "ZOOKEEPER_SERVER",
     "ZOOKEEPER_VERSION",
-    "Artifact",
-    "FetchError",
-    "cache_dir",
     "fetch_zookeeper",
     "is_complete",
     "zookeeper_lib",
 ]
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
-REPOSITORY_ENV = "BKAUDIT_MAVEN_REPOSITORY"
-"""A Maven repository to fetch from instead of Maven Central (a mirror or proxy)."""
-
 ZOOKEEPER_VERSION = "3.9.3"
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One jar in a Maven repository, with the SHA-256 it must have."""
-
-    group: str
-    artifact: str
-    version: str
-    classifier: str
-    sha256: str
-
-    @property
-    def filename(self) -> str:
-        suffix = f"-{self.classifier}" if self.classifier else ""
-        return f"{self.artifact}-{self.version}{suffix}.jar"
-
-    def url(self, repository: str) -> str:
-        """Where the jar is in a repository laid out as Maven's."""
-        group = self.group.replace(".", "/")
-        return f"{repository.rstrip('/')}/{group}/{self.artifact}/{self.version}/{self.filename}"
 
 
 # The server's runtime classpath: ZooKeeper 3.9.3 with the two dependencies its pom marks
@@ -195,27 +162,6 @@ ZOOKEEPER_SERVER: tuple[Artifact, ...] = (
     ),
 )
 
-_CHUNK = 256 * 1024
-# Names the manifest: a cache filled from another manifest is fetched again.
-_STAMP = (
-    ".complete-"
-    + hashlib.sha256(
-        "\n".join(a.filename + a.sha256 for a in ZOOKEEPER_SERVER).encode()
-    ).hexdigest()[:12]
-)
-
-Fetched = Callable[[Artifact], None]
-"""Called after each jar is downloaded and verified (a progress bar counts them)."""
-
-
-class FetchError(RuntimeError):
-    """A jar could not be fetched, or did not have its pinned checksum; names the URL."""
-
-
-def cache_dir() -> Path:
-    """bkaudit's download cache: ``$BKAUDIT_CACHE``, else ``~/.cache/bkaudit``."""
-    return Path(os.environ.get("BKAUDIT_CACHE", Path.home() / ".cache" / "bkaudit"))
-
 
 def zookeeper_lib() -> Path:
     """Where the ZooKeeper server jars are: ``$BKAUDIT_ZOOKEEPER_LIB``, else the cache's."""
@@ -223,8 +169,8 @@ def zookeeper_lib() -> Path:
 
 
 def is_complete(lib: Path) -> bool:
-    """True when ``lib`` holds every pinned jar, fetched and verified by this manifest."""
-    return (lib / _STAMP).is_file()
+    """True when ``lib`` holds every pinned jar, fetched and verified."""
+    return _is_complete(lib, ZOOKEEPER_SERVER)
 
 
 def fetch_zookeeper(
@@ -235,44 +181,12 @@ def fetch_zookeeper(
     timeout: float = 60.0,
 ) -> Path:
     """Make ``lib`` (default :func:`zookeeper_lib`) hold the pinned ZooKeeper server jars and
-    return it. Nothing is fetched when it already does. Raises :class:`FetchError` naming the
-    URL when a download fails or a checksum differs; ``lib`` is then left as it was."""
+    return it (:func:`bklib.maven.fetch_artifacts`: nothing fetched when it already does;
+    :class:`~bklib.maven.FetchError` naming the URL, ``lib`` untouched, when one fails)."""
     lib = zookeeper_lib() if lib is None else lib
-    if is_complete(lib):
-        return lib
-    repo = repository or os.environ.get(REPOSITORY_ENV) or MAVEN_CENTRAL
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".zookeeper-", dir=lib.parent))
-    try:
-        for art in ZOOKEEPER_SERVER:
-            _download(art, repo, staging / art.filename, timeout)
-            if fetched is not None:
-                fetched(art)
-        (staging / _STAMP).touch()
-        staging.chmod(0o755)  # mkdtemp's 0700 would hide the jars from other users' JVMs
-        if lib.exists():
-            shutil.rmtree(lib)
-        staging.rename(lib)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return lib
-
-
-def _download(art: Artifact, repository: str, dest: Path, timeout: float) -> None:
-    """One jar into ``dest``, checked against its pinned SHA-256."""
-    url = art.url(repository)
-    digest = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
-            while chunk := resp.read(_CHUNK):
-                out.write(chunk)
-                digest.update(chunk)
-    except (urllib.error.URLError, OSError) as exc:
-        raise FetchError(f"could not fetch {url}: {exc}") from None
-    if digest.hexdigest() != art.sha256:
-        raise FetchError(
-            f"{url}: SHA-256 {digest.hexdigest()} is not the pinned {art.sha256}; not used"
-        )
+    return fetch_artifacts(
+        ZOOKEEPER_SERVER, lib, repository=repository, fetched=fetched, timeout=timeout
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -112,8 +112,10 @@ def run() -> int:
     """The ``bkaudit`` command in a process of its own: :func:`main` without pandas
     (:mod:`jobs.runtime.pandas_free`)."""
     from jobs.runtime.pandas_free import decline_pandas
+    from jobs.runtime.termination import exit_on_sigterm
 
     decline_pandas()
+    exit_on_sigterm()
     return main()
 
 

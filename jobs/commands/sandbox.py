@@ -34,11 +34,11 @@ def prepare_zookeeper() -> str | None:
     """Make a ZooKeeper server runnable here: Java on PATH, and the pinned server jars fetched
     from Maven Central (cached) with a progress bar. Returns None when ready, else the one line
     that says what is missing."""
+    from bklib.maven import FetchError
     from bklib.testing.zkserver import JAVA_MISSING
     from bklib.testing.zookeeper_dist import (
         ZOOKEEPER_SERVER,
         ZOOKEEPER_VERSION,
-        FetchError,
         fetch_zookeeper,
         is_complete,
         zookeeper_lib,

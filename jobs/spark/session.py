@@ -6,11 +6,13 @@ off (the jobs draw their own, :mod:`jobs.runtime.progress`), and what the JVM pr
 fails to start. After start-up the JVM's output (log4j warnings and errors) reaches stderr as
 before.
 
-Settings come, lowest precedence first, from ``conf/spark-defaults.conf`` (next to this
-package), then the ``overrides`` the caller passes. The Delta jars named there resolve from
-Maven Central the first time (Ivy caches them in ``~/.ivy2``). Under ``spark-submit`` the JVM
-already exists and static settings (jars, SQL extensions) must come from the command line or
-from ``SPARK_CONF_DIR=conf``; :func:`build_spark` then only adds what can still be set.
+Settings come, lowest precedence first, from ``conf/spark-defaults.conf`` (linked into this
+package, so that an installed bkaudit has it too), then the ``overrides`` the caller passes.
+The Delta jars resolve from Maven Central the first time (Ivy caches them in ``~/.ivy2``), or
+come from ``$BKAUDIT_SPARK_JARS`` (:mod:`jobs.spark.jars`, the Spark image). Under
+``spark-submit`` the JVM already exists and static settings (jars, SQL extensions) must come
+from the command line or from ``SPARK_CONF_DIR=conf``; :func:`build_spark` then only adds what
+can still be set.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.runtime.logs import is_verbose
+from jobs.spark.jars import DELTA_PACKAGE, bundled_jars
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# conf/spark-defaults.conf and conf/log4j2.properties, through the package's links to them.
+CONF_DIR = Path(__file__).parent
 DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
 LOG4J_FILE = CONF_DIR / "log4j2.properties"
 
-DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.1"
-"""Delta Lake release matching pyspark 4.0 (Scala 2.13)."""
 
 _REQUIRED = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -93,7 +95,8 @@ def spark_conf(
     if not any(p.startswith("io.delta:delta-spark_") for p in packages):
         packages.append(DELTA_PACKAGE)
     conf["spark.jars.packages"] = ",".join(packages)
-    cached = _cached_jars(packages)
+    cached = bundled_jars() if packages == [DELTA_PACKAGE] else None
+    cached = cached or _cached_jars(packages)
     if cached and "spark.jars" not in conf:
         # Ivy already resolved these once: skip its resolution (and its console report).
         del conf["spark.jars.packages"]

@@ -32,7 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 """pip's pyspark is a Spark distribution: bin/, jars/, python/lib/pyspark.zip."""
 
-DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.0.1"
 
 # Variables of the developer's shell that would let a Spark process find the dev venv or our
 # checkout, or change where Spark looks for its configuration.

@@ -31,11 +31,11 @@ import pytest
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.quorum import write_set
 from bklib.states import Executor, Reason, RunStatus
+from jobs.spark.jars import DELTA_PACKAGE
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_cluster
 from tests.deploy.standalone import (
-    DELTA_PACKAGE,
     REPO,
     StandaloneCluster,
     build_wheel,

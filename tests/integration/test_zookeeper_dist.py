@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bklib.maven import MAVEN_CENTRAL, FetchError
 from bklib.testing.zookeeper_dist import (
-    MAVEN_CENTRAL,
     ZOOKEEPER_SERVER,
-    FetchError,
     fetch_zookeeper,
     is_complete,
     zookeeper_lib,

@@ -31,8 +31,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from bklib.maven import cache_dir
 from bklib.testing.zkserver import free_port, terminate
-from bklib.testing.zookeeper_dist import cache_dir
 from tests.interop import versions
 
 REPO = Path(__file__).resolve().parents[2]

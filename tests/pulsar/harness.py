@@ -34,8 +34,8 @@ from typing import Literal
 
 from kazoo.client import KazooClient
 
+from bklib.maven import cache_dir
 from bklib.testing.zkserver import free_port, terminate
-from bklib.testing.zookeeper_dist import cache_dir
 from tests.interop.harness import (
     DB_STORAGE,
     JVM_OPTS,

@@ -19,7 +19,8 @@ SCRIPT = """
 import sys
 from jobs.runtime.logs import setup_logging
 setup_logging("INFO", verbose=sys.argv[1] == "-v")
-from jobs.spark.session import DELTA_PACKAGE, build_spark
+from jobs.spark.jars import DELTA_PACKAGE
+from jobs.spark.session import build_spark
 spark = build_spark(
     "bkaudit-quiet-test",
     master="local[1]",
