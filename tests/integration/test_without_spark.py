@@ -122,14 +122,3 @@ def test_local_executor_works_and_spark_names_the_extra(
         lines = error_lines(proc)
         assert len(lines) == 1, proc.stderr
         assert SPARK_EXTRA in lines[0] and "pyspark is not installed" in lines[0], lines
-
-
-def test_demo_runs_its_story_without_pyspark(no_spark_env: dict[str, str], tmp_path: Path) -> None:
-    # `pip install bkaudit` plus Java is enough for the demo: step 5 runs in this process too.
-    proc = _run(no_spark_env, "-m", "jobs.cli", "demo", "--ledgers", "30", "--bookies", "4")
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert "Traceback" not in proc.stderr
-    assert "[5/9] bkaudit audit --check replicas --executor local (pyspark is not installed" in (
-        proc.stdout
-    )
-    assert "re-audit clean, every entry read" in proc.stdout
