@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps image airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ bookkeeper-deps: java-deps
 ## Helm, built from its Go module, for the chart's tests (tests/deploy/test_helm_chart.py).
 helm-deps:
 	scripts/install_helm.sh >/dev/null
+
+## The bkaudit and bkaudit-spark images (podman; base made by mmdebstrap), saved as OCI archives
+## in dist/images/ (docs/images.md). tests/deploy/test_images.py builds them the same way.
+image:
+	scripts/build_images.sh
 
 ## kube-apiserver and etcd, built from their Go modules, to `helm install` the chart into.
 kube-deps:
