@@ -70,8 +70,11 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 ## The whole suite: environment, ZooKeeper and BookKeeper, Airflow, Chromium, lint, every test.
+## Two pytest processes (most tests wait on servers, not on the CPU); each takes whole files,
+## so a module's fixtures stay in one process. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps airflow chromium lint bytecode
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
 ## randomized ledger schedules, and `airflow dags test` of the DAG on a sandbox (Airflow 3).

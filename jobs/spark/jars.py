@@ -65,12 +65,26 @@ def fetch_delta_jars(dest: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.spark.jars DIR``: fetch the pinned Delta jars into DIR."""
+    """``python -m jobs.spark.jars DIR``: fetch the pinned Delta jars into DIR.
+    ``--spark-conf-dir DIR`` instead writes a ``SPARK_CONF_DIR`` that uses the jars of
+    ``$BKAUDIT_SPARK_JARS`` (:func:`jobs.spark.session.write_submit_conf`)."""
     parser = argparse.ArgumentParser(description="Fetch the pinned Delta Lake jars.")
     parser.add_argument("dest", type=Path)
+    parser.add_argument(
+        "--spark-conf-dir", action="store_true", help="write a SPARK_CONF_DIR into DEST instead"
+    )
     args = parser.parse_args(argv)
     try:
-        fetch_delta_jars(args.dest)
+        if args.spark_conf_dir:
+            from jobs.spark.session import NoBundledJars, write_submit_conf
+
+            try:
+                write_submit_conf(args.dest)
+            except NoBundledJars as exc:
+                print(f"jars: {exc}", file=sys.stderr)
+                return 2
+        else:
+            fetch_delta_jars(args.dest)
     except FetchError as exc:
         print(f"jars: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -58,6 +59,33 @@ def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
             key, _, value = line.partition("\t")
         conf[key.strip()] = value.strip()
     return conf
+
+
+class NoBundledJars(RuntimeError):
+    """``$BKAUDIT_SPARK_JARS`` is not set or does not hold the pinned Delta jars."""
+
+
+def write_submit_conf(dest: Path) -> Path:
+    """Write a ``SPARK_CONF_DIR`` for ``spark-submit`` without Maven access (the Spark image;
+    the chart's Spark audit Job): ``conf/spark-defaults.conf`` with the bundled Delta jars
+    (:func:`jobs.spark.jars.bundled_jars`) in place of the package to resolve, and
+    ``conf/log4j2.properties``. Returns ``dest``."""
+    jars = bundled_jars()
+    if jars is None:
+        raise NoBundledJars(
+            "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
+        )
+    conf = read_spark_defaults()
+    conf.pop("spark.jars.packages", None)
+    conf.update(_REQUIRED)
+    conf["spark.jars"] = ",".join(jars)
+    dest.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key} {value}\n" for key, value in conf.items()]
+    text = "# Written by jobs.spark.session.write_submit_conf: conf/spark-defaults.conf, with\n"
+    text += "# the Delta jars bundled in the image instead of resolved from Maven.\n"
+    (dest / "spark-defaults.conf").write_text(text + "".join(lines))
+    shutil.copyfile(LOG4J_FILE, dest / "log4j2.properties")
+    return dest
 
 
 _IVY_JARS = Path.home() / ".ivy2.5.2" / "jars"

@@ -69,7 +69,11 @@ def test_cli_runs_in_each_image_as_non_root_with_oci_labels(images: None, name: 
     assert labels["org.opencontainers.image.revision"] == _revision()
     assert labels["org.opencontainers.image.source"].startswith("https://")
     config = json.loads(podman("image", "inspect", "--format", "{{json .Config}}", ref).stdout)
-    assert config["Entrypoint"] == ["bkaudit"] and config["StopSignal"] == "SIGTERM"
+    entrypoint = {
+        "bkaudit": ["bkaudit"],
+        "bkaudit-spark": ["/opt/bkaudit/bin/bkaudit-spark-entrypoint"],
+    }
+    assert config["Entrypoint"] == entrypoint[name] and config["StopSignal"] == "SIGTERM"
     # make image's archive holds this very image, as an OCI layout
     archive = ARCHIVES / f"{name}-{VERSION}.oci.tar"
     image_id = podman("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
@@ -80,6 +84,42 @@ def test_cli_runs_in_each_image_as_non_root_with_oci_labels(images: None, name: 
         index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
     refs = [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]]
     assert refs == [f"localhost/{name}:{VERSION}"] or refs == [VERSION], refs
+
+
+def test_spark_image_starts_a_kubernetes_executor_and_submits_with_the_bundled_jars(
+    images: None,
+) -> None:
+    ref = image("bkaudit-spark")
+    # An executor pod: Spark passes `executor` and the environment below (Spark's
+    # BasicExecutorFeatureStep). No driver listens on port 9: the executor JVM must start
+    # Spark's KubernetesExecutorBackend and fail to reach exactly that driver.
+    env = {
+        "SPARK_EXECUTOR_MEMORY": "512m",
+        "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:9",
+        "SPARK_EXECUTOR_ID": "7",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_APPLICATION_ID": "spark-bkaudit-test",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_JAVA_OPT_0": "-Dbkaudit.image.test=1",
+    }
+    flags = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
+    out = podman("run", "--rm", "--read-only", "--network=none", *flags, ref, "executor",
+                 check=False, timeout=300)  # fmt: skip
+    assert out.returncode != 0
+    assert "KubernetesExecutorBackend.main" in out.stderr, out.stderr[-3000:]
+    assert "127.0.0.1:9" in out.stderr, out.stderr[-3000:]
+    # spark-submit (the chart's driver container) reads SPARK_CONF_DIR: Delta's settings, with
+    # the jars in the image rather than a package to resolve from Maven.
+    conf = podman("run", "--rm", "--network=none", "--entrypoint", "sh", ref, "-c",
+                  'cat "$SPARK_CONF_DIR/spark-defaults.conf"').stdout  # fmt: skip
+    settings = dict(line.split(" ", 1) for line in conf.splitlines() if line[:1] not in "#")
+    assert "spark.jars.packages" not in settings
+    assert settings["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    jars = settings["spark.jars"].split(",")
+    assert jars and all(j.startswith("/opt/bkaudit/jars/") for j in jars), jars
+    listed = podman("run", "--rm", "--network=none", "--entrypoint", "ls", ref,
+                    "/opt/bkaudit/jars", "/opt/bkaudit/jobs/audit.py").stdout  # fmt: skip
+    assert all(j.rsplit("/", 1)[1] in listed for j in jars), listed
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
