@@ -28,7 +28,10 @@ if ! podman image exists "$BASE"; then
     | podman import --quiet --change 'CMD ["bash"]' - "$BASE" >/dev/null
 fi
 
-build_args=(--network=host --pull=never --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION")
+# The labels also as --label: buildah reuses a cached LABEL layer whose ARG value changed.
+build_args=(--network=host --pull=never --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION"
+  --label "org.opencontainers.image.version=$VERSION"
+  --label "org.opencontainers.image.revision=$REVISION")
 # A TLS-intercepting proxy's CA reaches pip as a build secret, never a layer.
 if [[ -s /etc/ssl/certs/ca-certificates.crt ]]; then
   build_args+=(--secret id=cabundle,src=/etc/ssl/certs/ca-certificates.crt)
