@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps image airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps image airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -17,7 +17,7 @@ bytecode: venv
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,oxia]'
 	touch $@
 
 java-deps: venv
@@ -35,6 +35,10 @@ helm-deps:
 ## in dist/images/ (docs/images.md). tests/deploy/test_images.py builds them the same way.
 image:
 	scripts/build_images.sh
+
+## The Oxia server, built from its Go module, for the Oxia tests (bklib/testing/oxiaserver.py).
+oxia-deps:
+	scripts/install_oxia.sh >/dev/null
 
 ## kube-apiserver and etcd, built from their Go modules, to `helm install` the chart into.
 kube-deps:
@@ -73,7 +77,7 @@ format: venv
 ## Two pytest processes (most tests wait on servers, not on the CPU); each takes whole files,
 ## so a module's fixtures stay in one process. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps airflow chromium lint bytecode
+test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps airflow chromium lint bytecode
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
