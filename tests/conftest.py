@@ -44,6 +44,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _forget_redactions() -> Iterator[None]:
+    """A command run in this process masks its secrets in every later log record
+    (redact_in_logs, on the root handlers pytest keeps for the session); a one-letter test
+    password would then mask that letter in the next tests' records."""
+    yield
+    from jobs.options.zookeeper import forget_redactions
+
+    forget_redactions()
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """A real ZooKeeper server process on a free loopback port. Never skipped: a missing

@@ -31,6 +31,7 @@ __all__ = [
     "SECRET_DESTS",
     "ConnectionArgsError",
     "add_connection_arguments",
+    "forget_redactions",
     "read_secret_file",
     "redact_in_logs",
     "resolve_connection",
@@ -112,6 +113,15 @@ def redact_in_logs(*secrets: str | None) -> None:
     for handler in logging.getLogger().handlers:
         handler.addFilter(redact)
     logging.getLogger("kazoo.client").addFilter(redact)
+
+
+def forget_redactions() -> None:
+    """Remove what :func:`redact_in_logs` installed: for a process that runs several commands
+    (a test session, a notebook), so that one command's secrets do not mask the next one's
+    log lines."""
+    for target in (*logging.getLogger().handlers, logging.getLogger("kazoo.client")):
+        for f in [f for f in target.filters if isinstance(f, _Redact)]:
+            target.removeFilter(f)
 
 
 def _given(argv: Sequence[str], flag: str) -> bool:
