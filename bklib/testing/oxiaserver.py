@@ -58,6 +58,10 @@ class OxiaServer:
         """The metadata service URI a Pulsar-configured bookie would be given."""
         return f"metadata-store:oxia://{self.address}/{namespace}"
 
+    def locator(self, namespace: str = DEFAULT_NAMESPACE) -> str:
+        """The store locator bkaudit opens (:func:`bklib.meta.stores.open_store`)."""
+        return f"oxia://{self.address}/{namespace}"
+
     def start(self, timeout: float = 60.0) -> OxiaServer:
         """Start the server and wait until it accepts connections."""
         binary = oxia_binary()

@@ -1,0 +1,85 @@
+"""Metadata stores: the interface (:mod:`.base`) and its ZooKeeper and Oxia implementations.
+
+A *locator* says which store and where, as one picklable string that travels to Spark
+executors: a ZooKeeper connect string (``h1:2181,h2:2181/chroot``) or
+``oxia://HOST:PORT/NAMESPACE`` (from ``--metadata-uri metadata-store:oxia://...``, see
+:mod:`bklib.meta.uri`). :func:`open_store` turns it into a session.
+"""
+
+from __future__ import annotations
+
+from bklib.meta.stores.base import (
+    ANY_VERSION,
+    BadVersion,
+    KeyExists,
+    KeyNotFound,
+    KeyStateError,
+    MetadataStore,
+    NotEmpty,
+    SessionState,
+    Stat,
+    StoreUnavailable,
+    ValueRead,
+)
+from bklib.meta.zkaccess import ZkAuth
+
+__all__ = [
+    "ANY_VERSION",
+    "OXIA_PREFIX",
+    "BadVersion",
+    "KeyExists",
+    "KeyNotFound",
+    "KeyStateError",
+    "MetadataStore",
+    "NotEmpty",
+    "SessionState",
+    "Stat",
+    "StoreUnavailable",
+    "ValueRead",
+    "is_oxia",
+    "open_store",
+    "oxia_locator",
+    "parse_oxia_locator",
+]
+
+OXIA_PREFIX = "oxia://"
+
+
+def is_oxia(locator: str) -> bool:
+    """Whether ``locator`` names an Oxia namespace rather than a ZooKeeper ensemble."""
+    return locator.startswith(OXIA_PREFIX)
+
+
+def oxia_locator(address: str, namespace: str) -> str:
+    """``oxia://ADDRESS/NAMESPACE``."""
+    return f"{OXIA_PREFIX}{address}/{namespace}"
+
+
+def parse_oxia_locator(locator: str) -> tuple[str, str]:
+    """``oxia://h:6648/ns`` -> (``h:6648``, ``ns``); the namespace defaults to ``default``,
+    as Pulsar's Oxia store does."""
+    rest = locator[len(OXIA_PREFIX) :]
+    address, _, namespace = rest.partition("/")
+    return address, namespace.strip("/") or "default"
+
+
+def open_store(
+    locator: str,
+    *,
+    auth: ZkAuth = None,
+    timeout: float = 30.0,
+    read_only: bool = False,
+) -> MetadataStore:
+    """A session on the store ``locator`` names. ZooKeeper takes ``auth`` (digest or a
+    :class:`~bklib.meta.zkaccess.ZkAccess`); Oxia has no authentication yet, and its
+    client is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line
+    when the store cannot be reached."""
+    if is_oxia(locator):
+        from bklib.meta.stores.oxia import connect_oxia
+
+        address, namespace = parse_oxia_locator(locator)
+        session_ms = max(2_000, int(timeout * 1000))
+        return connect_oxia(address, namespace, timeout=timeout, session_timeout_ms=session_ms)
+    from bklib.meta.stores.zookeeper import connect_zookeeper
+
+    return connect_zookeeper(locator, timeout=timeout, auth=auth, read_only=read_only)

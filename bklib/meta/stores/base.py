@@ -1,0 +1,220 @@
+"""The metadata-store interface: what bkaudit does with BookKeeper's metadata, on any store.
+
+BookKeeper keeps its metadata under ZooKeeper paths, and Pulsar's Oxia driver keeps the same
+keys and bytes (``org.apache.pulsar.metadata.impl.oxia.OxiaMetadataStore``). Everything above
+this package reads and writes through :class:`MetadataStore`, with ZooKeeper's semantics:
+
+* paths are absolute (``/ledgers/00/0000/L0001``); a key's parents are keys too;
+* a version is what compare-and-set presents: ZooKeeper's data version, Oxia's ``versionId``.
+  :data:`ANY_VERSION` (-1, BookKeeper's ``Version.ANY``) matches every version;
+* ephemeral keys belong to the store session and end with it.
+
+Differences the callers must know about are in :class:`Stat` (a store may not count
+children) and in docs/metadata-stores.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from bklib.errors import BKError, ZKError
+from bklib.meta import paths
+
+__all__ = [
+    "ANY_VERSION",
+    "BadVersion",
+    "KeyExists",
+    "KeyNotFound",
+    "KeyStateError",
+    "MetadataStore",
+    "NotEmpty",
+    "SessionState",
+    "Stat",
+    "StoreUnavailable",
+    "ValueRead",
+]
+
+ANY_VERSION = -1
+"""A compare-and-set or delete that matches every version (BookKeeper's ``Version.ANY``)."""
+
+
+class StoreUnavailable(ZKError):
+    """The store cannot be reached, refused the session, or the session ended mid-operation."""
+
+
+class KeyStateError(BKError):
+    """A key is not in the state an operation requires. Not a failure of the store."""
+
+
+class KeyNotFound(KeyStateError):
+    """The key does not exist (ZooKeeper's NONODE)."""
+
+
+class KeyExists(KeyStateError):
+    """The key already exists (NODEEXISTS)."""
+
+
+class BadVersion(KeyStateError):
+    """The key's version is not the one presented (BADVERSION)."""
+
+
+class NotEmpty(KeyStateError):
+    """The key has children and cannot be deleted (NOTEMPTY)."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What a store says about a key besides its value."""
+
+    version: int
+    """What compare-and-set presents: ZooKeeper's data version, Oxia's ``versionId``."""
+    ctime_ms: int
+    mtime_ms: int
+    ephemeral_owner: str | None = None
+    """Who owns an ephemeral key (compare with :attr:`MetadataStore.session_owner`); None for
+    a persistent key."""
+    num_children: int | None = None
+    """Children, where the store counts them (ZooKeeper); None where it does not (Oxia)."""
+    child_version: int | None = None
+    """ZooKeeper's cversion: unchanged while no child was created or deleted. None on Oxia."""
+
+
+@dataclass(frozen=True)
+class ValueRead:
+    """One key of a bulk read: its value and stat, or ``error`` (None when ``missing``)."""
+
+    path: str
+    data: bytes | None
+    stat: Stat | None
+    error: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.data is None and self.error is None
+
+
+class SessionState(enum.Enum):
+    """The store session as a caller sees it (kazoo's KazooState, Oxia's session)."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    """Disconnected; the session and its ephemeral keys may still be alive."""
+    LOST = "lost"
+    """The session expired: its ephemeral keys are gone. A new session follows."""
+
+
+StateListener = Callable[[SessionState], None]
+ChildrenListener = Callable[[list[str] | None], None]
+"""Called with a key's children after each change, or None once the key is gone."""
+
+
+class MetadataStore(ABC):
+    """A session on a metadata store. Thread-safe; every call blocks until answered.
+
+    Failures of the store itself (unreachable, session ended) raise :class:`StoreUnavailable`;
+    a key in the wrong state raises a :class:`KeyStateError`. Both name the key.
+    """
+
+    kind: str
+    """``zookeeper`` or ``oxia``: for messages and the few store-specific decisions."""
+
+    @property
+    @abstractmethod
+    def locator(self) -> str:
+        """Where the store is, without secrets (``h1:2181/chroot``, ``oxia://h:6648/ns``)."""
+
+    @abstractmethod
+    def get(self, path: str) -> tuple[bytes, Stat]:
+        """The key's value and stat; :class:`KeyNotFound` when it does not exist."""
+
+    @abstractmethod
+    def exists(self, path: str) -> Stat | None:
+        """The key's stat, or None."""
+
+    @abstractmethod
+    def children(self, path: str) -> list[str]:
+        """The names of the key's direct children, sorted. :class:`KeyNotFound` when the key
+        itself does not exist (on Oxia: when it has no children and no value)."""
+
+    @abstractmethod
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, parents: bool = False
+    ) -> Stat:
+        """Create the key; :class:`KeyExists` if it exists. ``parents`` creates missing parents
+        (empty, persistent), else a missing parent raises :class:`KeyNotFound`."""
+
+    @abstractmethod
+    def create_sequential(self, prefix: str, data: bytes = b"", *, ephemeral: bool) -> str:
+        """Create ``prefix`` + a 10-digit counter unique under its parent (ZooKeeper's
+        sequential znodes), parents included; returns the created path."""
+
+    @abstractmethod
+    def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
+        """Compare-and-set: :class:`BadVersion` when the version differs, :class:`KeyNotFound`
+        when the key is gone."""
+
+    @abstractmethod
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        """Delete the key: :class:`KeyNotFound`, :class:`BadVersion`, or :class:`NotEmpty`
+        when it has children."""
+
+    def delete_recursive(self, path: str) -> None:
+        """Delete the key and everything below it; a missing key is success."""
+        try:
+            names = self.children(path)
+        except KeyNotFound:
+            return
+        for name in names:
+            self.delete_recursive(paths.join(path, name))
+        with contextlib.suppress(KeyNotFound):
+            self.delete(path)
+
+    def ensure_path(self, path: str) -> None:
+        """Create the key and its parents where missing (empty values)."""
+        if self.exists(path) is None:
+            with contextlib.suppress(KeyExists):
+                self.create(path, parents=True)
+
+    @abstractmethod
+    def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[ValueRead]:
+        """Read many keys with up to ``max_in_flight`` requests outstanding; results in input
+        order. A per-key failure comes back in :attr:`ValueRead.error`; a failed session
+        raises :class:`StoreUnavailable`."""
+
+    @abstractmethod
+    def watch_children(self, path: str, listener: ChildrenListener) -> None:
+        """Call ``listener`` with the children of ``path`` now and after every change, from the
+        store's thread (it must not block), until the key is gone."""
+
+    @property
+    @abstractmethod
+    def session_owner(self) -> str | None:
+        """What :attr:`Stat.ephemeral_owner` holds for this session's ephemeral keys, or None
+        before the session is established."""
+
+    @property
+    @abstractmethod
+    def connected(self) -> bool:
+        """Whether the session is connected now."""
+
+    @abstractmethod
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener`` on every session state change, from the store's thread."""
+
+    @abstractmethod
+    def remove_state_listener(self, listener: StateListener) -> None:
+        """Stop calling ``listener``; unknown listeners are ignored."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session (its ephemeral keys with it). Idempotent."""
+
+    def __enter__(self) -> MetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

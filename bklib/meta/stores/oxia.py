@@ -1,0 +1,411 @@
+"""The metadata-store interface on Oxia, through PyPI's ``oxia`` client (the ``oxia`` extra).
+
+Keys and values are the ones Pulsar's ``OxiaMetadataStore`` writes for BookKeeper: ZooKeeper
+paths unchanged inside an Oxia namespace, every parent present as a key of its own (Pulsar
+creates them, empty, on each put; Java's Auditor and ReplicationWorker list children, so we
+create them too). Differences from ZooKeeper, and how this module bridges them:
+
+* children of ``p`` are the key range ``p/`` to ``p//`` (Oxia sorts keys hierarchically);
+  a key with neither a value nor children does not exist;
+* compare-and-set presents Oxia's ``versionId``; ``-1`` (BookKeeper's ``Version.ANY``) is
+  sent as no expectation, since Oxia reads ``-1`` as "must not exist";
+* an ephemeral key names its owner by the client identity (Oxia's sessions are per shard),
+  so :attr:`OxiaStore.session_owner` is that identity;
+* children are not counted and have no version: :class:`~bklib.meta.stores.base.Stat` says
+  None, and callers that need a directory's count list it;
+* session loss is seen through notifications: when an ephemeral key this session wrote is
+  deleted and we did not delete it, the server ended the session (state LOST, then
+  CONNECTED once a new session is made). See docs/metadata-stores.md.
+
+The client is beta: this is the one module to change when it does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from bklib.errors import ZKError
+from bklib.meta.stores.base import (
+    ANY_VERSION,
+    BadVersion,
+    ChildrenListener,
+    KeyExists,
+    KeyNotFound,
+    MetadataStore,
+    NotEmpty,
+    SessionState,
+    Stat,
+    StateListener,
+    StoreUnavailable,
+    ValueRead,
+)
+
+__all__ = ["OXIA_EXTRA_HINT", "OxiaClientMissing", "OxiaStore", "connect_oxia"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+OXIA_EXTRA_HINT = "pip install 'bkaudit[oxia]'"
+_DOES_NOT_EXIST = -1  # oxia.EXPECTED_RECORD_DOES_NOT_EXIST
+
+
+class OxiaClientMissing(ZKError):
+    """The ``oxia`` extra is not installed."""
+
+
+def _import_oxia() -> Any:
+    try:
+        import oxia
+        import oxia.ex
+    except ImportError as exc:
+        raise OxiaClientMissing(
+            f"the Oxia client is not installed ({OXIA_EXTRA_HINT}): {exc}"
+        ) from None
+    return oxia
+
+
+def child_range(path: str) -> tuple[str, str]:
+    """The key range holding the children of ``path`` in Oxia's hierarchical order."""
+    base = path.rstrip("/")
+    return base + "/", base + "//"
+
+
+def _ms(ts: Any) -> int:
+    return int(ts.timestamp() * 1000)
+
+
+class OxiaStore(MetadataStore):
+    """One Oxia client (its sessions, one per shard, share one client identity)."""
+
+    kind = "oxia"
+
+    def __init__(self, address: str, namespace: str, *, session_timeout_ms: int = 30_000) -> None:
+        self._oxia = _import_oxia()
+        self.address = address
+        self.namespace = namespace
+        self.identity = f"bkaudit-{uuid.uuid4().hex}"
+        self._session_timeout_ms = session_timeout_ms
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._owned: set[str] = set()  # ephemeral keys this session wrote and still holds
+        self._deleting: set[str] = set()
+        self._listeners: list[StateListener] = []
+        self._watches: dict[str, list[ChildrenListener]] = {}
+        self._notifications: Any = None
+        self._watcher: threading.Thread | None = None
+        self._closed = False
+        self._state = SessionState.SUSPENDED
+
+    # ---- session ---------------------------------------------------------------------------
+
+    def open(self, timeout: float = 30.0) -> OxiaStore:
+        """Connect, and prove the namespace answers: StoreUnavailable within ``timeout``."""
+        result: dict[str, Any] = {}
+
+        def attempt() -> None:
+            try:
+                client = self._oxia.Client(
+                    self.address,
+                    namespace=self.namespace,
+                    session_timeout_ms=self._session_timeout_ms,
+                    client_identifier=self.identity,
+                )
+                client.list("/", "//")  # one round trip to every shard
+                result["client"] = client
+            except Exception as exc:  # noqa: BLE001 - reported below as StoreUnavailable
+                result["error"] = exc
+
+        thread = threading.Thread(target=attempt, daemon=True, name="oxia-connect")
+        thread.start()
+        thread.join(timeout)
+        if "client" not in result:
+            exc = result.get("error")
+            reason = (
+                f"{type(exc).__name__}: {_reason(exc)}" if exc else f"no answer in {timeout:g}s"
+            )
+            raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {reason}")
+        self._client = result["client"]
+        self._state = SessionState.CONNECTED
+        return self
+
+    @property
+    def locator(self) -> str:
+        return f"oxia://{self.address}/{self.namespace}"
+
+    @property
+    def session_owner(self) -> str | None:
+        return self.identity
+
+    @property
+    def connected(self) -> bool:
+        return self._state is SessionState.CONNECTED and not self._closed
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
+        self._ensure_watcher()
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _set_state(self, state: SessionState) -> None:
+        with self._lock:
+            if self._state is state:
+                return
+            self._state = state
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(state)
+            except Exception:
+                log.exception("Oxia session listener failed")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._notifications is not None:
+            with contextlib.suppress(Exception):
+                self._notifications.close()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+
+    # ---- calls -------------------------------------------------------------------------------
+
+    def _call(self, path: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._client is None or self._closed:
+            raise StoreUnavailable(f"Oxia session to {self.locator} is closed", path=path)
+        ex = self._oxia.ex
+        try:
+            return fn(*args, **kwargs)
+        except ex.KeyNotFound:
+            raise KeyNotFound("no such key", path=path) from None
+        except ex.UnexpectedVersionId:
+            raise BadVersion("version is stale", path=path) from None
+        except ex.SessionNotFound:
+            self._set_state(SessionState.LOST)
+            raise StoreUnavailable(f"Oxia at {self.locator}: session expired", path=path) from None
+        except Exception as exc:
+            raise StoreUnavailable(
+                f"Oxia at {self.locator}: {type(exc).__name__}: {_reason(exc)}", path=path
+            ) from exc
+
+    def _stat(self, version: Any, with_children: bool = False, path: str = "") -> Stat:
+        return Stat(
+            version=int(version.version_id()),
+            ctime_ms=_ms(version.created_timestamp()),
+            mtime_ms=_ms(version.modified_timestamp()),
+            ephemeral_owner=version.client_identity() if version.is_ephemeral() else None,
+        )
+
+    def get(self, path: str) -> tuple[bytes, Stat]:
+        _, value, version = self._call(path, self._client.get, path)
+        return bytes(value or b""), self._stat(version)
+
+    def exists(self, path: str) -> Stat | None:
+        try:
+            _, _, version = self._call(path, self._client.get, path, include_value=False)
+        except KeyNotFound:
+            return None
+        return self._stat(version)
+
+    def children(self, path: str) -> list[str]:
+        lo, hi = child_range(path)
+        keys: list[str] = self._call(path, self._client.list, lo, hi)
+        if not keys and path != "/" and self.exists(path) is None:
+            raise KeyNotFound("no such key", path=path)
+        return sorted(k[len(lo) :] for k in keys)
+
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, parents: bool = False
+    ) -> Stat:
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent != "/":
+            if parents:
+                self._ensure_parents(parent)
+            elif self.exists(parent) is None:
+                raise KeyNotFound("parent does not exist", path=parent)
+        try:
+            _, version = self._call(
+                path,
+                self._client.put,
+                path,
+                data,
+                expected_version_id=_DOES_NOT_EXIST,
+                ephemeral=ephemeral,
+            )
+        except BadVersion:
+            raise KeyExists("key exists", path=path) from None
+        if ephemeral:
+            with self._lock:
+                self._owned.add(path)
+            self._ensure_watcher()
+        return self._stat(version)
+
+    def _ensure_parents(self, path: str) -> None:
+        """Create ``path`` and its missing ancestors, empty and persistent, top down."""
+        missing: list[str] = []
+        p = path
+        while p and p != "/" and self.exists(p) is None:
+            missing.append(p)
+            p = p.rsplit("/", 1)[0]
+        for key in reversed(missing):
+            with contextlib.suppress(BadVersion):  # created meanwhile: fine
+                self._call(key, self._client.put, key, b"", expected_version_id=_DOES_NOT_EXIST)
+
+    def create_sequential(self, prefix: str, data: bytes = b"", *, ephemeral: bool) -> str:
+        raise NotImplementedError
+
+    def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
+        expected = None if version == ANY_VERSION else version
+        if expected is None and self.exists(path) is None:
+            raise KeyNotFound("no such key", path=path)
+        try:
+            _, v = self._call(path, self._client.put, path, data, expected_version_id=expected)
+        except BadVersion:
+            if self.exists(path) is None:
+                raise KeyNotFound("no such key", path=path) from None
+            raise
+        return self._stat(v)
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        lo, hi = child_range(path)
+        if self._call(path, self._client.list, lo, hi):
+            raise NotEmpty("key has children", path=path)
+        expected = None if version == ANY_VERSION else version
+        with self._lock:
+            self._deleting.add(path)
+        try:
+            existed = self._call(path, self._client.delete, path, expected_version_id=expected)
+        except BadVersion:
+            if self.exists(path) is None:
+                raise KeyNotFound("no such key", path=path) from None
+            raise
+        finally:
+            with self._lock:
+                self._deleting.discard(path)
+                self._owned.discard(path)
+        if not existed:
+            raise KeyNotFound("no such key", path=path)
+
+    def get_many(self, paths_: Iterable[str], max_in_flight: int = 500) -> Iterator[ValueRead]:
+        def one(path: str) -> ValueRead:
+            try:
+                data, stat = self.get(path)
+            except KeyNotFound:
+                return ValueRead(path, None, None)
+            return ValueRead(path, data, stat)
+
+        # The client is synchronous and thread-safe: a few threads keep requests in flight.
+        with ThreadPoolExecutor(max_workers=max(1, min(16, max_in_flight))) as pool:
+            yield from pool.map(one, paths_)
+
+    def scan_children(self, path: str) -> Iterator[tuple[str, bytes, Stat]]:
+        """Every child of ``path`` with its value, in one range scan per shard."""
+        lo, hi = child_range(path)
+        records = self._call(path, self._client.range_scan, lo, hi)
+        try:
+            for key, value, version in records:
+                yield key[len(lo) :], bytes(value or b""), self._stat(version)
+        except Exception as exc:
+            raise StoreUnavailable(
+                f"Oxia at {self.locator}: range scan failed: {_reason(exc)}", path=path
+            ) from exc
+
+    # ---- notifications: watches and session loss ---------------------------------------------
+
+    def watch_children(self, path: str, listener: ChildrenListener) -> None:
+        key = path.rstrip("/") or "/"
+        with self._lock:
+            self._watches.setdefault(key, []).append(listener)
+        self._ensure_watcher()
+        self._fire(key)
+
+    def _fire(self, key: str) -> None:
+        with self._lock:
+            listeners = list(self._watches.get(key, ()))
+        if not listeners:
+            return
+        try:
+            names: list[str] | None = self.children(key)
+        except KeyNotFound:
+            names = None
+        except StoreUnavailable as exc:
+            log.warning("cannot list %s after a change: %s", key, exc)
+            return
+        for listener in listeners:
+            try:
+                listener(names)
+            except Exception:
+                log.exception("watch listener on %s failed", key)
+        if names is None:
+            with self._lock:
+                self._watches.pop(key, None)
+
+    def _ensure_watcher(self) -> None:
+        with self._lock:
+            if self._watcher is not None or self._closed or self._client is None:
+                return
+            self._notifications = self._client.get_notifications()
+            self._watcher = threading.Thread(
+                target=self._watch_loop, daemon=True, name="oxia-notifications"
+            )
+            self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        deleted = self._oxia.defs.NotificationType.KEY_DELETED
+        try:
+            for note in self._notifications:
+                key = note.key()
+                if note.notification_type() == deleted:
+                    self._on_deleted(key)
+                parent = key.rsplit("/", 1)[0] or "/"
+                self._fire(parent)
+                if note.notification_type() == deleted:
+                    self._fire(key)
+        except Exception as exc:  # noqa: BLE001 - the stream ended: report, do not guess
+            if not self._closed:
+                log.warning("Oxia notifications from %s ended: %s", self.locator, _reason(exc))
+                self._set_state(SessionState.SUSPENDED)
+
+    def _on_deleted(self, key: str) -> None:
+        with self._lock:
+            ours = key in self._owned and key not in self._deleting
+            if ours:
+                self._owned.clear()  # every ephemeral key of the session goes with it
+        if ours:
+            log.warning("Oxia deleted our ephemeral key %s: the session expired", key)
+            self._set_state(SessionState.LOST)
+            self._set_state(SessionState.CONNECTED)
+
+
+def _reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    details = getattr(exc, "details", None)
+    if callable(details):
+        with contextlib.suppress(Exception):
+            text = details()
+            if text:
+                return str(text)
+    return str(exc) or type(exc).__name__
+
+
+def connect_oxia(
+    address: str, namespace: str, *, timeout: float = 30.0, session_timeout_ms: int = 30_000
+) -> OxiaStore:
+    """A connected :class:`OxiaStore`; :class:`StoreUnavailable` (one line) when the server
+    cannot be reached within ``timeout``, :class:`OxiaClientMissing` without the extra."""
+    return OxiaStore(address, namespace, session_timeout_ms=session_timeout_ms).open(timeout)

@@ -1,0 +1,242 @@
+"""The metadata-store interface on ZooKeeper: kazoo for everything, and the pipelined
+:class:`~bklib.meta.zkbulk.BulkReader` for bulk reads (kazoo costs ~250 µs per request).
+
+Transient errors (connection loss, timeouts) are retried with back-off before a call fails;
+anything else that ends the session raises :class:`~bklib.meta.stores.base.StoreUnavailable`
+naming the znode, so a listing never silently shrinks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from bklib.errors import ZKError
+from bklib.meta.stores.base import (
+    ANY_VERSION,
+    BadVersion,
+    ChildrenListener,
+    KeyExists,
+    KeyNotFound,
+    MetadataStore,
+    NotEmpty,
+    SessionState,
+    Stat,
+    StateListener,
+    StoreUnavailable,
+    ValueRead,
+)
+from bklib.meta.zkaccess import ZkAuth, ZkSecurityError, new_client, start_client
+from bklib.meta.zkbulk import ZNONODE, BulkReader
+
+__all__ = ["ZooKeeperStore", "connect_zookeeper"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_RETRY = KazooRetry(max_tries=5, delay=0.2, backoff=2, max_delay=3.0)
+"""Connection loss and operation timeouts are retried before a call fails."""
+
+_STATES = {
+    KazooState.CONNECTED: SessionState.CONNECTED,
+    KazooState.SUSPENDED: SessionState.SUSPENDED,
+    KazooState.LOST: SessionState.LOST,
+}
+
+
+def _stat(s: ZnodeStat) -> Stat:
+    return Stat(
+        version=int(s.version),
+        ctime_ms=int(s.ctime),
+        mtime_ms=int(s.mtime),
+        ephemeral_owner=_owner(int(s.ephemeralOwner)),
+        num_children=int(s.numChildren),
+        child_version=int(s.cversion),
+    )
+
+
+def _owner(session_id: int) -> str | None:
+    return f"{session_id:#x}" if session_id else None
+
+
+class ZooKeeperStore(MetadataStore):
+    """One kazoo session. ``hosts`` may carry a chroot (``h1:2181,h2:2181/pulsar``)."""
+
+    kind = "zookeeper"
+
+    def __init__(self, client: KazooClient, hosts: str, auth: ZkAuth = None) -> None:
+        self.client = client
+        self.hosts = hosts
+        self.auth = auth
+        self._listeners: dict[StateListener, Callable[[Any], None]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def locator(self) -> str:
+        return self.hosts
+
+    def _call(
+        self, path: str, fn: Callable[..., T], *args: Any, retry: bool = False, **kwargs: Any
+    ) -> T:
+        """Run one kazoo call, turning kazoo's errors into the interface's. Reads are retried;
+        writes are not, since a write that succeeded before a connection loss would fail its
+        retry (NODEEXISTS, BADVERSION) and hide the success."""
+        try:
+            return _RETRY.copy()(fn, *args, **kwargs) if retry else fn(*args, **kwargs)
+        except NoNodeError:
+            raise KeyNotFound("no such key", path=path) from None
+        except NodeExistsError:
+            raise KeyExists("key exists", path=path) from None
+        except BadVersionError:
+            raise BadVersion("version is stale", path=path) from None
+        except NotEmptyError:
+            raise NotEmpty("key has children", path=path) from None
+        except (KazooException, RetryFailedError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise StoreUnavailable(
+                f"ZooKeeper at {self.hosts}: {type(exc).__name__} {reason}".rstrip(), path=path
+            ) from exc
+
+    def get(self, path: str) -> tuple[bytes, Stat]:
+        data, stat = self._call(path, self.client.get, path, retry=True)
+        return bytes(data), _stat(stat)
+
+    def exists(self, path: str) -> Stat | None:
+        stat = self._call(path, self.client.exists, path, retry=True)
+        return _stat(stat) if stat is not None else None
+
+    def children(self, path: str) -> list[str]:
+        return sorted(self._call(path, self.client.get_children, path, retry=True))
+
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, parents: bool = False
+    ) -> Stat:
+        _, stat = self._call(
+            path,
+            self.client.create,
+            path,
+            data,
+            ephemeral=ephemeral,
+            makepath=parents,
+            include_data=True,
+        )
+        return _stat(stat)
+
+    def create_sequential(self, prefix: str, data: bytes = b"", *, ephemeral: bool) -> str:
+        created: str = self._call(
+            prefix,
+            self.client.create,
+            prefix,
+            data,
+            ephemeral=ephemeral,
+            sequence=True,
+            makepath=True,
+        )
+        return created
+
+    def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
+        return _stat(self._call(path, self.client.set, path, data, version=version))
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self._call(path, self.client.delete, path, version=version)
+
+    def ensure_path(self, path: str) -> None:
+        self._call(path, self.client.ensure_path, path, retry=True)
+
+    def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[ValueRead]:
+        with BulkReader(self.hosts, auth=self.auth) as reader:
+            for got in reader.get_many(paths, max_in_flight):
+                if got.err == ZNONODE:
+                    yield ValueRead(got.path, None, None)
+                elif got.err != 0 or got.data is None or got.stat is None:
+                    yield ValueRead(got.path, None, None, got.error_name)
+                else:
+                    s = got.stat
+                    stat = Stat(
+                        s.version,
+                        s.ctime,
+                        s.mtime,
+                        _owner(s.ephemeral_owner),
+                        s.num_children,
+                        s.cversion,
+                    )
+                    yield ValueRead(got.path, got.data, stat)
+
+    def watch_children(self, path: str, listener: ChildrenListener) -> None:
+        def changed(children: list[str] | None) -> bool | None:
+            listener(sorted(children) if children is not None else None)
+            return False if children is None else None
+
+        # kazoo's ChildrenWatch calls with the children, and stops once told False; a
+        # deleted znode calls with an empty list only if it was watched, so check first.
+        if self.exists(path) is None:
+            listener(None)
+            return
+        self.client.ChildrenWatch(path, changed)
+
+    @property
+    def session_owner(self) -> str | None:
+        cid = self.client.client_id
+        return _owner(int(cid[0])) if cid else None
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.client.connected)
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        def translate(state: Any) -> None:
+            listener(_STATES[state])
+
+        with self._lock:
+            if listener in self._listeners:
+                return
+            self._listeners[listener] = translate
+        self.client.add_listener(translate)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        with self._lock:
+            translate = self._listeners.pop(listener, None)
+        if translate is not None:
+            self.client.remove_listener(translate)
+
+    def close(self) -> None:
+        try:
+            self.client.stop()
+            self.client.close()
+        except KazooException as exc:  # closing is best effort; the session times out anyway
+            log.debug("closing the ZooKeeper session to %s: %s", self.hosts, exc)
+
+
+def connect_zookeeper(
+    hosts: str, *, timeout: float = 30.0, auth: ZkAuth = None, read_only: bool = False
+) -> ZooKeeperStore:
+    """A started session on ZooKeeper. ``hosts`` may carry a chroot; ``auth`` is
+    ``user:password`` digest auth or a :class:`~bklib.meta.zkaccess.ZkAccess` (TLS, SASL,
+    ACLs). Raises :class:`~bklib.meta.zkaccess.ZkSecurityError` for an untrusted certificate
+    or rejected credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
+    client = new_client(hosts, auth, timeout=timeout, read_only=read_only)
+    with warnings.catch_warnings():
+        # A missing chroot is reported by require_cluster, naming the path, not as a warning.
+        warnings.filterwarnings("ignore", message="No chroot path exists")
+        try:
+            start_client(client, hosts, auth, timeout)
+        except ZkSecurityError:
+            raise
+        except ZKError as exc:
+            raise StoreUnavailable(exc.reason, path=exc.path) from exc
+    return ZooKeeperStore(client, hosts, auth)

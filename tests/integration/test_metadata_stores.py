@@ -1,0 +1,154 @@
+"""The metadata-store interface, the same tests on a real ZooKeeper and a real Oxia server:
+what every caller above ``bklib.meta.stores`` relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from bklib.meta.stores import (
+    BadVersion,
+    KeyExists,
+    KeyNotFound,
+    MetadataStore,
+    NotEmpty,
+    SessionState,
+    StoreUnavailable,
+    open_store,
+)
+from bklib.testing.zkserver import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_create_get_and_compare_and_set(meta_store: MetadataStore) -> None:
+    created = meta_store.create("/ledgers/00/0000/L0001", b"v1", parents=True)
+    data, stat = meta_store.get("/ledgers/00/0000/L0001")
+    assert data == b"v1" and stat.version == created.version
+    with pytest.raises(KeyExists):
+        meta_store.create("/ledgers/00/0000/L0001", b"again")
+    after = meta_store.set("/ledgers/00/0000/L0001", b"v2", stat.version)
+    assert after.version != stat.version
+    # The version read before the write is stale now: the CAS must fail, the value stay.
+    with pytest.raises(BadVersion):
+        meta_store.set("/ledgers/00/0000/L0001", b"lost update", stat.version)
+    assert meta_store.get("/ledgers/00/0000/L0001")[0] == b"v2"
+    with pytest.raises(KeyNotFound):
+        meta_store.set("/ledgers/00/0000/L0002", b"x", 0)
+    with pytest.raises(KeyNotFound):
+        meta_store.get("/ledgers/00/0000/L0002")
+    assert meta_store.exists("/ledgers/00/0000/L0002") is None
+
+
+def test_parents_are_keys_and_children_are_one_level(meta_store: MetadataStore) -> None:
+    meta_store.create("/ledgers/00/0000/L0001", b"a", parents=True)
+    meta_store.create("/ledgers/00/0000/L0002", b"b")
+    meta_store.create("/ledgers/00/0001/L0003", b"c", parents=True)
+    # Java's Auditor walks the tree by listing children: every parent must be a key.
+    assert meta_store.children("/ledgers") == ["00"]
+    assert meta_store.children("/ledgers/00") == ["0000", "0001"]
+    assert meta_store.children("/ledgers/00/0000") == ["L0001", "L0002"]
+    assert meta_store.children("/ledgers/00/0001/L0003") == []
+    with pytest.raises(KeyNotFound):
+        meta_store.children("/ledgers/01")
+    with pytest.raises(KeyNotFound):
+        meta_store.create("/ledgers/02/0000/L0009", b"no parent")
+
+
+def test_delete_by_version_and_not_empty(meta_store: MetadataStore) -> None:
+    meta_store.create("/a/b", b"x", parents=True)
+    _, stat = meta_store.get("/a/b")
+    with pytest.raises(NotEmpty):
+        meta_store.delete("/a")
+    with pytest.raises(BadVersion):
+        meta_store.delete("/a/b", stat.version + 1000)
+    meta_store.delete("/a/b", stat.version)
+    with pytest.raises(KeyNotFound):
+        meta_store.delete("/a/b")
+    meta_store.delete("/a")
+    assert meta_store.exists("/a") is None
+
+
+def test_ephemeral_keys_end_with_their_session(store_locator: str) -> None:
+    with open_store(store_locator, timeout=15) as reader:
+        writer = open_store(store_locator, timeout=15)
+        try:
+            writer.create("/ledgers/available/127.0.0.1:3181", b"", ephemeral=True, parents=True)
+            stat = reader.exists("/ledgers/available/127.0.0.1:3181")
+            assert stat is not None
+            assert stat.ephemeral_owner == writer.session_owner
+            assert stat.ephemeral_owner != reader.session_owner
+        finally:
+            writer.close()
+        deadline = time.monotonic() + 15
+        while reader.exists("/ledgers/available/127.0.0.1:3181") is not None:
+            assert time.monotonic() < deadline, "ephemeral key outlived its session"
+            time.sleep(0.1)
+        assert reader.exists("/ledgers/available") is not None  # the parent is persistent
+
+
+def test_watch_children_sees_creates_and_deletes(
+    meta_store: MetadataStore, store_locator: str
+) -> None:
+    meta_store.ensure_path("/ledgers/available")
+    seen: list[list[str] | None] = []
+    changed = threading.Event()
+
+    def listener(children: list[str] | None) -> None:
+        seen.append(children)
+        changed.set()
+
+    meta_store.watch_children("/ledgers/available", listener)
+    assert changed.wait(10) and seen[-1] == []
+
+    def wait_for(expected: list[str]) -> None:
+        deadline = time.monotonic() + 10
+        while seen[-1] != expected:
+            assert time.monotonic() < deadline, f"watch saw {seen}, not {expected}"
+            changed.clear()
+            changed.wait(0.5)
+
+    with open_store(store_locator, timeout=15) as other:
+        other.create("/ledgers/available/b1:3181", b"", ephemeral=True)
+        wait_for(["b1:3181"])
+        other.create("/ledgers/available/b2:3181", b"")
+        wait_for(["b1:3181", "b2:3181"])
+        other.delete("/ledgers/available/b2:3181")
+        wait_for(["b1:3181"])
+    wait_for([])  # the ephemeral one went with the other session
+
+
+def test_get_many_reports_missing_keys(meta_store: MetadataStore) -> None:
+    for i in range(50):
+        meta_store.create(f"/many/k{i:03d}", f"v{i}".encode(), parents=True)
+    keys = [f"/many/k{i:03d}" for i in range(0, 60, 3)]
+    got = list(meta_store.get_many(keys, max_in_flight=8))
+    assert [g.path for g in got] == keys  # input order
+    for g in got:
+        i = int(g.path[-3:])
+        if i < 50:
+            assert g.data == f"v{i}".encode() and g.stat is not None
+        else:
+            assert g.missing
+
+
+def test_state_listener_reports_a_connected_session(meta_store: MetadataStore) -> None:
+    states: list[SessionState] = []
+    meta_store.add_state_listener(states.append)
+    assert meta_store.connected
+    meta_store.remove_state_listener(states.append)
+    assert SessionState.LOST not in states
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "oxia"])
+def test_an_unreachable_store_is_one_line(kind: str) -> None:
+    port = free_port("127.0.0.1")  # nothing listens there
+    locator = f"oxia://127.0.0.1:{port}/default" if kind == "oxia" else f"127.0.0.1:{port}"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        open_store(locator, timeout=3)
+    assert time.monotonic() - started < 20
+    message = str(info.value)
+    assert "\n" not in message and f"127.0.0.1:{port}" in message
