@@ -1,7 +1,9 @@
-"""Ledger metadata in ZooKeeper, in BookKeeper's own layout, through kazoo.
+"""Ledger metadata in BookKeeper's own layout, on any metadata store (ZooKeeper or Oxia,
+through :class:`~bklib.meta.stores.base.MetadataStore`).
 
-Creates are ``create`` (never ``setData``); updates are compare-and-set on the znode's data
-version; on a version conflict the caller's transform is re-applied to freshly read metadata.
+Creates are ``create`` (never ``setData``); updates are compare-and-set on the key's version
+(ZooKeeper's data version, Oxia's versionId); on a version conflict the caller's transform is
+re-applied to freshly read metadata.
 """
 
 from __future__ import annotations
@@ -15,14 +17,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    BadVersionError,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-)
-from kazoo.retry import KazooRetry, RetryFailedError
 
 from bklib.errors import (
     CompatibilityError,
@@ -31,7 +25,6 @@ from bklib.errors import (
     LedgerIdOverflowError,
     MetadataVersionError,
     NoSuchLedgerOnMetadataServerError,
-    ZKError,
 )
 from bklib.meta import paths
 from bklib.meta.cluster import ClusterLayout, MetadataDriver, recognise_cluster
@@ -39,13 +32,20 @@ from bklib.meta.formats import LedgerLayout, encode_layout, parse_layout
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata, encode_metadata
+from bklib.meta.stores.base import (
+    BadVersion,
+    KeyExists,
+    KeyNotFound,
+    KeyStateError,
+    MetadataStore,
+    NotEmpty,
+    StoreUnavailable,
+)
+from bklib.meta.stores.zookeeper import as_store
 from bklib.meta.zkaccess import ZkAuth, new_client, start_client
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
-
-_LIST_RETRY = KazooRetry(max_tries=5, delay=0.2, backoff=2, max_delay=3.0)
-"""Connection loss and operation timeouts while listing are retried before a listing fails."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ class LeafDir:
 
     ``prefix`` is the id digits the path contributes (a leaf ``L1234`` adds the rest);
     ``count`` is its child count from the znode stat; ``cversion`` the stat's child version
-    then (-1 when not read): while it stays the same, no child was created or deleted, so a
-    scan of the directory must find exactly ``count`` ledgers (see docs/reliability.md).
+    then (-1 when not read, and on a store without child versions such as Oxia, where
+    ``count`` comes from a listing): while it stays the same, no child was created or deleted,
+    so a scan of the directory must find exactly ``count`` ledgers (see docs/reliability.md).
     """
 
     path: str
@@ -71,7 +72,7 @@ DEFAULT_ROOT = DEFAULT_LEDGERS_ROOT
 
 @dataclass(frozen=True)
 class Versioned(Generic[T]):
-    """A value read from ZooKeeper with the data version a CAS must present."""
+    """A value read from the metadata store with the version a CAS must present."""
 
     value: T
     version: int
@@ -101,9 +102,14 @@ class LedgerStore:
     """Ledger metadata, id generation and cluster znodes under one ledgers root."""
 
     def __init__(
-        self, zk: KazooClient, root: str = DEFAULT_ROOT, kind: LayoutKind | None = None
+        self,
+        zk: MetadataStore | KazooClient,
+        root: str = DEFAULT_ROOT,
+        kind: LayoutKind | None = None,
     ) -> None:
         self.zk = zk
+        """What the store was built on, handed on to callers not yet on the interface."""
+        self.meta = as_store(zk)
         self.root = root.rstrip("/") or "/"
         self._kind = kind
 
@@ -111,8 +117,8 @@ class LedgerStore:
 
     def read_layout(self) -> LedgerLayout | None:
         try:
-            data, _ = self.zk.get(paths.join(self.root, paths.LAYOUT_ZNODE))
-        except NoNodeError:
+            data, _ = self.meta.get(paths.join(self.root, paths.LAYOUT_ZNODE))
+        except KeyNotFound:
             return None
         return parse_layout(data)
 
@@ -133,10 +139,10 @@ class LedgerStore:
         wanted = LedgerLayout(2, kind.factory_class, 1)
         path = paths.join(self.root, "LAYOUT")
         try:
-            self.zk.create(path, encode_layout(wanted), makepath=True)
+            self.meta.create(path, encode_layout(wanted), parents=True)
             self._kind = kind
             return wanted
-        except NodeExistsError:
+        except KeyExists:
             existing = self.read_layout()
             assert existing is not None
             if LayoutKind.from_factory(existing.factory_class) is not kind:
@@ -160,13 +166,13 @@ class LedgerStore:
         if driver is MetadataDriver.PULSAR and kind is not LayoutKind.HIERARCHICAL:
             raise ValueError(f"Pulsar's driver lays ledgers out hierarchically, not {kind.value}")
         for p in ("", paths.AVAILABLE_ZNODE, paths.join(paths.AVAILABLE_ZNODE, "readonly")):
-            self.zk.ensure_path(paths.join(self.root, p) if p else self.root)
+            self.meta.ensure_path(paths.join(self.root, p) if p else self.root)
         iid_path = paths.join(self.root, paths.INSTANCEID_ZNODE)
         try:
             instance_id = str(uuid.uuid4())
-            self.zk.create(iid_path, instance_id.encode())
-        except NodeExistsError:
-            instance_id = self.zk.get(iid_path)[0].decode()
+            self.meta.create(iid_path, instance_id.encode())
+        except KeyExists:
+            instance_id = self.meta.get(iid_path)[0].decode()
         if driver is MetadataDriver.BOOKKEEPER:
             self.ensure_layout(kind)
         else:
@@ -175,9 +181,9 @@ class LedgerStore:
 
     def instance_id(self) -> str | None:
         try:
-            data: bytes = self.zk.get(paths.join(self.root, paths.INSTANCEID_ZNODE))[0]
+            data: bytes = self.meta.get(paths.join(self.root, paths.INSTANCEID_ZNODE))[0]
             return data.decode()
-        except NoNodeError:
+        except KeyNotFound:
             return None
 
     # ---- paths and listing -----------------------------------------------------------------
@@ -186,23 +192,23 @@ class LedgerStore:
         return paths.ledger_path(self.root, ledger_id, self.kind)
 
     def _children(self, path: str) -> list[str]:
-        """Children of ``path``; a node deleted meanwhile has none. Transient ZooKeeper errors
-        are retried with backoff; anything else (no auth, session gone) fails closed, naming
-        the path, so a listing never silently shrinks."""
+        """Children of ``path``; a node deleted meanwhile has none. The store retries transient
+        errors; anything else (no auth, session gone) raises StoreUnavailable (a ZKError)
+        naming the path, so a listing never silently shrinks."""
         try:
-            return sorted(_LIST_RETRY.copy()(self.zk.get_children, path))
-        except NoNodeError:  # raced with a delete: an empty directory
+            return self.meta.children(path)
+        except KeyNotFound:  # raced with a delete: an empty directory
             return []
-        except (KazooException, RetryFailedError) as exc:
-            raise ZKError(f"cannot list children: {type(exc).__name__} {exc}", path=path) from exc
 
     def _stat(self, path: str) -> tuple[int, int] | None:
-        """(children, child version) of ``path``, or None when it does not exist."""
-        try:
-            stat = _LIST_RETRY.copy()(self.zk.exists, path)
-        except (KazooException, RetryFailedError) as exc:
-            raise ZKError(f"cannot stat: {type(exc).__name__} {exc}", path=path) from exc
-        return (int(stat.numChildren), int(stat.cversion)) if stat is not None else None
+        """(children, child version) of ``path``, or None when it does not exist. A store
+        that does not count children (Oxia) is answered by a listing, child version -1."""
+        stat = self.meta.exists(path)
+        if stat is None:
+            return None
+        if stat.num_children is None or stat.child_version is None:
+            return len(self._children(path)), -1
+        return stat.num_children, stat.child_version
 
     def _leaf(self, path: str, prefix: str, with_counts: bool) -> LeafDir:
         stat = self._stat(path) if with_counts else None
@@ -225,10 +231,7 @@ class LedgerStore:
         ``where`` names the connect string in the message. Returns what was recognised."""
 
         def exists(path: str) -> bool:
-            try:
-                return _LIST_RETRY.copy()(self.zk.exists, path) is not None
-            except (KazooException, RetryFailedError) as exc:
-                raise ZKError(f"cannot read: {type(exc).__name__} {exc}", path=path) from exc
+            return self.meta.exists(path) is not None
 
         found = recognise_cluster(self.root, exists, where)
         if found.kind is not None and self._kind is None:
@@ -285,12 +288,11 @@ class LedgerStore:
     # ---- id generation ---------------------------------------------------------------------
 
     def _short_id(self, parent: str) -> int:
-        node = self.zk.create(
-            paths.join(parent, "ID-"), b"", ephemeral=True, sequence=True, makepath=True
-        )
+        node = self.meta.create_sequential(paths.join(parent, "ID-"), ephemeral=True)
         try:
-            self.zk.delete(node)
-        except KazooException as exc:  # the id is ours either way; the node dies with the session
+            self.meta.delete(node)
+        except (KeyStateError, StoreUnavailable) as exc:  # the id is ours; the node dies with
+            # the session
             log.warning("could not delete id node %s: %s", node, exc)
         value = int(node.rsplit("ID-", 1)[1])
         if value < 0 or value >= paths.SHORT_ID_LIMIT:
@@ -302,30 +304,30 @@ class LedgerStore:
         if self.kind is LayoutKind.FLAT:
             return self._short_id(self.root)
         long_root = paths.join(self.root, "idgen-long")
-        if not self.zk.exists(long_root):
+        if self.meta.exists(long_root) is None:
             try:
                 return self._short_id(paths.join(self.root, "idgen"))
             except LedgerIdOverflowError:
-                self.zk.ensure_path(long_root)
+                self.meta.ensure_path(long_root)
         return self._long_id(long_root)
 
     def _long_id(self, long_root: str) -> int:
         while True:
             hobs = sorted(int(c[4:]) for c in self._children(long_root) if c.startswith("HOB-"))
             if not hobs:
-                with contextlib.suppress(NodeExistsError):
-                    self.zk.create(paths.join(long_root, "HOB-0000000001"), b"")
+                with contextlib.suppress(KeyExists):
+                    self.meta.create(paths.join(long_root, "HOB-0000000001"), b"")
                 continue
             high = hobs[-1]
             try:
                 low = self._short_id(paths.join(long_root, f"HOB-{high:010d}"))
             except LedgerIdOverflowError:
-                with contextlib.suppress(NodeExistsError):
-                    self.zk.create(paths.join(long_root, f"HOB-{high + 1:010d}"), b"")
+                with contextlib.suppress(KeyExists):
+                    self.meta.create(paths.join(long_root, f"HOB-{high + 1:010d}"), b"")
                 continue
             for old in hobs[:-3]:  # BookKeeper keeps the newest few; pruning is best effort
-                with contextlib.suppress(KazooException):
-                    self.zk.delete(paths.join(long_root, f"HOB-{old:010d}"), recursive=True)
+                with contextlib.suppress(KeyStateError, StoreUnavailable):
+                    self.meta.delete_recursive(paths.join(long_root, f"HOB-{old:010d}"))
             return (high << 32) | low
 
     # ---- ledger CRUD and CAS -----------------------------------------------------------------
@@ -336,9 +338,9 @@ class LedgerStore:
         path = self.path_for(md.ledger_id)
         data = encode_metadata(md)
         try:
-            self.zk.create(path, data, makepath=True)
-            return Versioned(md, 0)
-        except NodeExistsError:
+            stat = self.meta.create(path, data, parents=True)
+            return Versioned(md, stat.version)
+        except KeyExists:
             existing = self.read_ledger(md.ledger_id)
             if md.format_version >= 3 and existing.value.ctoken == md.ctoken and md.ctoken != 0:
                 return existing
@@ -349,23 +351,23 @@ class LedgerStore:
     def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata]:
         path = self.path_for(ledger_id)
         try:
-            data, stat = self.zk.get(path)
-        except NoNodeError:
+            data, stat = self.meta.get(path)
+        except KeyNotFound:
             raise NoSuchLedgerOnMetadataServerError(
                 "no metadata", ledger_id=ledger_id, path=path
             ) from None
-        return Versioned(decode_at(path, data, ledger_id, stat.ctime), stat.version)
+        return Versioned(decode_at(path, data, ledger_id, stat.ctime_ms), stat.version)
 
     def write_ledger(self, md: LedgerMetadata, expected_version: int) -> Versioned[LedgerMetadata]:
         """One compare-and-set write. BADVERSION raises MetadataVersionError."""
         path = self.path_for(md.ledger_id)
         try:
-            stat = self.zk.set(path, encode_metadata(md), version=expected_version)
-        except BadVersionError:
+            stat = self.meta.set(path, encode_metadata(md), expected_version)
+        except BadVersion:
             raise MetadataVersionError(
                 f"version {expected_version} is stale", ledger_id=md.ledger_id, path=path
             ) from None
-        except NoNodeError:
+        except KeyNotFound:
             raise NoSuchLedgerOnMetadataServerError(
                 "deleted", ledger_id=md.ledger_id, path=path
             ) from None
@@ -399,10 +401,10 @@ class LedgerStore:
         """Delete the ledger znode (NONODE is success), then empty hierarchical parents."""
         path = self.path_for(ledger_id)
         try:
-            self.zk.delete(path, version=version)
-        except NoNodeError:
+            self.meta.delete(path, version)
+        except KeyNotFound:
             return
-        except BadVersionError:
+        except BadVersion:
             raise MetadataVersionError(
                 f"version {version} is stale", ledger_id=ledger_id, path=path
             ) from None
@@ -411,8 +413,8 @@ class LedgerStore:
         parent = path.rsplit("/", 1)[0]
         while parent != self.root and parent.startswith(self.root + "/"):
             try:
-                self.zk.delete(parent)
-            except (NotEmptyError, NoNodeError):
+                self.meta.delete(parent)
+            except (NotEmpty, KeyNotFound):
                 break
             parent = parent.rsplit("/", 1)[0]
 

@@ -152,3 +152,11 @@ def test_an_unreachable_store_is_one_line(kind: str) -> None:
     assert time.monotonic() - started < 20
     message = str(info.value)
     assert "\n" not in message and f"127.0.0.1:{port}" in message
+
+
+def test_sequential_keys_count_up_under_their_parent(meta_store: MetadataStore) -> None:
+    made = [meta_store.create_sequential("/ledgers/idgen/ID-", ephemeral=True) for _ in range(3)]
+    ids = [int(p.rsplit("ID-", 1)[1]) for p in made]
+    assert ids == sorted(set(ids)) and len(ids) == 3  # unique and increasing
+    assert all(p.startswith("/ledgers/idgen/ID-") and len(p.rsplit("-", 1)[1]) == 10 for p in made)
+    assert meta_store.children("/ledgers/idgen") == sorted(p.rsplit("/", 1)[1] for p in made)

@@ -226,7 +226,7 @@ class OxiaStore(MetadataStore):
         keys: list[str] = self._call(path, self._client.list, lo, hi)
         if not keys and path != "/" and self.exists(path) is None:
             raise KeyNotFound("no such key", path=path)
-        return sorted(k[len(lo) :] for k in keys)
+        return sorted(k[len(lo) :] for k in keys if len(k) > len(lo))
 
     def create(
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, parents: bool = False
@@ -266,7 +266,15 @@ class OxiaStore(MetadataStore):
                 self._call(key, self._client.put, key, b"", expected_version_id=_DOES_NOT_EXIST)
 
     def create_sequential(self, prefix: str, data: bytes = b"", *, ephemeral: bool) -> str:
-        raise NotImplementedError
+        """As Pulsar's ``OxiaMetadataStore`` does for ``CreateOption.Sequential``, so Java
+        clients and we draw from one counter: overwrite the parent with an empty value and take
+        its ``modificationsCount`` as the 10-digit suffix (the first child is ...0001)."""
+        parent = prefix.rsplit("/", 1)[0] or "/"
+        self._ensure_parents(parent)
+        _, version = self._call(parent, self._client.put, parent, b"")
+        path = f"{prefix}{int(version.modifications_count()):010d}"
+        self.create(path, data, ephemeral=ephemeral)
+        return path
 
     def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
         expected = None if version == ANY_VERSION else version

@@ -240,3 +240,14 @@ def connect_zookeeper(
         except ZKError as exc:
             raise StoreUnavailable(exc.reason, path=exc.path) from exc
     return ZooKeeperStore(client, hosts, auth)
+
+
+def as_store(zk: MetadataStore | KazooClient) -> MetadataStore:
+    """The interface over ``zk``: a store as it is, a started kazoo client wrapped (its
+    connect string rebuilt from the client, without credentials: bulk reads through it use
+    no digest auth). For callers not yet handed a store; see docs/metadata-stores.md."""
+    if isinstance(zk, MetadataStore):
+        return zk
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in zk.hosts)
+    hosts += zk.chroot or ""
+    return ZooKeeperStore(zk, hosts)
