@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+
+from bklib.meta.stores.base import KeyNotFound, MetadataStore
+from bklib.meta.stores.zookeeper import as_store
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +39,11 @@ def parse_racks(data: bytes, path: str = DEFAULT_RACKS_ZNODE) -> dict[str, str]:
         return {}
 
 
-def read_racks(zk: KazooClient, path: str = DEFAULT_RACKS_ZNODE) -> dict[str, str]:
+def read_racks(zk: MetadataStore | KazooClient, path: str = DEFAULT_RACKS_ZNODE) -> dict[str, str]:
     """Racks from ``path``, or {} when the znode does not exist."""
     try:
-        data, _ = zk.get(path)
-    except NoNodeError:
+        data, _ = as_store(zk).get(path)
+    except KeyNotFound:
         return {}
     return parse_racks(data, path)
 
@@ -147,11 +149,13 @@ def parse_racks_strict(data: bytes, path: str = DEFAULT_RACKS_ZNODE) -> RackDocu
     return _strict_doc(doc, path)
 
 
-def read_racks_strict(zk: KazooClient, path: str = DEFAULT_RACKS_ZNODE) -> RackDocument | None:
+def read_racks_strict(
+    zk: MetadataStore | KazooClient, path: str = DEFAULT_RACKS_ZNODE
+) -> RackDocument | None:
     """The znode's document parsed strictly, or None when the znode does not exist."""
     try:
-        data, _ = zk.get(path)
-    except NoNodeError:
+        data, _ = as_store(zk).get(path)
+    except KeyNotFound:
         return None
     return parse_racks_strict(data, path)
 

@@ -6,10 +6,11 @@ import logging
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from bklib.meta import paths
 from bklib.meta.formats import BookieServiceInfo, decode_service_info
+from bklib.meta.stores.base import KeyNotFound, MetadataStore
+from bklib.meta.stores.zookeeper import as_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class BookieRegistration:
 @dataclass(frozen=True)
 class BookieRegistry:
     """A snapshot of ``available``: writable and read-only bookies, and the parent cversion
-    (BookKeeper's version of the bookie set)."""
+    (BookKeeper's version of the bookie set; -1 on a store without child versions)."""
 
     writable: dict[str, BookieRegistration] = field(default_factory=dict)
     readonly: dict[str, BookieRegistration] = field(default_factory=dict)
@@ -43,8 +44,8 @@ class BookieRegistry:
         return bookie_id in self.writable or bookie_id in self.readonly
 
 
-def _read_one(zk: KazooClient, path: str, bookie_id: str, readonly: bool) -> BookieRegistration:
-    data, _ = zk.get(path)  # NoNodeError propagates: the caller skips a vanished bookie
+def _read_one(zk: MetadataStore, path: str, bookie_id: str, readonly: bool) -> BookieRegistration:
+    data, _ = zk.get(path)  # KeyNotFound propagates: the caller skips a vanished bookie
     try:
         return BookieRegistration(bookie_id, readonly, decode_service_info(data, bookie_id))
     except Exception as exc:  # noqa: BLE001 - corrupt data: the bookie is listed, with its error
@@ -52,12 +53,16 @@ def _read_one(zk: KazooClient, path: str, bookie_id: str, readonly: bool) -> Boo
         return BookieRegistration(bookie_id, readonly, None, f"{path}: {exc}")
 
 
-def list_bookies(zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT) -> BookieRegistry:
+def list_bookies(
+    store: MetadataStore | KazooClient, root: str = DEFAULT_LEDGERS_ROOT
+) -> BookieRegistry:
     """Read every writable and read-only registration with its service info."""
+    zk = as_store(store)
     avail = paths.join(root, "available")
+    stat = zk.exists(avail)
     try:
-        children, stat = zk.get_children(avail, include_data=True)
-    except NoNodeError:
+        children = zk.children(avail)
+    except KeyNotFound:
         return BookieRegistry()
     writable: dict[str, BookieRegistration] = {}
     for child in children:
@@ -65,29 +70,32 @@ def list_bookies(zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT) -> BookieReg
             continue
         try:
             writable[child] = _read_one(zk, paths.join(avail, child), child, False)
-        except NoNodeError:  # went away while we listed
+        except KeyNotFound:  # went away while we listed
             continue
     readonly: dict[str, BookieRegistration] = {}
     ro_path = paths.join(avail, "readonly")
     try:
-        ro_children = zk.get_children(ro_path)
-    except NoNodeError:
+        ro_children = zk.children(ro_path)
+    except KeyNotFound:
         ro_children = []
     for child in ro_children:
         try:
             readonly[child] = _read_one(zk, paths.join(ro_path, child), child, True)
-        except NoNodeError:
+        except KeyNotFound:
             continue
-    return BookieRegistry(writable, readonly, stat.cversion)
+    cversion = stat.child_version if stat is not None and stat.child_version is not None else -1
+    return BookieRegistry(writable, readonly, cversion)
 
 
-def delete_cookie(zk: KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT) -> bool:
+def delete_cookie(
+    store: MetadataStore | KazooClient, bookie_id: str, root: str = DEFAULT_LEDGERS_ROOT
+) -> bool:
     """Remove a decommissioned bookie's cookie, as the shell's ``decommissionbookie`` does
     after the admin call. Returns False if it had none."""
     path = paths.join(root, "cookies", bookie_id)
     try:
-        zk.delete(path)
-    except NoNodeError:
+        as_store(store).delete(path)
+    except KeyNotFound:
         return False
     log.info("deleted cookie %s", path)
     return True

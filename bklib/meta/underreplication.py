@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from bklib.meta import paths
 from bklib.meta.formats import (
@@ -27,6 +26,8 @@ from bklib.meta.formats import (
     encode_lock_data,
     encode_ur_ledger,
 )
+from bklib.meta.stores.base import BadVersion, KeyExists, KeyNotFound, MetadataStore, NotEmpty
+from bklib.meta.stores.zookeeper import as_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,12 @@ class UnderReplicationManager:
     """Marks, locks and flags under ``<root>/underreplication``."""
 
     def __init__(
-        self, zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT, worker_id: str | None = None
+        self,
+        zk: MetadataStore | KazooClient,
+        root: str = DEFAULT_LEDGERS_ROOT,
+        worker_id: str | None = None,
     ):
-        self.zk = zk
+        self.meta = as_store(zk)
         self.root = root.rstrip("/")
         self.base = paths.ur_base(self.root)
         # BookKeeper stores the worker's hostname in the lock, not a bookie id.
@@ -63,14 +67,14 @@ class UnderReplicationManager:
 
     def ensure_layout(self) -> None:
         """Create the tree like the Java manager's constructor; reject unknown layouts."""
-        self.zk.ensure_path(self.base)
+        self.meta.ensure_path(self.base)
         layout = paths.join(self.base, "LAYOUT")
         try:
-            self.zk.create(layout, UR_LAYOUT_DATA)
-        except NodeExistsError:
-            check_ur_layout(self.zk.get(layout)[0])
-        self.zk.ensure_path(paths.join(self.base, "ledgers"))
-        self.zk.ensure_path(paths.join(self.base, "locks"))
+            self.meta.create(layout, UR_LAYOUT_DATA)
+        except KeyExists:
+            check_ur_layout(self.meta.get(layout)[0])
+        self.meta.ensure_path(paths.join(self.base, "ledgers"))
+        self.meta.ensure_path(paths.join(self.base, "locks"))
 
     # ---- marks -------------------------------------------------------------------------------
 
@@ -82,37 +86,37 @@ class UnderReplicationManager:
             try:
                 # Parents first only when missing: makepath costs a round trip per level on
                 # every mark, and a lost bookie is marked on hundreds of ledgers at once.
-                self.zk.create(path, encode_ur_ledger(list(missing), _now_ms()))
+                self.meta.create(path, encode_ur_ledger(list(missing), _now_ms()))
                 log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
                 return True
-            except NodeExistsError:
+            except KeyExists:
                 pass
-            except NoNodeError:
+            except KeyNotFound:
                 # No parent yet, or a worker pruned an empty hex parent meanwhile (as
                 # BookKeeper's marker does on NONODE: create again).
-                with contextlib.suppress(NoNodeError):  # pruned while making it: again
-                    self.zk.ensure_path(path.rsplit("/", 1)[0])
+                with contextlib.suppress(KeyNotFound):  # pruned while making it: again
+                    self.meta.ensure_path(path.rsplit("/", 1)[0])
                 continue
             try:
-                data, stat = self.zk.get(path)
-            except NoNodeError:
+                data, stat = self.meta.get(path)
+            except KeyNotFound:
                 continue
             replicas, _ = decode_ur_ledger(data)
             added = [b for b in missing if b not in replicas]
             if not added:
                 return False
             try:
-                self.zk.set(path, encode_ur_ledger(replicas + added, _now_ms()), stat.version)
+                self.meta.set(path, encode_ur_ledger(replicas + added, _now_ms()), stat.version)
                 log.debug("ledger %d: under-replication mark now also lists %s", ledger_id, added)
                 return True
-            except (BadVersionError, NoNodeError):
+            except (BadVersion, KeyNotFound):
                 continue
 
     def get(self, ledger_id: int) -> UnderReplicatedLedger | None:
         path = paths.ur_ledger_path(self.root, ledger_id)
         try:
-            data, stat = self.zk.get(path)
-        except NoNodeError:
+            data, stat = self.meta.get(path)
+        except KeyNotFound:
             return None
         replicas, ctime = decode_ur_ledger(data)
         return UnderReplicatedLedger(
@@ -125,8 +129,8 @@ class UnderReplicationManager:
         while queue:
             node = queue.pop(0)
             try:
-                children = sorted(self.zk.get_children(node))
-            except NoNodeError:
+                children = sorted(self.meta.children(node))
+            except KeyNotFound:
                 continue
             for child in children:
                 m = paths.UR_NODE_RE.match(child) if child.startswith("urL") else None
@@ -141,22 +145,22 @@ class UnderReplicationManager:
 
     def lock_holder(self, ledger_id: int) -> str | None:
         try:
-            return decode_lock_data(self.zk.get(paths.ur_lock_path(self.root, ledger_id))[0])
-        except NoNodeError:
+            return decode_lock_data(self.meta.get(paths.ur_lock_path(self.root, ledger_id))[0])
+        except KeyNotFound:
             return None
 
     def try_acquire(self, ledger_id: int) -> UrLock | None:
         """Take the ledger's ephemeral lock; None if someone (a Java ReplicationWorker or
         another job) holds it. The mark's version is remembered for ``mark_replicated``."""
-        mark = self.zk.exists(paths.ur_ledger_path(self.root, ledger_id))
+        mark = self.meta.exists(paths.ur_ledger_path(self.root, ledger_id))
         try:
-            self.zk.create(
+            self.meta.create(
                 paths.ur_lock_path(self.root, ledger_id),
                 encode_lock_data(self.worker_id),
                 ephemeral=True,
-                makepath=True,
+                parents=True,
             )
-        except NodeExistsError:
+        except KeyExists:
             return None
         return UrLock(ledger_id, mark.version if mark is not None else None)
 
@@ -167,14 +171,14 @@ class UnderReplicationManager:
 
     def _walk_for_lock(self, node: str, depth: int) -> UrLock | None:
         try:
-            children = self.zk.get_children(node)
-        except NoNodeError:
+            children = self.meta.children(node)
+        except KeyNotFound:
             return None
         random.shuffle(children)
         for child in children:
             if depth == 4:
                 m = paths.UR_NODE_RE.match(child)
-                if not m or self.zk.exists(paths.join(self.base, "locks", child)):
+                if not m or self.meta.exists(paths.join(self.base, "locks", child)):
                     continue
                 lock = self.try_acquire(int(m.group(1)))
                 if lock is not None and lock.mark_version is not None:
@@ -189,8 +193,8 @@ class UnderReplicationManager:
 
     def release(self, lock: UrLock) -> None:
         """Drop the lock only (the ledger stays marked for another attempt)."""
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(paths.ur_lock_path(self.root, lock.ledger_id))
+        with contextlib.suppress(KeyNotFound):
+            self.meta.delete(paths.ur_lock_path(self.root, lock.ledger_id))
 
     def mark_replicated(self, lock: UrLock) -> bool:
         """Delete the mark only if its version is the one seen when the lock was taken (a
@@ -200,21 +204,21 @@ class UnderReplicationManager:
         removed = False
         try:
             if lock.mark_version is not None:
-                self.zk.delete(path, version=lock.mark_version)
+                self.meta.delete(path, lock.mark_version)
                 removed = True
                 parent = path.rsplit("/", 1)[0]
                 for _ in range(4):
                     try:
-                        stat = self.zk.exists(parent)
+                        stat = self.meta.exists(parent)
                         if stat is None:
                             break
-                        self.zk.delete(parent, version=stat.version)
-                    except (NotEmptyError, NoNodeError, BadVersionError):
+                        self.meta.delete(parent, stat.version)
+                    except (NotEmpty, KeyNotFound, BadVersion):
                         break
                     parent = parent.rsplit("/", 1)[0]
-        except BadVersionError:
+        except BadVersion:
             log.info("ledger %d: re-marked while being repaired; mark kept", lock.ledger_id)
-        except NoNodeError:
+        except KeyNotFound:
             pass
         finally:
             self.release(lock)
@@ -224,20 +228,20 @@ class UnderReplicationManager:
 
     def is_replication_enabled(self) -> bool:
         """Autorecovery is disabled exactly while the ``disable`` znode exists."""
-        return self.zk.exists(paths.join(self.base, "disable")) is None
+        return self.meta.exists(paths.join(self.base, "disable")) is None
 
     def disable_replication(self) -> None:
-        with contextlib.suppress(NodeExistsError):
-            self.zk.create(paths.join(self.base, "disable"), b"", makepath=True)
+        with contextlib.suppress(KeyExists):
+            self.meta.create(paths.join(self.base, "disable"), b"", parents=True)
 
     def enable_replication(self) -> None:
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(paths.join(self.base, "disable"))
+        with contextlib.suppress(KeyNotFound):
+            self.meta.delete(paths.join(self.base, "disable"))
 
     def get_lost_bookie_recovery_delay(self) -> int | None:
         try:
-            return int(self.zk.get(paths.join(self.base, "lostBookieRecoveryDelay"))[0].decode())
-        except NoNodeError:
+            return int(self.meta.get(paths.join(self.base, "lostBookieRecoveryDelay"))[0].decode())
+        except KeyNotFound:
             return None
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
@@ -245,9 +249,9 @@ class UnderReplicationManager:
         path = paths.join(self.base, "lostBookieRecoveryDelay")
         data = str(int(seconds)).encode()
         try:
-            self.zk.set(path, data, version=-1)
-        except NoNodeError:
-            self.zk.create(path, data, makepath=True)
+            self.meta.set(path, data)
+        except KeyNotFound:
+            self.meta.create(path, data, parents=True)
 
 
 def _now_ms() -> int:
