@@ -31,7 +31,8 @@ from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
-from bklib.meta.store import LeafDir, LedgerStore, connect
+from bklib.meta.store import LeafDir, LedgerStore
+from bklib.meta.stores import open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
 from bklib.tls import TlsSettings
@@ -68,13 +69,12 @@ class ScanPlan:
 
     @classmethod
     def read(cls, hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None) -> ScanPlan:
-        zk = connect(hosts, auth=auth)
+        zk = open_store(hosts, auth=auth)
         try:
             store = LedgerStore(zk, root)
             store.require_cluster(hosts.rstrip("/"))
             return cls(tuple(store.leaf_dirs()), store.kind)
         finally:
-            zk.stop()
             zk.close()
 
     def account(
@@ -87,11 +87,10 @@ class ScanPlan:
         """After a scan: re-read the directories' child versions and account for every
         announced ledger (:func:`~bklib.audit.accounting.account_scan`). ``scanned`` is the
         number of ledgers the scan produced per directory."""
-        zk = connect(hosts, auth=auth)
+        zk = open_store(hosts, auth=auth)
         try:
             versions = LedgerStore(zk, root, kind=self.kind).dir_versions(d.path for d in self.dirs)
         finally:
-            zk.stop()
             zk.close()
         account = account_scan(self.dirs, versions, scanned)
         (log.info if account.complete else log.error)("metadata scan: %s", account.describe())
@@ -104,11 +103,10 @@ def require_cluster(
     """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster (of
     BookKeeper's or Pulsar's driver) is at ``hosts`` / ``root``; return which (see
     :meth:`LedgerStore.require_cluster`)."""
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         return LedgerStore(zk, root).require_cluster(hosts.rstrip("/"))
     finally:
-        zk.stop()
         zk.close()
 
 
@@ -148,7 +146,7 @@ def scan_dirs(
     dirs = list(dirs)
     if not dirs:
         return
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         store = LedgerStore(zk, root, kind=kind)
 
@@ -161,7 +159,6 @@ def scan_dirs(
         ):
             yield _view(r)
     finally:
-        zk.stop()
         zk.close()
 
 

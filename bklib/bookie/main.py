@@ -368,7 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bklib.bookie", description="A BookKeeper 4.17-compatible Python bookie."
     )
-    p.add_argument("--zk", required=True, help="ZooKeeper connect string HOST:PORT[/chroot]")
+    p.add_argument(
+        "--zk",
+        required=True,
+        help="metadata store: ZooKeeper HOST:PORT[/chroot] or oxia://HOST:PORT/NAMESPACE",
+    )
     p.add_argument("--port", type=int, required=True, help="bookie port (0: any free port)")
     p.add_argument("--data-dir", type=Path, required=True, help="journal, index and cookie")
     p.add_argument("--bookie-id", help="bookie id (default HOST:PORT)")

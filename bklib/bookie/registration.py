@@ -1,5 +1,6 @@
-"""ZooKeeper side of the Python bookie: cookie check and registration, in the formats of
-BookKeeper's ``Cookie`` and ``ZKRegistrationManager``.
+"""Metadata-store side of the Python bookie: cookie check and registration, in the formats of
+BookKeeper's ``Cookie`` and ``ZKRegistrationManager`` (Pulsar's ``PulsarRegistrationManager``
+writes the same keys on Oxia).
 
 Cookie rules, checked before the bookie serves anything:
 
@@ -18,7 +19,7 @@ Registration: an ephemeral ``<root>/available/<bookieId>`` (writable) or
 ``<root>/available/readonly/<bookieId>`` (read-only; created first, then the writable node is
 deleted) holding a BookieServiceInfo with one ``bookie-rpc`` endpoint. A node left by a
 previous incarnation (kill -9: its session is still alive) is waited for until it expires.
-After a session expiry kazoo reconnects with a new session and the bookie re-registers.
+After a session expiry the store opens a new session and the bookie re-registers.
 
 On a secured ZooKeeper (``zk_auth``: a :class:`~bklib.meta.zkaccess.ZkAccess` with TLS and
 SASL) the cookie and registration znodes get CREATOR_ALL ACLs under ``zkEnableSecurity``,
@@ -33,9 +34,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
 from bklib.durable import write_atomically
 from bklib.errors import BKError, ZKError
 from bklib.meta.formats import (
@@ -47,7 +45,9 @@ from bklib.meta.formats import (
     service_info_for,
 )
 from bklib.meta.model import is_valid_bookie_id
-from bklib.meta.zkaccess import ZkAuth, new_client, start_client
+from bklib.meta.stores import KeyExists, KeyNotFound, MetadataStore, SessionState, open_store
+from bklib.meta.stores.zookeeper import ZooKeeperStore
+from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -88,10 +88,11 @@ def _join(root: str, *parts: str) -> str:
 
 
 class Registration:
-    """One bookie's ZooKeeper session: cookie, registration, re-registration on expiry.
+    """One bookie's metadata-store session: cookie, registration, re-registration on expiry.
 
-    All methods block (kazoo is synchronous); the bookie calls them from a worker thread.
-    ``on_session_restored`` is called from kazoo's thread after a lost session came back.
+    ``zk_hosts`` is a store locator: a ZooKeeper connect string or ``oxia://HOST:PORT/NS``.
+    All methods block; the bookie calls them from a worker thread. ``on_session_restored`` is
+    called from the store's thread after a lost session came back.
     """
 
     def __init__(
@@ -114,7 +115,7 @@ class Registration:
         self.on_session_restored = on_session_restored
         self.zk_hosts = zk_hosts
         self.zk_auth = zk_auth
-        self.zk: KazooClient = new_client(zk_hosts, zk_auth, timeout=session_timeout)
+        self._zk: MetadataStore | None = None
         self._lost = False
         self._stopping = False
         self.readonly: bool | None = None  # what is registered now; None: nothing
@@ -133,37 +134,47 @@ class Registration:
     def cookie_path(self) -> str:
         return _join(self.root, "cookies", self.bookie_id)
 
+    @property
+    def zk(self) -> MetadataStore:
+        """The open store session (after :meth:`start`)."""
+        if self._zk is None:
+            raise ZKError("registration not started", bookie=self.bookie_id)
+        return self._zk
+
     def start(self, timeout: float = 30.0) -> None:
-        """Connect to ZooKeeper; a rejected certificate or SASL secret raises
+        """Open the store session; a rejected certificate or SASL secret raises
         :class:`~bklib.meta.zkaccess.ZkSecurityError` at once."""
-        self.zk.add_listener(self._state_listener)
-        start_client(self.zk, self.zk_hosts, self.zk_auth, timeout)
+        self._zk = open_store(
+            self.zk_hosts, auth=self.zk_auth, timeout=max(timeout, self.session_timeout)
+        )
+        self._zk.add_state_listener(self._state_listener)
 
     def stop(self) -> None:
         """Close the session: the ephemeral registration disappears at once."""
         self._stopping = True
         self._stopped.set()  # wakes a registration still waiting for a stale node
-        try:
-            self.zk.stop()
-        finally:
-            self.zk.close()
+        if self._zk is not None:
+            self._zk.close()
 
     def session(self) -> tuple[int, bytes]:
-        """(session id, password) of the current session (tests expire it with these)."""
-        sid, pwd = self.zk.client_id or (0, b"")
+        """(session id, password) of the current ZooKeeper session (tests expire it with
+        these); (0, b"") on another store."""
+        if not isinstance(self._zk, ZooKeeperStore):
+            return 0, b""
+        sid, pwd = self._zk.client.client_id or (0, b"")
         return int(sid), bytes(pwd)
 
-    def _state_listener(self, state: str) -> None:
-        # Runs on kazoo's thread and must not block.
+    def _state_listener(self, state: SessionState) -> None:
+        # Runs on the store's thread and must not block.
         if self._stopping:
             return
-        if state == KazooState.LOST:
-            log.warning("bookie %s: ZooKeeper session lost", self.bookie_id)
+        if state is SessionState.LOST:
+            log.warning("bookie %s: %s session lost", self.bookie_id, self.zk.kind)
             self._lost = True
             self.readonly = None
-        elif state == KazooState.CONNECTED and self._lost:
+        elif state is SessionState.CONNECTED and self._lost:
             self._lost = False
-            log.warning("bookie %s: new ZooKeeper session, re-registering", self.bookie_id)
+            log.warning("bookie %s: new %s session, re-registering", self.bookie_id, self.zk.kind)
             if self.on_session_restored is not None:
                 self.on_session_restored()
 
@@ -175,7 +186,7 @@ class Registration:
         try:
             data, _ = self.zk.get(_join(self.root, "INSTANCEID"))
             instance_id = data.decode().strip() or None
-        except NoNodeError:
+        except KeyNotFound:
             pass
         d = str(Path(data_dir).resolve())
         return Cookie(
@@ -194,7 +205,7 @@ class Registration:
         try:
             data, _ = self.zk.get(self.cookie_path)
             remote: Cookie | None = parse_cookie(data)
-        except NoNodeError:
+        except KeyNotFound:
             remote = None
         where = f"data dir {data_dir}, znode {self.cookie_path}"
         if remote is not None and local is None:
@@ -222,7 +233,7 @@ class Registration:
             self.zk.ensure_path(_join(self.root, "cookies"))
             try:
                 self.zk.create(self.cookie_path, encode_cookie(expected))
-            except NodeExistsError:
+            except KeyExists:
                 # Another process raced us; trust nothing and check again.
                 return self.check_cookie(data_dir)
             log.info("bookie %s: cookie created at %s", self.bookie_id, self.cookie_path)
@@ -252,7 +263,7 @@ class Registration:
 
     def _owned(self, path: str) -> bool:
         stat = self.zk.exists(path)
-        return stat is not None and stat.ephemeralOwner == self.zk.client_id[0]
+        return stat is not None and stat.ephemeral_owner == self.zk.session_owner
 
     def _create_ephemeral(self, path: str, data: bytes) -> None:
         # A node owned by an older session (our previous incarnation, killed) goes away when
@@ -262,26 +273,25 @@ class Registration:
             try:
                 self.zk.create(path, data, ephemeral=True)
                 return
-            except NodeExistsError:
+            except KeyExists:
                 if self._owned(path):
                     self.zk.set(path, data)
                     return
-            gone = threading.Event()
-
-            def watch(_event: object, gone: threading.Event = gone) -> None:
-                gone.set()
-
-            if self.zk.exists(path, watch=watch) is None:
+            if self.zk.exists(path) is None:
                 continue
             log.info("bookie %s: waiting for stale registration %s to expire", self.bookie_id, path)
             deadline = time.monotonic() + deadline_wait
-            # A closed client never delivers the watch: poll for our own stop too.
-            while not gone.wait(0.2) and not self._stopped.is_set():
+            gone = False
+            # Poll (every store can): the old session's node goes when that session expires.
+            while not self._stopped.wait(0.2):
+                if self.zk.exists(path) is None:
+                    gone = True
+                    break
                 if time.monotonic() > deadline:
                     break
             if self._stopped.is_set():
                 return
-            if not gone.is_set():
+            if not gone:
                 raise ZKError(
                     "registration node exists and belongs to another live session",
                     bookie=self.bookie_id,
@@ -292,7 +302,7 @@ class Registration:
         try:
             if self._owned(path):
                 self.zk.delete(path)
-        except NoNodeError:
+        except KeyNotFound:
             pass
 
 

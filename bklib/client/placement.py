@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 
 from bklib.errors import IncorrectParameterError, NotEnoughBookiesError
 from bklib.meta.registration import list_bookies
+from bklib.meta.stores import MetadataStore
 from bklib.replacement import replacement_candidates
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 __all__ = ["PlacementPolicy", "writable_bookies"]
 
 
-def writable_bookies(zk: KazooClient, root: str = DEFAULT_LEDGERS_ROOT) -> list[str]:
+def writable_bookies(
+    zk: MetadataStore | KazooClient, root: str = DEFAULT_LEDGERS_ROOT
+) -> list[str]:
     """Sorted ids of the bookies currently registered as writable (blocking ZooKeeper read)."""
     return sorted(list_bookies(zk, root).writable)
 

@@ -38,6 +38,7 @@ from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.client.operations import TIMEOUTS, ClientConfig
 from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
+from bklib.meta.stores import MetadataStore
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsContextSource, TlsSettings
@@ -161,9 +162,10 @@ def _describe(
 class BookieClientPool:
     """One lazily created connection per bookie id, on the running event loop.
 
-    Give either a ``resolver`` or the arguments to build one (``zk``: a started KazooClient, a
-    connect string, or None for ``host:port`` ids only; ``zk_auth`` is how a connect string's
-    client authenticates: digest ``user:password`` or a ZkAccess). A resolver built here is
+    Give either a ``resolver`` or the arguments to build one (``zk``: an open metadata store,
+    a started KazooClient, a store locator, or None for ``host:port`` ids only; ``zk_auth`` is
+    how a ZooKeeper connect string's client authenticates: digest ``user:password`` or a
+    ZkAccess). A resolver built here is
     closed by :meth:`close`; one passed in is not.
 
     ``protocol`` is the wire protocol of :meth:`read` and :meth:`add` (``"v2"``: what Pulsar's
@@ -177,7 +179,7 @@ class BookieClientPool:
 
     def __init__(
         self,
-        zk: KazooClient | str | None = None,
+        zk: MetadataStore | KazooClient | str | None = None,
         *,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
         config: ClientConfig | None = None,
@@ -401,7 +403,7 @@ class SyncBookieClient:
 
     def __init__(
         self,
-        zk: KazooClient | str | None = None,
+        zk: MetadataStore | KazooClient | str | None = None,
         *,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
         config: ClientConfig | None = None,
@@ -468,10 +470,10 @@ class SyncBookieClient:
         rt = self._rt
         if rt is not None and rt.pid == os.getpid():
             return rt
-        if self._drop_inherited_runtime() and isinstance(self._zk, KazooClient):
+        if self._drop_inherited_runtime() and isinstance(self._zk, (KazooClient, MetadataStore)):
             raise ClientClosedError(
-                "SyncBookieClient built on a KazooClient cannot be used after fork; "
-                "create it from a connect string instead"
+                "SyncBookieClient built on an open store session cannot be used after fork; "
+                "create it from a store locator instead"
             )
         with self._lock:
             if self._closed:

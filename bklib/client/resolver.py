@@ -8,7 +8,8 @@ that); with ``legacy_fallback`` any unregistered ``host:port`` id is tried the s
 bookie whose registration is missing can still be reached (a down one then fails to connect,
 which is the answer an auditor wants).
 
-Blocking (kazoo); thread-safe. The asyncio pool calls it from an executor thread.
+Blocking (the metadata store's calls); thread-safe. The asyncio pool calls it from an
+executor thread.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import threading
 from collections.abc import Mapping
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from bklib.errors import BookieHandleNotAvailableError, ClientClosedError, ZKError
 from bklib.meta import paths
 from bklib.meta.formats import decode_service_info
-from bklib.meta.store import connect
+from bklib.meta.stores import KeyNotFound, MetadataStore, open_store
+from bklib.meta.stores.zookeeper import as_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, parse_host_port
 
@@ -37,11 +38,12 @@ def parse_legacy_bookie_id(bookie_id: str) -> tuple[str, int] | None:
 
 
 class BookieAddressResolver:
-    """Resolves bookie ids through ZooKeeper registrations, with a cache refreshed on demand.
+    """Resolves bookie ids through their registrations, with a cache refreshed on demand.
 
-    ``zk`` is a started KazooClient (not owned, not closed here), a connect string
-    (``host:port[,host:port][/chroot]``; a client is started on first use and closed by
-    :meth:`close`) or None (no registry: ids must be ``host:port`` or be in ``addresses``).
+    ``zk`` is an open metadata store or a started KazooClient (not owned, not closed here), a
+    store locator (``host:port[,host:port][/chroot]`` or ``oxia://host:port/namespace``; a
+    session is opened on first use and closed by :meth:`close`) or None (no registry: ids
+    must be ``host:port`` or be in ``addresses``).
     ``addresses`` pins ids to fixed addresses and wins over everything else. ``zk_auth``
     (digest ``user:password`` or a :class:`~bklib.meta.zkaccess.ZkAccess`: TLS, SASL) is
     how a client started here reaches ZooKeeper: the same access as the job's metadata reads.
@@ -49,7 +51,7 @@ class BookieAddressResolver:
 
     def __init__(
         self,
-        zk: KazooClient | str | None = None,
+        zk: MetadataStore | KazooClient | str | None = None,
         *,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
         addresses: Mapping[str, tuple[str, int]] | None = None,
@@ -63,7 +65,9 @@ class BookieAddressResolver:
         self._static = dict(addresses or {})
         self.zk_auth = zk_auth
         self._connect_string = zk if isinstance(zk, str) else None
-        self._zk: KazooClient | None = zk if isinstance(zk, KazooClient) else None
+        self._zk: MetadataStore | None = (
+            as_store(zk) if zk is not None and not isinstance(zk, str) else None
+        )
         self._owns_zk = False
         self._cache: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()
@@ -79,14 +83,14 @@ class BookieAddressResolver:
         """The connect string this resolver was built from, if any (a KazooClient gives None)."""
         return self._connect_string
 
-    def _client(self, bookie_id: str) -> KazooClient:
+    def _client(self, bookie_id: str) -> MetadataStore:
         with self._lock:
             if self._closed:
                 raise ZKError("address resolver closed", bookie=bookie_id)
             if self._zk is None:
                 assert self._connect_string is not None
                 try:
-                    client = connect(
+                    client = open_store(
                         self._connect_string, timeout=self.zk_timeout, auth=self.zk_auth
                     )
                 except ZKError as exc:
@@ -104,8 +108,8 @@ class BookieAddressResolver:
         )
         for path in candidates:
             try:
-                data, _ = zk.get_async(path).get(timeout=self.zk_timeout)
-            except NoNodeError:
+                data, _ = zk.get(path)
+            except KeyNotFound:
                 continue
             except Exception as exc:
                 raise ZKError(
@@ -188,7 +192,6 @@ class BookieAddressResolver:
             self._zk, self._owns_zk = None, False
         if zk is not None and owned:
             try:
-                zk.stop()
                 zk.close()
             except Exception as exc:  # noqa: BLE001 - closing must not mask the caller's outcome
                 log.debug("closing ZooKeeper client: %s", exc)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote_plus
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
 
 from bklib.errors import ZKError
 from bklib.meta import paths
@@ -30,6 +29,8 @@ from bklib.meta.pulsar import (
     COMPONENT_SCHEMA,
     topic_of_managed_ledger,
 )
+from bklib.meta.stores import KeyNotFound, MetadataStore
+from bklib.meta.stores.zookeeper import as_store
 from bklib.pulsar.metadata import (
     CorruptPulsarMetadata,
     decode_cursor,
@@ -153,40 +154,23 @@ def schema_topic(schema_id: str) -> str:
 
 
 class _Reader:
-    def __init__(self, zk: KazooClient) -> None:
+    def __init__(self, zk: MetadataStore) -> None:
         self.zk = zk
 
     def children(self, path: str) -> list[str]:
+        """Children of ``path`` ([] once deleted); a store failure raises StoreUnavailable
+        (a ZKError) naming the path."""
         try:
-            return sorted(self.zk.get_children(path))
-        except NoNodeError:
+            return self.zk.children(path)
+        except KeyNotFound:
             return []
-        except KazooException as exc:
-            what = f"cannot list Pulsar metadata: {type(exc).__name__} {exc}"
-            raise ZKError(what, path=path) from exc
 
     def values(self, keys: Iterable[str]) -> Iterator[tuple[str, bytes | None]]:
         """(key, data) for each key, None when deleted meanwhile; pipelined."""
-        batch: list[str] = []
-        for key in keys:
-            batch.append(key)
-            if len(batch) >= BATCH:
-                yield from self._get(batch)
-                batch = []
-        yield from self._get(batch)
-
-    def _get(self, keys: list[str]) -> Iterator[tuple[str, bytes | None]]:
-        pending = [(k, self.zk.get_async(k)) for k in keys]
-        for key, result in pending:
-            try:
-                data: bytes = result.get()[0]
-            except NoNodeError:
-                yield key, None
-                continue
-            except KazooException as exc:
-                what = f"cannot read Pulsar metadata: {type(exc).__name__} {exc}"
-                raise ZKError(what, path=key) from exc
-            yield key, data
+        for got in self.zk.get_many(keys):
+            if got.error is not None:
+                raise ZKError(f"cannot read Pulsar metadata: {got.error}", path=got.path)
+            yield got.path, got.data
 
 
 def _managed_ledger_names(r: _Reader, root: str) -> Iterator[str]:
@@ -209,11 +193,14 @@ def _managed_ledger_names(r: _Reader, root: str) -> Iterator[str]:
 
 
 def read_references(
-    zk: KazooClient, root: str = "/", progress: Callable[[int], None] | None = None
+    store: MetadataStore | KazooClient,
+    root: str = "/",
+    progress: Callable[[int], None] | None = None,
 ) -> PulsarReferences:
     """Read every managed ledger, cursor and schema under ``root`` (Pulsar's metadata root:
     the parent of BookKeeper's ledgers root when both share a store). ``progress`` is called
     with the count of keys read so far."""
+    zk = as_store(store)
     r = _Reader(zk)
     out = PulsarReferences()
     read = 0

@@ -23,7 +23,8 @@ from pathlib import Path
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext, LedgerReader
 from bklib.client.recovery import recover_ledger
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import open_store
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
 
@@ -43,7 +44,7 @@ def _table(rows: list[tuple[object, ...]], header: tuple[str, ...]) -> None:
 
 
 def _busiest_bookie(zk_connect: str, written: list[WrittenLedger]) -> str:
-    zk = connect(zk_connect)
+    zk = open_store(zk_connect)
     try:
         store = LedgerStore(zk)
         count: collections.Counter[str] = collections.Counter()
@@ -52,7 +53,6 @@ def _busiest_bookie(zk_connect: str, written: list[WrittenLedger]) -> str:
                 count.update(seg.ensemble)
         return count.most_common(1)[0][0]
     finally:
-        zk.stop()
         zk.close()
 
 
@@ -60,7 +60,7 @@ async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int
     """Close every ledger still open by fencing recovery (as a reader taking it over would),
     then read every entry up to lastEntryId with digests verified. Returns (entries read,
     entries the workload had acknowledged, ledgers read)."""
-    zk = connect(zk_connect)
+    zk = open_store(zk_connect)
     entries = 0
     try:
         async with BookieClientPool(zk) as pool:
@@ -76,7 +76,6 @@ async def _read_back(zk_connect: str, written: list[WrittenLedger]) -> tuple[int
                 if last >= 0:
                     entries += len(await reader.read_entries(0, last))
     finally:
-        zk.stop()
         zk.close()
     return entries, sum(w.entries for w in written), len(written)
 

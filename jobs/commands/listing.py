@@ -303,11 +303,11 @@ def list_live(
 ) -> int:
     """BookKeeper's current under-replication marks, as ``bookkeeper shell
     listunderreplicated -printmissingreplica`` shows them: 0 none, 1 some, 2 on error."""
-    from bklib.meta.store import connect
+    from bklib.meta.stores import open_store
     from bklib.meta.underreplication import UnderReplicationManager
 
     try:
-        zk = connect(zk_hosts, auth=auth)
+        zk = open_store(zk_hosts, auth=auth)
         try:
             marks = [
                 m
@@ -315,7 +315,6 @@ def list_live(
                 if missing_replica is None or missing_replica in m.missing_replicas
             ]
         finally:
-            zk.stop()
             zk.close()
     except Exception as exc:
         log.debug("listunderreplicated --live failed", exc_info=True)

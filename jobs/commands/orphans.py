@@ -31,7 +31,8 @@ from kazoo.exceptions import KazooException
 
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import open_store
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
@@ -198,7 +199,7 @@ def _delete(
 ) -> None:
     """Delete each orphan (or plan it), appending its row to ``rows`` as it goes."""
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
-    zk = connect(args.zk, auth=args.zk_auth)
+    zk = open_store(args.zk, auth=args.zk_auth)
     try:
         store = LedgerStore(zk, args.ledgers_root)
         for o in orphans:
@@ -250,5 +251,4 @@ def _delete(
                 }
             )
     finally:
-        zk.stop()
         zk.close()

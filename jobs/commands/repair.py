@@ -313,7 +313,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     """``bkaudit decommission``: the bookie must be stopped; recover it, then verify no
     ensemble names it (listing any ledger that still does), then delete its cookie."""
     from bklib.meta.registration import delete_cookie, list_bookies
-    from bklib.meta.store import connect
+    from bklib.meta.stores import open_store
     from jobs.local.repair import scan_views
 
     config = RepairConfig.from_args(args, MODE_DECOMMISSION)
@@ -321,7 +321,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     if not bookie or len(config.bookies) != 1:
         print("decommission takes exactly one bookie id", file=sys.stderr)
         return 2
-    zk = connect(config.zk, auth=config.zk_auth)
+    zk = open_store(config.zk, auth=config.zk_auth)
     try:
         if list_bookies(zk, config.ledgers_root).is_available(bookie):
             print(
@@ -355,7 +355,6 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
         print(f"decommission of {bookie} complete: no ledger names it")
         return 0
     finally:
-        zk.stop()
         zk.close()
 
 

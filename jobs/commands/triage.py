@@ -116,15 +116,14 @@ def collect_triage(
     if zk is not None:
         from bklib.audit.engine import read_ledgers
         from bklib.meta.registration import list_bookies
-        from bklib.meta.store import connect
+        from bklib.meta.stores import open_store
 
         views = read_ledgers(zk, wanted, root=root, auth=auth)
-        client = connect(zk, auth=auth)
+        client = open_store(zk, auth=auth)
         try:
             writable = set(list_bookies(client, root).writable)
             racks = read_racks(client, racks_znode)
         finally:
-            client.stop()
             client.close()
     else:
         rows = delta.read_rows(
@@ -227,10 +226,11 @@ def pulsar_loss(
     from bklib.client.pool import SyncBookieClient
     from bklib.client.reader import read_entries_blocking
     from bklib.meta.pulsar import COMPONENT_MANAGED_LEDGER, decode_pulsar_metadata
-    from bklib.meta.store import LedgerStore, connect
+    from bklib.meta.store import LedgerStore
+    from bklib.meta.stores import open_store
     from bklib.pulsar.messages import format_message_ids, publish_time
 
-    client = connect(zk, auth=auth)
+    client = open_store(zk, auth=auth)
     try:
         store = LedgerStore(client, root)
         try:
@@ -257,7 +257,6 @@ def pulsar_loss(
                 times[entry] = publish_time(got.payload)
         return PulsarLoss(ids, times.get(before_first), times.get(after_last))
     finally:
-        client.stop()
         client.close()
 
 

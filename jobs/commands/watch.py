@@ -291,24 +291,22 @@ def _age(seconds: float | None) -> str:
 
 def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
     """Everything ``status`` prints, as a dict (the JSON form)."""
-    from kazoo.exceptions import NoNodeError
-
     from bklib.audit.engine import require_cluster
     from bklib.meta import paths
     from bklib.meta.registration import list_bookies
-    from bklib.meta.store import connect
+    from bklib.meta.stores import KeyNotFound, open_store
     from bklib.meta.underreplication import UnderReplicationManager
     from jobs.watch.election import election_path, read_leader
     from jobs.watch.watcher import auditor_key, java_auditor
 
     root = args.ledgers_root
     cluster = require_cluster(args.zk, root, args.zk_auth)
-    zk = connect(args.zk, auth=args.zk_auth)
+    zk = open_store(args.zk, auth=args.zk_auth)
     try:
         reg = list_bookies(zk, root)
         try:
-            cookies = set(zk.get_children(paths.join(root, "cookies")))
-        except NoNodeError:
+            cookies = set(zk.children(paths.join(root, "cookies")))
+        except KeyNotFound:
             cookies = set()
         urm = UnderReplicationManager(zk, root)
         marks = list(urm.list_underreplicated())
@@ -336,7 +334,6 @@ def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
         # finds the rest).
         out["lost"] = sorted(set(out["marked_by_bookie"]) - set(reg.all()))
     finally:
-        zk.stop()
         zk.close()
     out["last_audits"] = _last_audits(args.warehouse) if args.warehouse else None
     return out

@@ -44,7 +44,7 @@ from bklib.meta.racks import (
     read_racks_strict,
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
-from bklib.meta.store import connect
+from bklib.meta.stores import open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
@@ -148,7 +148,7 @@ def read_cluster(
     zk_hosts: str, root: str, auth: ZkAuth, racks_znode: str, strict_racks: bool
 ) -> tuple[BookieRegistry, dict[str, str]]:
     """The bookie registrations and Pulsar's rack map."""
-    zk = connect(zk_hosts, auth=auth)
+    zk = open_store(zk_hosts, auth=auth)
     try:
         registry = list_bookies(zk, root)
         if strict_racks:
@@ -157,7 +157,6 @@ def read_cluster(
         else:
             racks = read_racks(zk, racks_znode)
     finally:
-        zk.stop()
         zk.close()
     return registry, racks
 

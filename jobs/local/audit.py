@@ -25,7 +25,7 @@ from bklib.audit.engine import (
 )
 from bklib.audit.model import Finding, LedgerView
 from bklib.meta.registration import list_bookies
-from bklib.meta.store import connect
+from bklib.meta.stores import open_store
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.runs.audit_run import log_metadata, run_status
 from jobs.runs.placement import (
@@ -86,11 +86,10 @@ class LocalAudit:
                 logger=log,
             )
         )
-        zk = connect(cfg.zk, auth=cfg.zk_auth)
+        zk = open_store(cfg.zk, auth=cfg.zk_auth)
         try:
             registry = list_bookies(zk, cfg.ledgers_root)
         finally:
-            zk.stop()
             zk.close()
         named = {b for v in self.ledgers if v.ok for b in v.bookies()}
         self.bookies = bookie_rows(registry, named)

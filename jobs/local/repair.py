@@ -124,16 +124,15 @@ class LocalRepair:
         """Requests to verify the ledgers BookKeeper's under-replication marks name but no
         request covers (``LedgerRequest.verify_mark``): a mark whose bookie came back is
         cleared once the ledger checks healthy, instead of staying forever."""
-        from bklib.meta.store import connect
+        from bklib.meta.stores import open_store
         from bklib.meta.underreplication import UnderReplicationManager
 
         cfg = self.config
-        zk = connect(cfg.zk, auth=cfg.zk_auth)
+        zk = open_store(cfg.zk, auth=cfg.zk_auth)
         try:
             urm = UnderReplicationManager(zk, cfg.ledgers_root)
             marked = [m.ledger_id for m in urm.list_underreplicated()]
         finally:
-            zk.stop()
             zk.close()
         out = mark_requests(marked, (r.ledger_id for r in reqs))
         if out:

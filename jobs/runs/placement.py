@@ -35,13 +35,12 @@ def load_rack_document(
     it does not parse."""
     if racks_file:
         return load_racks_file(racks_file)
-    from bklib.meta.store import connect
+    from bklib.meta.stores import open_store
 
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         return read_racks_strict(zk, znode)
     finally:
-        zk.stop()
         zk.close()
 
 

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.engine import ScanPlan, require_cluster
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.scan import scan_ledgers
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import KeyNotFound, MetadataStore, open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.pulsar.crosscheck import (
     BookKeeperLedger,
@@ -133,7 +132,7 @@ def _bookkeeper_ledgers(
     out: dict[int, BookKeeperLedger] = {}
     unreadable = 0
     seen: list[str] = []
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         store = LedgerStore(zk, root, kind=plan.kind)
 
@@ -160,20 +159,17 @@ def _bookkeeper_ledgers(
                 r.version,
             )
     finally:
-        zk.stop()
         zk.close()
     account = plan.account(hosts, scanned_per_directory(seen), root, auth)
     return out, unreadable, account.complete, account.describe()
 
 
-def listed_now(zk: KazooClient, key: str, owner: str) -> tuple[frozenset[int] | None, bool]:
+def listed_now(zk: MetadataStore, key: str, owner: str) -> tuple[frozenset[int] | None, bool]:
     """(ledgers ``key`` references now, None if it no longer decodes; whether it is gone),
     by the same rule as the walk (:func:`bklib.pulsar.references.references_in`)."""
-    from kazoo.exceptions import NoNodeError
-
     try:
         data: bytes = zk.get(key)[0]
-    except NoNodeError:
+    except KeyNotFound:
         return None, True
     kind = Owner.CURSOR if owner == Owner.COMPACTED else owner
     try:
@@ -197,7 +193,7 @@ def check_pulsar(
     ``before_confirm`` runs between the two (tests use it to change the cluster there, as a
     broker may)."""
     root = pulsar_root or pulsar_root_of(ledgers_root)
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         refs = read_references(zk, root)
         bk, unreadable, complete, account = _bookkeeper_ledgers(hosts, ledgers_root, auth)
@@ -230,7 +226,6 @@ def check_pulsar(
             if still and confirm_orphan(orphan, listed, gone):
                 check.orphans.append(orphan)
     finally:
-        zk.stop()
         zk.close()
     return check
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.pulsar.admin import AdminSettings, PulsarAdmin
 from bklib.pulsar.unload import (
@@ -48,7 +49,7 @@ def topics_of(
     ids = sorted(set(ledger_ids))
     if not ids:
         return out
-    zk = connect(zk_hosts, auth=auth)
+    zk = open_store(zk_hosts, auth=auth)
     try:
         store = LedgerStore(zk, ledgers_root)
         for lid in ids:
@@ -60,7 +61,6 @@ def topics_of(
                 continue
             out[lid] = decode_pulsar_metadata(md.custom_metadata).topic
     finally:
-        zk.stop()
         zk.close()
     return out
 

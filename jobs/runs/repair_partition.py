@@ -33,13 +33,14 @@ def repair_partition(
     from bklib.client.operations import ClientConfig
     from bklib.client.pool import SyncBookieClient
     from bklib.meta.racks import RackDocument, load_racks_file, read_racks, read_racks_strict
-    from bklib.meta.store import LedgerStore, connect
+    from bklib.meta.store import LedgerStore
+    from bklib.meta.stores import open_store
     from bklib.repair.worker import LedgerRepairer
 
     reqs = list(requests)
     if not reqs:
         return
-    zk = connect(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
+    zk = open_store(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
     try:
         with SyncBookieClient(
             config.zk,
@@ -72,7 +73,6 @@ def repair_partition(
 
                 yield from pool.map(one, reqs)
     finally:
-        zk.stop()
         zk.close()
 
 

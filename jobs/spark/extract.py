@@ -33,7 +33,8 @@ from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
-from bklib.meta.store import LeafDir, connect
+from bklib.meta.store import LeafDir
+from bklib.meta.stores import open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsSettings
@@ -142,11 +143,10 @@ def bookies_df(
 ) -> DataFrame:
     """Registered bookies (writable / readonly) and lost ones: named in some ensemble of a
     readable ledger but not registered (BOOKIE_SCHEMA)."""
-    zk = connect(hosts, auth=auth)
+    zk = open_store(hosts, auth=auth)
     try:
         registry = list_bookies(zk, root)
     finally:
-        zk.stop()
         zk.close()
     named = {
         r.bookie_id

@@ -23,10 +23,8 @@ import json
 import logging
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-
 from bklib.meta import paths
+from bklib.meta.stores import KeyNotFound, MetadataStore, StoreUnavailable
 
 __all__ = ["LeaderElection", "election_path", "read_leader"]
 
@@ -49,21 +47,21 @@ def _seq(name: str) -> int:
         return 1 << 62  # a foreign child never leads
 
 
-def _members(zk: KazooClient, path: str) -> list[str]:
+def _members(zk: MetadataStore, path: str) -> list[str]:
     try:
-        return sorted(zk.get_children(path), key=_seq)
-    except NoNodeError:
+        return sorted(zk.children(path), key=_seq)
+    except KeyNotFound:
         return []
 
 
-def read_leader(zk: KazooClient, ledgers_root: str) -> tuple[dict[str, Any] | None, int]:
+def read_leader(zk: MetadataStore, ledgers_root: str) -> tuple[dict[str, Any] | None, int]:
     """(the leader's identity, number of members); (None, 0) when no instance runs."""
     path = election_path(ledgers_root)
     members = _members(zk, path)
     for m in members:
         try:
             data, _ = zk.get(paths.join(path, m))
-        except NoNodeError:
+        except KeyNotFound:
             continue
         try:
             info: dict[str, Any] = json.loads(data.decode() or "{}")
@@ -76,31 +74,34 @@ def read_leader(zk: KazooClient, ledgers_root: str) -> tuple[dict[str, Any] | No
 class LeaderElection:
     """One instance's member. ``identity`` is stored as JSON in the member znode."""
 
-    def __init__(self, zk: KazooClient, ledgers_root: str, identity: dict[str, Any]) -> None:
+    def __init__(self, zk: MetadataStore, ledgers_root: str, identity: dict[str, Any]) -> None:
         self.zk = zk
         self.root = ledgers_root
         self.path = election_path(ledgers_root)
         self.identity = identity
         self.node: str | None = None
-        self.session: int | None = None
 
     def join(self) -> None:
         """Create our member (again, after a session loss)."""
         self.zk.ensure_path(self.path)
-        created = self.zk.create(
-            paths.join(self.path, PREFIX),
-            json.dumps(self.identity).encode(),
-            ephemeral=True,
-            sequence=True,
+        created = self.zk.create_sequential(
+            paths.join(self.path, PREFIX), json.dumps(self.identity).encode(), ephemeral=True
         )
         self.node = created.rsplit("/", 1)[1]
-        self.session = self.zk.client_id[0] if self.zk.client_id else None
         log.info("watch: joined the election as %s", self.node)
 
     def in_current_session(self) -> bool:
-        """Our member was created in the live session (a new session means it is gone)."""
-        cid = self.zk.client_id
-        return self.node is not None and cid is not None and cid[0] == self.session
+        """Our member still exists and belongs to the live session (after a session loss it
+        is gone: on ZooKeeper a new session has a new id, and on Oxia, whose client keeps its
+        identity across sessions, the server deleted the key). Unknown (the store cannot be
+        read) is False: never lead on a guess."""
+        if self.node is None:
+            return False
+        try:
+            stat = self.zk.exists(paths.join(self.path, self.node))
+        except StoreUnavailable:
+            return False
+        return stat is not None and stat.ephemeral_owner == self.zk.session_owner
 
     def is_leader(self) -> bool:
         """Ask ZooKeeper: our member exists in this session and has the lowest sequence."""
@@ -115,6 +116,6 @@ class LeaderElection:
     def leave(self) -> None:
         """Delete our member, so a standby takes over at once (not after the session)."""
         if self.node is not None and self.in_current_session():
-            with contextlib.suppress(NoNodeError):
+            with contextlib.suppress(KeyNotFound, StoreUnavailable):
                 self.zk.delete(paths.join(self.path, self.node))
         self.node = None

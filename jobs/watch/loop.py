@@ -34,7 +34,7 @@ from typing import Any
 
 from bklib.audit.engine import ScanPlan
 from bklib.meta.model import DigestType
-from bklib.meta.store import connect
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.zkaccess import ZkAuth
 from bklib.pulsar.admin import AdminSettings
 from bklib.repair.requests import requests_from_findings
@@ -137,7 +137,7 @@ class WatchService:
         """When each finding was first detected (grace period of open ledgers)."""
         self.no_replica: list[dict[str, Any]] = []
         """NO_REPLICA actions of earlier runs: reported again, not copied again."""
-        self.zk: Any = None
+        self.zk: MetadataStore | None = None
         self.watcher: ClusterWatcher | None = None
         self.election: LeaderElection | None = None
         self.lost_sessions_seen = 0
@@ -197,7 +197,7 @@ class WatchService:
             self.server = MetricsServer(
                 self.metrics, self.health, cfg.metrics_host, cfg.metrics_port, self._info
             ).start()
-        self.zk = connect(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
+        self.zk = open_store(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
         self.watcher = ClusterWatcher(self.zk, cfg.ledgers_root)
         self.election = LeaderElection(self.zk, cfg.ledgers_root, self.identity())
         self._spool_state()
@@ -233,8 +233,7 @@ class WatchService:
                 log.debug("watch: leaving the election: %s", exc)
         if self.zk is not None:
             if self.watcher is not None:  # our own close is not a session loss
-                self.zk.remove_listener(self.watcher.on_state)
-            self.zk.stop()
+                self.zk.remove_state_listener(self.watcher.on_state)
             self.zk.close()
         if self.server is not None:
             self.server.stop()
@@ -247,11 +246,11 @@ class WatchService:
         assert self.watcher is not None and self.election is not None
         watcher = self.watcher
 
-        def changed(_children: list[str]) -> bool:
+        def changed(_children: list[str] | None) -> None:
             watcher.wake.set()
-            return not self.stopping.is_set()
 
-        self.zk.ChildrenWatch(self.election.path, changed)
+        assert self.zk is not None
+        self.zk.watch_children(self.election.path, changed)
 
     # ---- one cycle -----------------------------------------------------------------------------
 
@@ -263,7 +262,7 @@ class WatchService:
             self.metrics.session_losses.inc(w.lost_sessions - self.lost_sessions_seen)
             self.lost_sessions_seen = w.lost_sessions
         if not w.connected:
-            self._step_down("ZooKeeper disconnected")
+            self._step_down(f"{w.zk.kind} disconnected")
             return self.cfg.poll_interval
         try:
             if not e.in_current_session():

@@ -1,9 +1,10 @@
-"""What the watch reads from ZooKeeper, and the watches that wake it.
+"""What the watch reads from the metadata store, and the watches that wake it.
 
-One kazoo session per instance: it holds the election member, watches ``available`` and
-``available/readonly`` (any change wakes the loop at once; a poll is the backstop), and reads
-the ``underreplication`` flags each cycle. Its state listener records suspensions and session
-losses, so the loop never acts on what it read before a disconnection.
+One store session per instance (ZooKeeper or Oxia): it holds the election member, watches
+``available`` and ``available/readonly`` (any change wakes the loop at once; a poll is the
+backstop), and reads the ``underreplication`` flags each cycle. Its state listener records
+suspensions and session losses, so the loop never acts on what it read before a
+disconnection.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError
-
 from bklib.meta import paths
 from bklib.meta.cluster import MetadataDriver
 from bklib.meta.formats import PULSAR_AUDITOR_LEADER, decode_pulsar_leader
 from bklib.meta.registration import list_bookies
+from bklib.meta.stores import KeyNotFound, MetadataStore, SessionState
 from bklib.meta.underreplication import UnderReplicationManager
 
 __all__ = ["ClusterSnapshot", "ClusterWatcher"]
@@ -57,7 +56,7 @@ def auditor_key(ledgers_root: str, driver: MetadataDriver) -> str:
     return paths.join(base, "auditorelection")
 
 
-def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
+def java_auditor(zk: MetadataStore, ledgers_root: str) -> str | None:
     """The bookie id of the Java Auditor, or None when none is elected.
 
     On Pulsar's driver (``PulsarLedgerAuditorManager``) the leader holds the ephemeral key
@@ -67,19 +66,19 @@ def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
     base = paths.ur_base(ledgers_root)
     try:
         data, _ = zk.get(paths.join(base, PULSAR_AUDITOR_LEADER))
-    except NoNodeError:
+    except KeyNotFound:
         pass
     else:
         return decode_pulsar_leader(data)
     path = paths.join(base, "auditorelection")
     try:
-        votes = [c for c in zk.get_children(path) if c.startswith("V_")]
-    except NoNodeError:
+        votes = [c for c in zk.children(path) if c.startswith("V_")]
+    except KeyNotFound:
         return None
     for v in sorted(votes, key=lambda c: c.rsplit("_", 1)[-1]):
         try:
             data, _ = zk.get(paths.join(path, v))
-        except NoNodeError:
+        except KeyNotFound:
             continue
         text = data.decode(errors="replace")
         if "bookieId:" in text:
@@ -91,44 +90,44 @@ def java_auditor(zk: KazooClient, ledgers_root: str) -> str | None:
 class ClusterWatcher:
     """The session, its state, the registration watches and the snapshot reader."""
 
-    def __init__(self, zk: KazooClient, ledgers_root: str) -> None:
+    def __init__(self, zk: MetadataStore, ledgers_root: str) -> None:
         self.zk = zk
         self.root = ledgers_root
         self.urm = UnderReplicationManager(zk, ledgers_root)
         self.wake = threading.Event()
-        self.state = KazooState.CONNECTED if zk.connected else KazooState.SUSPENDED
+        self.state = SessionState.CONNECTED if zk.connected else SessionState.SUSPENDED
         self.lost_sessions = 0
-        zk.add_listener(self.on_state)
+        zk.add_state_listener(self.on_state)
         self._watching: set[str] = set()
 
-    def on_state(self, state: str) -> None:
-        # Called on kazoo's thread: record and wake, never block.
-        if state == KazooState.LOST:
+    def on_state(self, state: SessionState) -> None:
+        # Called on the store's thread: record and wake, never block.
+        if state is SessionState.LOST:
             self.lost_sessions += 1
         self.state = state
-        level = logging.INFO if state == KazooState.CONNECTED else logging.WARNING
-        log.log(level, "watch: ZooKeeper session %s", state)
+        level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
+        log.log(level, "watch: %s session %s", self.zk.kind, state.value)
         self.wake.set()
 
     @property
     def connected(self) -> bool:
-        return bool(self.state == KazooState.CONNECTED and self.zk.connected)
+        return bool(self.state is SessionState.CONNECTED and self.zk.connected)
 
     def watch_registrations(self) -> None:
-        """Wake the loop on any change of ``available`` or ``available/readonly``. kazoo
-        re-arms these watches after a reconnection; ``readonly`` is watched once it exists."""
+        """Wake the loop on any change of ``available`` or ``available/readonly`` (kazoo's
+        watches are re-armed after a reconnection; Oxia's come from its notification stream);
+        ``readonly`` is watched once it exists."""
         avail = paths.join(self.root, "available")
         for path in (avail, paths.join(avail, "readonly")):
             if path in self._watching or self.zk.exists(path) is None:
                 continue
             self._watching.add(path)
 
-            def changed(_children: list[str], path: str = path) -> bool:
+            def changed(_children: list[str] | None) -> None:
                 self.wake.set()
-                return path in self._watching
 
-            with contextlib.suppress(NoNodeError):
-                self.zk.ChildrenWatch(path, changed)
+            with contextlib.suppress(KeyNotFound):
+                self.zk.watch_children(path, changed)
 
     def snapshot(self, with_marks: bool = True) -> ClusterSnapshot:
         """Read the registrations, the flags and (optionally) the marks now."""

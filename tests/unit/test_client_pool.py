@@ -567,6 +567,6 @@ def test_sync_client_on_a_kazoo_client_refuses_fork(zk: KazooClient, bookie: Moc
         return client.read("bk-k", 9, 0).body.decode()
 
     code, out = in_child(child)
-    assert code == 1 and "ClientClosedError" in out and "connect string" in out
+    assert code == 1 and "ClientClosedError" in out and "store locator" in out
     client.close()
     assert zk.connected

@@ -13,9 +13,11 @@ create them too). Differences from ZooKeeper, and how this module bridges them:
   so :attr:`OxiaStore.session_owner` is that identity;
 * children are not counted and have no version: :class:`~bklib.meta.stores.base.Stat` says
   None, and callers that need a directory's count list it;
-* session loss is seen through notifications: when an ephemeral key this session wrote is
-  deleted and we did not delete it, the server ended the session (state LOST, then
-  CONNECTED once a new session is made). See docs/metadata-stores.md.
+* session loss is seen through notifications (the client reports none): when an ephemeral
+  key this session wrote is deleted and we did not delete it, or a write finds the session
+  gone, the server ended the session. The store then reports LOST, replaces its client (a new
+  session with a new owner, as ZooKeeper's new session has a new id) and reports CONNECTED.
+  See docs/metadata-stores.md.
 
 The client is beta: this is the one module to change when it does.
 """
@@ -90,7 +92,7 @@ class OxiaStore(MetadataStore):
         self._oxia = _import_oxia()
         self.address = address
         self.namespace = namespace
-        self.identity = f"bkaudit-{uuid.uuid4().hex}"
+        self.identity = ""
         self._session_timeout_ms = session_timeout_ms
         self._client: Any = None
         self._lock = threading.Lock()
@@ -101,12 +103,16 @@ class OxiaStore(MetadataStore):
         self._notifications: Any = None
         self._watcher: threading.Thread | None = None
         self._closed = False
+        self._renewing = False
+        self._open_timeout = 30.0
         self._state = SessionState.SUSPENDED
 
     # ---- session ---------------------------------------------------------------------------
 
-    def open(self, timeout: float = 30.0) -> OxiaStore:
-        """Connect, and prove the namespace answers: StoreUnavailable within ``timeout``."""
+    def _new_client(self, timeout: float) -> tuple[Any, str]:
+        """A client with a fresh identity that answered one listing of every shard, within
+        ``timeout``; StoreUnavailable (one line) otherwise."""
+        identity = f"bkaudit-{uuid.uuid4().hex}"
         result: dict[str, Any] = {}
 
         def attempt() -> None:
@@ -115,7 +121,7 @@ class OxiaStore(MetadataStore):
                     self.address,
                     namespace=self.namespace,
                     session_timeout_ms=self._session_timeout_ms,
-                    client_identifier=self.identity,
+                    client_identifier=identity,
                 )
                 client.list("/", "//")  # one round trip to every shard
                 result["client"] = client
@@ -131,9 +137,49 @@ class OxiaStore(MetadataStore):
                 f"{type(exc).__name__}: {_reason(exc)}" if exc else f"no answer in {timeout:g}s"
             )
             raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {reason}")
-        self._client = result["client"]
+        return result["client"], identity
+
+    def open(self, timeout: float = 30.0) -> OxiaStore:
+        """Connect, and prove the namespace answers: StoreUnavailable within ``timeout``."""
+        self._client, self.identity = self._new_client(timeout)
+        self._open_timeout = timeout
         self._state = SessionState.CONNECTED
         return self
+
+    def _renew(self, why: str) -> None:
+        """The session is gone (the server expired it): report LOST, then replace the client,
+        so that ephemeral keys are written in a new session with a new owner (as ZooKeeper's
+        new session has a new id), re-arm the notifications and report CONNECTED. A failure
+        leaves the store SUSPENDED; the next call that finds the session gone tries again."""
+        with self._lock:
+            if self._renewing or self._closed:
+                return
+            self._renewing = True
+        try:
+            log.warning("Oxia session to %s lost (%s): opening a new one", self.locator, why)
+            self._set_state(SessionState.LOST)
+            try:
+                client, identity = self._new_client(self._open_timeout)
+            except StoreUnavailable as exc:
+                log.warning("%s", exc)
+                self._set_state(SessionState.SUSPENDED)
+                return
+            with self._lock:
+                old, old_notes = self._client, self._notifications
+                self._client, self.identity = client, identity
+                self._owned.clear()
+                self._watcher, self._notifications = None, None
+            for closing in (old_notes, old):
+                if closing is not None:
+                    with contextlib.suppress(Exception):
+                        closing.close()
+            self._ensure_watcher()
+            self._set_state(SessionState.CONNECTED)
+            for key in list(self._watches):
+                self._fire(key)  # what changed while no stream was open
+        finally:
+            with self._lock:
+                self._renewing = False
 
     @property
     def locator(self) -> str:
@@ -195,7 +241,7 @@ class OxiaStore(MetadataStore):
         except ex.UnexpectedVersionId:
             raise BadVersion("version is stale", path=path) from None
         except ex.SessionNotFound:
-            self._set_state(SessionState.LOST)
+            threading.Thread(target=self._renew, args=("session not found",), daemon=True).start()
             raise StoreUnavailable(f"Oxia at {self.locator}: session expired", path=path) from None
         except Exception as exc:
             raise StoreUnavailable(
@@ -374,8 +420,9 @@ class OxiaStore(MetadataStore):
 
     def _watch_loop(self) -> None:
         deleted = self._oxia.defs.NotificationType.KEY_DELETED
+        stream = self._notifications
         try:
-            for note in self._notifications:
+            for note in stream:
                 key = note.key()
                 if note.notification_type() == deleted:
                     self._on_deleted(key)
@@ -384,7 +431,7 @@ class OxiaStore(MetadataStore):
                 if note.notification_type() == deleted:
                     self._fire(key)
         except Exception as exc:  # noqa: BLE001 - the stream ended: report, do not guess
-            if not self._closed:
+            if not self._closed and stream is self._notifications:
                 log.warning("Oxia notifications from %s ended: %s", self.locator, _reason(exc))
                 self._set_state(SessionState.SUSPENDED)
 
@@ -394,9 +441,9 @@ class OxiaStore(MetadataStore):
             if ours:
                 self._owned.clear()  # every ephemeral key of the session goes with it
         if ours:
-            log.warning("Oxia deleted our ephemeral key %s: the session expired", key)
-            self._set_state(SessionState.LOST)
-            self._set_state(SessionState.CONNECTED)
+            # Not on this thread: renewing closes the stream this thread reads.
+            why = f"the server deleted our ephemeral key {key}"
+            threading.Thread(target=self._renew, args=(why,), daemon=True).start()
 
 
 def _reason(exc: BaseException | None) -> str:
