@@ -30,7 +30,7 @@ from bklib.errors import BKError
 from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
-from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_ledgers
+from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_directories, scan_ledgers
 from bklib.meta.store import LeafDir, LedgerStore
 from bklib.meta.stores import open_store
 from bklib.meta.zkaccess import ZkAuth
@@ -135,31 +135,19 @@ def scan_dirs(
     hosts: str,
     dirs: Iterable[LeafDir],
     *,
-    root: str = DEFAULT_LEDGERS_ROOT,
-    kind: LayoutKind = LayoutKind.HIERARCHICAL,
     auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> Iterator[LedgerView]:
-    """Every ledger under ``dirs``, read over one ZooKeeper session. A corrupt or unreadable
-    znode is a view whose error names it; a ledger deleted meanwhile is skipped. A directory
-    that cannot be listed (other than deleted) raises: an audit never shrinks silently."""
+    """Every ledger under ``dirs``, read over one store session (``hosts`` is its locator).
+    A corrupt or unreadable key is a view whose error names it; a ledger deleted meanwhile is
+    skipped. A directory that cannot be read (other than deleted) raises: an audit never
+    shrinks silently."""
     dirs = list(dirs)
     if not dirs:
         return
-    zk = open_store(hosts, auth=auth)
-    try:
-        store = LedgerStore(zk, root, kind=kind)
-
-        def ids() -> Iterator[int]:
-            for d in dirs:
-                yield from store.ledger_ids_in(d)
-
-        for r in scan_ledgers(
-            hosts, ids(), root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
-        ):
+    with open_store(hosts, auth=auth) as store:
+        for r in scan_directories(store, dirs, max_in_flight):
             yield _view(r)
-    finally:
-        zk.close()
 
 
 def read_ledgers(

@@ -1,19 +1,29 @@
-"""Parallel metadata scan: many ledgers read with a bounded number of async reads in flight."""
+"""Metadata scans: many ledgers read through a metadata store, fast.
+
+Two shapes. :func:`scan_directories` reads every ledger of some leaf directories (the
+audit's scan): on Oxia one range scan per directory returns the keys with their values; on
+ZooKeeper a listing plus the pipelined bulk reader. :func:`read_ledgers_by_id` reads chosen
+ledgers (re-reads, a Pulsar cross-check) with a bounded number of reads in flight.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bklib.errors import BKError, CorruptMetadataError, ZKError
 from bklib.meta import paths
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
+from bklib.meta.stores import MetadataStore, ValueRead, open_store
 from bklib.meta.zkaccess import ZkAuth
-from bklib.meta.zkbulk import ZNONODE, BulkReader, GetResult
 from bklib.states import DEFAULT_LEDGERS_ROOT
+
+if TYPE_CHECKING:
+    from bklib.meta.store import LeafDir
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +45,37 @@ class ScanResult:
         return self.error is None
 
 
-def scan_ledgers(
-    hosts: str,
+def scan_directories(
+    store: MetadataStore, dirs: Iterable[LeafDir], max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+) -> Iterator[ScanResult]:
+    """Every ledger whose key is a child of one of ``dirs``, in name order within each.
+
+    Special keys are never ledgers. A ledger deleted mid-scan is skipped (not a finding);
+    corrupt data and per-key errors come back as a ScanResult with ``error`` set, and the
+    scan goes on. A directory that cannot be read raises StoreUnavailable (a ZKError): an
+    audit never shrinks silently.
+    """
+    for d in dirs:
+        leaf = paths.FLAT_LEAF_RE if d.prefix == "" else paths.LEAF_RE
+        for got in store.scan_children(d.path, max_in_flight):
+            name = got.path.rsplit("/", 1)[1]
+            if not leaf.match(name):
+                continue
+            result = _to_result(int(d.prefix + name[1:]), got)
+            if result is not None:
+                yield result
+
+
+def read_ledgers_by_id(
+    store: MetadataStore,
     ledger_ids: Iterable[int],
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    auth: ZkAuth = None,
 ) -> Iterator[ScanResult]:
-    """Read and parse each ledger's metadata over its own ZooKeeper session (``hosts`` may
-    carry a chroot), with at most ``max_in_flight`` reads outstanding; results in input order.
-
-    A ledger deleted mid-scan is skipped silently (it is not a finding). Corrupt data and
-    per-znode errors come back as a ScanResult with ``error`` set and the scan goes on. A lost
-    session raises ZKError: the caller retries the remaining range.
-    """
+    """Read and parse each ledger's metadata, at most ``max_in_flight`` reads outstanding;
+    results in input order, deleted ledgers skipped, errors as in :func:`scan_directories`."""
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be >= 1")
     ids: list[int] = []
@@ -60,24 +85,40 @@ def scan_ledgers(
             ids.append(lid)
             yield paths.ledger_path(root, lid, kind)
 
-    with BulkReader(hosts, auth=auth) as reader:
-        for n, got in enumerate(reader.get_many(paths_of(), max_in_flight)):
-            result = _to_result(ids[n], got)
-            if result is not None:
-                yield result
+    for n, got in enumerate(store.get_many(paths_of(), max_in_flight)):
+        result = _to_result(ids[n], got)
+        if result is not None:
+            yield result
 
 
-def _to_result(ledger_id: int, got: GetResult) -> ScanResult | None:
+def scan_ledgers(
+    hosts: str,
+    ledger_ids: Iterable[int],
+    *,
+    root: str = DEFAULT_LEDGERS_ROOT,
+    kind: LayoutKind = LayoutKind.HIERARCHICAL,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    auth: ZkAuth = None,
+) -> Iterator[ScanResult]:
+    """:func:`read_ledgers_by_id` over a session of its own on the store ``hosts`` names
+    (for a Spark task, which gets a locator, not a session)."""
+    with open_store(hosts, auth=auth) as store:
+        yield from read_ledgers_by_id(
+            store, ledger_ids, root=root, kind=kind, max_in_flight=max_in_flight
+        )
+
+
+def _to_result(ledger_id: int, got: ValueRead) -> ScanResult | None:
     path = got.path
-    if got.err == ZNONODE:
+    if got.missing:
         log.debug("ledger %d deleted during scan", ledger_id)
         return None
-    if got.err != 0 or got.data is None or got.stat is None:
-        log.warning("ledger %d: read of %s failed: %s", ledger_id, path, got.error_name)
-        err: BKError = ZKError(f"read failed: {got.error_name}", ledger_id=ledger_id, path=path)
+    if got.error is not None or got.data is None or got.stat is None:
+        log.warning("ledger %d: read of %s failed: %s", ledger_id, path, got.error)
+        err: BKError = ZKError(f"read failed: {got.error}", ledger_id=ledger_id, path=path)
         return ScanResult(ledger_id, path, error=err)
     try:
-        md = decode_metadata(got.data, ledger_id, znode_ctime_ms=got.stat.ctime)
+        md = decode_metadata(got.data, ledger_id, znode_ctime_ms=got.stat.ctime_ms)
     except CorruptMetadataError as exc:
         log.warning("ledger %d: corrupt metadata at %s: %s", ledger_id, path, exc.reason)
         err = CorruptMetadataError(exc.reason, ledger_id=ledger_id, path=path)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import uuid
 import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -54,9 +55,9 @@ class LeafDir:
 
     ``prefix`` is the id digits the path contributes (a leaf ``L1234`` adds the rest);
     ``count`` is its child count from the znode stat; ``cversion`` the stat's child version
-    then (-1 when not read, and on a store without child versions such as Oxia, where
-    ``count`` comes from a listing): while it stays the same, no child was created or deleted,
-    so a scan of the directory must find exactly ``count`` ledgers (see docs/reliability.md).
+    then (-1 when not read; on a store without child versions, Oxia, a checksum of the listed
+    names): while it stays the same, no child was created or deleted, so a scan of the
+    directory must find exactly ``count`` ledgers (see docs/reliability.md).
     """
 
     path: str
@@ -202,12 +203,18 @@ class LedgerStore:
 
     def _stat(self, path: str) -> tuple[int, int] | None:
         """(children, child version) of ``path``, or None when it does not exist. A store
-        that does not count children (Oxia) is answered by a listing, child version -1."""
+        that neither counts children nor versions them (Oxia) is answered by a listing, and a
+        checksum of the child names stands in for the version: it stays the same while no
+        child is created or deleted, which is what the scan accounting needs."""
         stat = self.meta.exists(path)
         if stat is None:
             return None
         if stat.num_children is None or stat.child_version is None:
-            return len(self._children(path)), -1
+            try:
+                names = self.meta.children(path)
+            except KeyNotFound:
+                return None
+            return len(names), zlib.crc32("\n".join(names).encode()) & 0x7FFFFFFF
         return stat.num_children, stat.child_version
 
     def _leaf(self, path: str, prefix: str, with_counts: bool) -> LeafDir:

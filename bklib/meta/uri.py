@@ -19,9 +19,15 @@ it to the ZooKeeper client). ``metadata-store:zk:h1:2181/pulsar`` is therefore l
 ``/ledgers`` under chroot ``/pulsar``, i.e. ``/pulsar/ledgers``, and
 ``metadata-store:zk:h1:2181/ledgers`` is ``/ledgers/ledgers``, as a Java bookie given it reads.
 ``metadata-store:zk://h1:2181/x`` is refused, as Pulsar refuses it (``//h1:2181/x`` is no
-connect string). Other metadata stores (``etcd``, ``oxia``, ``rocksdb``, ``memory``) are not
-ZooKeeper and are refused by :class:`UnsupportedMetadataUri`, as is any other scheme.
-See docs/pulsar.md.
+connect string).
+
+``metadata-store:oxia://HOST:PORT[/NAMESPACE]`` is Pulsar's driver on Oxia
+(``OxiaMetadataStoreProvider``: the namespace defaults to ``default``). Its target's
+``connect`` is the store locator ``oxia://HOST:PORT/NAMESPACE``
+(:func:`bklib.meta.stores.open_store`) and the ledgers root is ``/ledgers``, as on ZooKeeper.
+Other metadata stores (``etcd``, ``rocksdb``, ``memory``) are refused by
+:class:`UnsupportedMetadataUri`, as is any other scheme. See docs/pulsar.md and
+docs/metadata-stores.md.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bklib.meta.stores import OXIA_PREFIX
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 __all__ = [
@@ -45,7 +52,7 @@ LAYOUTS = ("flat", "hierarchical", "longhierarchical")
 """Ledger managers a ``zk+<layout>://`` URI may name (``null`` or none: read ``LAYOUT``)."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
-_PULSAR_NON_ZK = ("etcd", "oxia", "rocksdb", "memory", "local-memory")
+_PULSAR_UNSUPPORTED = ("etcd", "rocksdb", "memory", "local-memory")
 
 
 class InvalidMetadataUri(ValueError):
@@ -58,10 +65,11 @@ class UnsupportedMetadataUri(InvalidMetadataUri):
 
 @dataclass(frozen=True)
 class MetadataTarget:
-    """Where the metadata is: ZooKeeper ``connect`` string (no chroot) and ``ledgers_root``."""
+    """Where the metadata is: the store's ``connect`` locator and ``ledgers_root``."""
 
     connect: str
-    """The ZooKeeper connect string; Pulsar's form may end in a chroot (``h1:2181/pulsar``)."""
+    """The ZooKeeper connect string (Pulsar's form may end in a chroot: ``h1:2181/pulsar``),
+    or an Oxia locator ``oxia://HOST:PORT/NAMESPACE``."""
     ledgers_root: str
     layout: str | None = None
     """The ledger manager the URI names, or None (the cluster's ``LAYOUT`` decides)."""
@@ -70,7 +78,8 @@ class MetadataTarget:
 
 
 def parse_metadata_uri(uri: str) -> MetadataTarget:
-    """Parse ``zk[+layout]://SERVERS/ROOT`` or ``metadata-store:[zk:]SERVERS[/CHROOT]``.
+    """Parse ``zk[+layout]://SERVERS/ROOT``, ``metadata-store:[zk:]SERVERS[/CHROOT]`` or
+    ``metadata-store:oxia://HOST:PORT[/NAMESPACE]``.
 
     Raises :class:`UnsupportedMetadataUri` for another metadata store and
     :class:`InvalidMetadataUri` for text that is no such URI; both messages name the URI.
@@ -107,15 +116,18 @@ def parse_metadata_uri(uri: str) -> MetadataTarget:
 
 def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
     store = rest
+    if store.lower().startswith(OXIA_PREFIX):
+        return _parse_oxia(uri, store[len(OXIA_PREFIX) :])
     if store.lower().startswith("zk:"):
         store = store[3:]
     else:
         inner = _SCHEME.match(store)
         name = inner.group(1).lower() if inner else ""
-        if "://" in store or name in _PULSAR_NON_ZK:
+        if "://" in store or name in _PULSAR_UNSUPPORTED:
             raise UnsupportedMetadataUri(
                 f"metadata service URI {uri!r}: metadata store {name or store!r} is not "
-                "supported (only ZooKeeper: metadata-store:zk:HOST:PORT[/chroot])"
+                "supported (ZooKeeper: metadata-store:zk:HOST:PORT[/chroot]; Oxia: "
+                "metadata-store:oxia://HOST:PORT/NAMESPACE)"
             )
     if store.startswith("//"):  # ZKMetadataStore: Invalid path string "//h:2181/..."
         raise InvalidMetadataUri(
@@ -127,6 +139,25 @@ def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
     chroot = path.rstrip("/")
     # Pulsar's driver keeps the ledgers at BookKeeper's default root inside the chroot.
     return MetadataTarget(servers + chroot, DEFAULT_LEDGERS_ROOT, pulsar_driver=True)
+
+
+def _parse_oxia(uri: str, rest: str) -> MetadataTarget:
+    """``HOST:PORT[/NAMESPACE]`` after ``oxia://``: one service address (Oxia's clients take
+    one; its servers route the shards)."""
+    authority, path = _split_authority(rest)
+    if not authority or "," in authority or ";" in authority or ":" not in authority:
+        raise InvalidMetadataUri(
+            f"invalid metadata service URI {uri!r}: Oxia takes one service address, "
+            "metadata-store:oxia://HOST:PORT[/NAMESPACE]"
+        )
+    namespace = path.strip("/") or "default"
+    if "/" in namespace:
+        raise InvalidMetadataUri(
+            f"invalid metadata service URI {uri!r}: Oxia namespace {namespace!r} has a '/'"
+        )
+    return MetadataTarget(
+        f"{OXIA_PREFIX}{authority}/{namespace}", DEFAULT_LEDGERS_ROOT, pulsar_driver=True
+    )
 
 
 def _split_authority(text: str) -> tuple[str, str]:

@@ -173,7 +173,7 @@ def load_state(
     """Read the metadata, registrations, racks and (with ``warehouse``) the latest findings."""
     t0 = time.monotonic()
     plan = ScanPlan.read(zk_hosts, root, auth)
-    views = list(scan_dirs(zk_hosts, plan.dirs, root=root, kind=plan.kind, auth=auth))
+    views = list(scan_dirs(zk_hosts, plan.dirs, auth=auth))
     account = plan.account(zk_hosts, scanned_per_directory(v.znode_path for v in views), root, auth)
     registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
     named = {b for v in views if v.ok for b in v.bookies()}

@@ -76,8 +76,6 @@ class LocalAudit:
                 scan_dirs(
                     cfg.zk,
                     self.plan.dirs,
-                    root=cfg.ledgers_root,
-                    kind=self.plan.kind,
                     auth=cfg.zk_auth,
                     max_in_flight=cfg.scan_in_flight,
                 ),

@@ -46,11 +46,7 @@ def scan_views(
     """Every ledger's metadata, read in this process, and the account of what the scan read
     against what the directories announced (a repair that missed ledgers says so)."""
     plan = plan or ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
-    views = list(
-        scan_dirs(
-            config.zk, plan.dirs, root=config.ledgers_root, kind=plan.kind, auth=config.zk_auth
-        )
-    )
+    views = list(scan_dirs(config.zk, plan.dirs, auth=config.zk_auth))
     account = plan.account(
         config.zk,
         scanned_per_directory(v.znode_path for v in views),

@@ -51,13 +51,11 @@ _OUT_BATCH = 2_000
 
 
 def _scan_task(
-    hosts: str, root: str, kind: LayoutKind, auth: ZkAuth, max_in_flight: int
+    hosts: str, auth: ZkAuth, max_in_flight: int
 ) -> Callable[[Iterable[list[LeafDir]]], Iterator[dict[str, Any]]]:
     def run(groups: Iterable[list[LeafDir]]) -> Iterator[dict[str, Any]]:
         dirs = [d for g in groups for d in g]
-        for view in scan_dirs(
-            hosts, dirs, root=root, kind=kind, auth=auth, max_in_flight=max_in_flight
-        ):
+        for view in scan_dirs(hosts, dirs, auth=auth, max_in_flight=max_in_flight):
             yield view.as_row()
 
     return run
@@ -92,7 +90,7 @@ def scan_ledgers_df(
         plan.kind.value,
     )
     rdd = spark.sparkContext.parallelize(groups, max(1, len(groups))).mapPartitions(
-        _scan_task(hosts, root, plan.kind, auth, max_in_flight)
+        _scan_task(hosts, auth, max_in_flight)
     )
     return spark.createDataFrame(rdd, LEDGER_SCHEMA), plan
 

@@ -128,7 +128,7 @@ def test_local_and_spark_blast_radius_rows_are_equal(
             writable=state.writable,
         )
         plan = ScanPlan.read(c.zk)
-        views = list(scan_dirs(c.zk, plan.dirs, kind=plan.kind))
+        views = list(scan_dirs(c.zk, plan.dirs))
         df = spark.createDataFrame([v.as_row() for v in views], LEDGER_SCHEMA).repartition(3)
         assert df.rdd.getNumPartitions() == 3
         found, _ = findings_missing(str(wh))

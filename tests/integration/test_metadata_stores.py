@@ -160,3 +160,15 @@ def test_sequential_keys_count_up_under_their_parent(meta_store: MetadataStore) 
     assert ids == sorted(set(ids)) and len(ids) == 3  # unique and increasing
     assert all(p.startswith("/ledgers/idgen/ID-") and len(p.rsplit("-", 1)[1]) == 10 for p in made)
     assert meta_store.children("/ledgers/idgen") == sorted(p.rsplit("/", 1)[1] for p in made)
+
+
+def test_nested_bulk_reads_do_not_block_each_other(meta_store: MetadataStore) -> None:
+    # Pulsar's reference reader reads cursors while it streams managed ledgers.
+    for i in range(5):
+        meta_store.create(f"/outer/o{i}", b"o", parents=True)
+        meta_store.create(f"/inner/i{i}", b"i", parents=True)
+    pairs = []
+    for outer in meta_store.get_many(f"/outer/o{i}" for i in range(5)):
+        inner = list(meta_store.get_many(f"/inner/i{i}" for i in range(5)))
+        pairs.append((outer.data, [g.data for g in inner]))
+    assert pairs == [(b"o", [b"i"] * 5)] * 5

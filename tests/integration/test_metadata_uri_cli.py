@@ -57,7 +57,7 @@ def test_audit_through_a_metadata_service_uri(cluster: str, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "uri", ["etcd://127.0.0.1:2379/ledgers", "metadata-store:oxia://127.0.0.1:6648/bk"]
+    "uri", ["etcd://127.0.0.1:2379/ledgers", "metadata-store:etcd:http://127.0.0.1:2379"]
 )
 def test_a_backend_we_cannot_serve_is_one_line(uri: str, tmp_path: Path) -> None:
     wh = tmp_path / "wh"

@@ -90,7 +90,6 @@ def test_zookeeper_uris(uri: str, expected: MetadataTarget) -> None:
         ("zk+ms://127.0.0.1/ledgers", "'ms'"),  # ...Ms
         ("etcd://127.0.0.1:2379/ledgers", "'etcd'"),
         ("oxia://oxia:6648/ledgers", "'oxia'"),
-        ("metadata-store:oxia://oxia:6648/bookkeeper", "'oxia'"),
         ("metadata-store:etcd:http://e1:2379", "'etcd'"),
         ("metadata-store:rocksdb:/data/meta", "'rocksdb'"),
     ],
@@ -180,3 +179,31 @@ def test_secret_files(tmp_path: Path) -> None:
     with pytest.raises(ConnectionArgsError, match="once"):
         _resolve(["--zk", "h:1", "--zk-auth", "a:b", "--zk-auth-file", str(pw)])
     assert "--password-file" not in _parser().format_help()
+
+
+@pytest.mark.parametrize(
+    ("uri", "locator"),
+    [
+        ("metadata-store:oxia://oxia:6648/bookkeeper", "oxia://oxia:6648/bookkeeper"),
+        ("metadata-store:oxia://oxia:6648", "oxia://oxia:6648/default"),  # Pulsar's default
+        ("metadata-store:oxia://10.0.0.5:6648/pulsar/", "oxia://10.0.0.5:6648/pulsar"),
+    ],
+)
+def test_pulsar_oxia_uris_name_a_namespace(uri: str, locator: str) -> None:
+    # Pulsar's driver on Oxia: the same /ledgers tree, inside the namespace.
+    assert parse_metadata_uri(uri) == MetadataTarget(locator, "/ledgers", pulsar_driver=True)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "metadata-store:oxia://",
+        "metadata-store:oxia://h1:6648,h2:6648/ns",
+        "metadata-store:oxia://oxia/ns",
+        "metadata-store:oxia://oxia:6648/a/b",
+    ],
+)
+def test_bad_oxia_uris_are_one_line(uri: str) -> None:
+    with pytest.raises(InvalidMetadataUri) as exc:
+        parse_metadata_uri(uri)
+    assert uri in str(exc.value) and "\n" not in str(exc.value)

@@ -185,6 +185,16 @@ class MetadataStore(ABC):
         order. A per-key failure comes back in :attr:`ValueRead.error`; a failed session
         raises :class:`StoreUnavailable`."""
 
+    def scan_children(self, path: str, max_in_flight: int = 500) -> Iterator[ValueRead]:
+        """Every child of ``path`` with its value, in name order ([] when ``path`` is gone).
+        Oxia answers it with one range scan; elsewhere it is a listing plus a bulk read with
+        up to ``max_in_flight`` reads outstanding."""
+        try:
+            names = self.children(path)
+        except KeyNotFound:
+            return
+        yield from self.get_many((paths.join(path, n) for n in names), max_in_flight)
+
     @abstractmethod
     def watch_children(self, path: str, listener: ChildrenListener) -> None:
         """Call ``listener`` with the children of ``path`` now and after every change, from the

@@ -366,13 +366,15 @@ class OxiaStore(MetadataStore):
         with ThreadPoolExecutor(max_workers=max(1, min(16, max_in_flight))) as pool:
             yield from pool.map(one, paths_)
 
-    def scan_children(self, path: str) -> Iterator[tuple[str, bytes, Stat]]:
-        """Every child of ``path`` with its value, in one range scan per shard."""
+    def scan_children(self, path: str, max_in_flight: int = 500) -> Iterator[ValueRead]:
+        """Every child of ``path`` with its value: one range scan per shard, merged in key
+        order. A broken stream raises StoreUnavailable: the listing is incomplete."""
         lo, hi = child_range(path)
         records = self._call(path, self._client.range_scan, lo, hi)
         try:
             for key, value, version in records:
-                yield key[len(lo) :], bytes(value or b""), self._stat(version)
+                if len(key) > len(lo):
+                    yield ValueRead(key, bytes(value or b""), self._stat(version))
         except Exception as exc:
             raise StoreUnavailable(
                 f"Oxia at {self.locator}: range scan failed: {_reason(exc)}", path=path

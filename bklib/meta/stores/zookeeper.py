@@ -41,7 +41,7 @@ from bklib.meta.stores.base import (
     ValueRead,
 )
 from bklib.meta.zkaccess import ZkAuth, ZkSecurityError, new_client, start_client
-from bklib.meta.zkbulk import ZNONODE, BulkReader
+from bklib.meta.zkbulk import ZNONODE, BulkReader, GetResult
 
 __all__ = ["ZooKeeperStore", "connect_zookeeper"]
 
@@ -70,6 +70,16 @@ def _stat(s: ZnodeStat) -> Stat:
     )
 
 
+def _value_read(got: GetResult) -> ValueRead:
+    if got.err == ZNONODE:
+        return ValueRead(got.path, None, None)
+    if got.err != 0 or got.data is None or got.stat is None:
+        return ValueRead(got.path, None, None, got.error_name)
+    s = got.stat
+    stat = Stat(s.version, s.ctime, s.mtime, _owner(s.ephemeral_owner), s.num_children, s.cversion)
+    return ValueRead(got.path, got.data, stat)
+
+
 def _owner(session_id: int) -> str | None:
     return f"{session_id:#x}" if session_id else None
 
@@ -85,6 +95,8 @@ class ZooKeeperStore(MetadataStore):
         self.auth = auth
         self._listeners: dict[StateListener, Callable[[Any], None]] = {}
         self._lock = threading.Lock()
+        self._bulk: BulkReader | None = None
+        self._bulk_lock = threading.Lock()
 
     @property
     def locator(self) -> str:
@@ -159,23 +171,39 @@ class ZooKeeperStore(MetadataStore):
         self._call(path, self.client.ensure_path, path, retry=True)
 
     def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[ValueRead]:
-        with BulkReader(self.hosts, auth=self.auth) as reader:
-            for got in reader.get_many(paths, max_in_flight):
-                if got.err == ZNONODE:
-                    yield ValueRead(got.path, None, None)
-                elif got.err != 0 or got.data is None or got.stat is None:
-                    yield ValueRead(got.path, None, None, got.error_name)
-                else:
-                    s = got.stat
-                    stat = Stat(
-                        s.version,
-                        s.ctime,
-                        s.mtime,
-                        _owner(s.ephemeral_owner),
-                        s.num_children,
-                        s.cversion,
-                    )
-                    yield ValueRead(got.path, got.data, stat)
+        # One pipelined session for the store's life (a scan calls this once per directory).
+        # A call made while another one is still being consumed (nested, or from another
+        # thread) gets a session of its own: one pipeline cannot serve two streams.
+        if not self._bulk_lock.acquire(blocking=False):
+            own = self._open_bulk()
+            try:
+                for got in own.get_many(paths, max_in_flight):
+                    yield _value_read(got)
+            finally:
+                own.close()
+            return
+        try:
+            reader = self._bulk
+            if reader is None:
+                reader = self._bulk = self._open_bulk()
+            try:
+                for got in reader.get_many(paths, max_in_flight):
+                    yield _value_read(got)
+            except ZKError:
+                reader.close()  # a failed session is not reused
+                if self._bulk is reader:
+                    self._bulk = None
+                raise
+        finally:
+            self._bulk_lock.release()
+
+    def _open_bulk(self) -> BulkReader:
+        reader = BulkReader(self.hosts, auth=self.auth)
+        try:
+            reader.connect()
+        except ZKError as exc:
+            raise StoreUnavailable(exc.reason, path=exc.path) from exc
+        return reader
 
     def watch_children(self, path: str, listener: ChildrenListener) -> None:
         def changed(children: list[str] | None) -> bool | None:
@@ -215,6 +243,10 @@ class ZooKeeperStore(MetadataStore):
             self.client.remove_listener(translate)
 
     def close(self) -> None:
+        # Not under the bulk lock: an abandoned get_many generator may still hold it.
+        bulk, self._bulk = self._bulk, None
+        if bulk is not None:
+            bulk.close()
         try:
             self.client.stop()
             self.client.close()
