@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -26,9 +27,10 @@ from bklib.client.pool import SyncBookieClient
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bklib.meta.store import LedgerStore, connect
+from bklib.meta.stores import MetadataStore, is_oxia, open_store
 from bklib.quorum import write_set
 from bklib.states import BookieState, ReplicaStatus
-from bklib.testing.sandbox import Sandbox
+from bklib.testing.sandbox import OXIA, ZOOKEEPER, Sandbox
 from jobs.commands.audit import add_audit_arguments
 from jobs.commands.listing import add_list_arguments, run_listunderreplicated
 from jobs.spark import load
@@ -285,28 +287,43 @@ class AuditCluster:
         wq: int,
         aq: int,
         closed: bool = True,
+        ledger_id: int | None = None,
     ) -> LedgerMetadata:
         """Write a ledger with ``num_entries`` entries; CLOSED at the last one unless
-        ``closed`` is False. ``ensemble`` is one bookie list or (first entry, bookies) pairs."""
+        ``closed`` is False. ``ensemble`` is one bookie list or (first entry, bookies) pairs.
+        The id comes from the cluster's id generator unless ``ledger_id`` is given."""
         segs = ensemble if isinstance(ensemble[0], tuple) else [(0, ensemble)]
-        lid = self.store.generate_ledger_id()
+        lid = self.store.generate_ledger_id() if ledger_id is None else ledger_id
         md = metadata(lid, segs, wq=wq, aq=aq, last=num_entries - 1 if closed else None)  # type: ignore[arg-type]
         return write_ledger(self.store, self.client, md, num_entries)
 
 
 @contextlib.contextmanager
 def audit_cluster(base: Path, zk_chroot: str | None, bookies: int) -> Iterator[AuditCluster]:
-    """Start a sandbox in ``zk_chroot`` (None: on a ZooKeeper server of its own) and yield it
-    with a metadata store and bookie client."""
-    sb = Sandbox(base, num_bookies=bookies, external_zk=zk_chroot, fault_injection=True)
+    """Start a sandbox at the store ``zk_chroot`` locates (a ZooKeeper chroot, or an Oxia
+    locator; None: on a ZooKeeper server of its own) and yield it with a metadata store and
+    bookie client."""
+    oxia = zk_chroot is not None and is_oxia(zk_chroot)
+    sb = Sandbox(
+        base,
+        num_bookies=bookies,
+        external_zk=zk_chroot,
+        fault_injection=True,
+        metadata=OXIA if oxia else ZOOKEEPER,
+    )
     sb.start()
-    zk = connect(sb.zk_connect)
+    zk: MetadataStore | KazooClient = (
+        open_store(sb.zk_connect, timeout=15) if oxia else connect(sb.zk_connect)
+    )
     config = ClientConfig(read_timeout=5.0, add_timeout=10.0, connect_timeout=5.0)
     client = SyncBookieClient(sb.zk_connect, config=config)
     try:
         yield AuditCluster(sb, LedgerStore(zk), client)
     finally:
         client.close()
-        zk.stop()
-        zk.close()
+        if isinstance(zk, MetadataStore):
+            zk.close()
+        else:
+            zk.stop()
+            zk.close()
         sb.stop()

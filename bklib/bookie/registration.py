@@ -145,7 +145,7 @@ class Registration:
         """Open the store session; a rejected certificate or SASL secret raises
         :class:`~bklib.meta.zkaccess.ZkSecurityError` at once."""
         self._zk = open_store(
-            self.zk_hosts, auth=self.zk_auth, timeout=max(timeout, self.session_timeout)
+            self.zk_hosts, auth=self.zk_auth, timeout=timeout, session_timeout=self.session_timeout
         )
         self._zk.add_state_listener(self._state_listener)
 

@@ -47,6 +47,8 @@ class OxiaServer:
     metrics_port: int = 0
     shards: int = 1
     """Shards of the namespace: above 1, a client must hash keys to shards as the server does."""
+    start_new_session: bool = False
+    """Detach the server from our process group (``bkaudit sandbox up`` leaves it running)."""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -81,7 +83,12 @@ class OxiaServer:
         ]  # fmt: skip
         out = (self.base_dir / "oxia.log").open("ab")
         try:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.start_new_session,
+            )
         finally:
             out.close()
         self._wait_serving(timeout)

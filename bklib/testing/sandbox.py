@@ -27,14 +27,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypedDict
 
-from kazoo.client import KazooClient
-
 from bklib.bookie.faults import AdminClient
 from bklib.meta.cluster import MetadataDriver
 from bklib.meta.registration import list_bookies
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import MetadataStore, is_oxia, open_store, parse_oxia_locator
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
 from bklib.tls import PROVIDER_FACTORY_CLASS, TlsSettings
 
@@ -58,6 +58,12 @@ class SandboxState(TypedDict):
     ledgers_root: str
     zk_pid: int | None
     bookies: list[BookieState]
+
+
+ZOOKEEPER = "zookeeper"
+OXIA = "oxia"
+METADATA_STORES = (ZOOKEEPER, OXIA)
+"""What ``bkaudit sandbox --metadata`` may run on."""
 
 
 class SandboxError(RuntimeError):
@@ -389,10 +395,11 @@ class BookieProcess:
 
 @dataclass
 class Sandbox:
-    """ZooKeeper plus ``num_bookies`` Python bookies under ``base_dir``.
+    """A metadata store (ZooKeeper, or Oxia with ``metadata="oxia"``) plus ``num_bookies``
+    Python bookies under ``base_dir``.
 
-    Tests share one ZooKeeper server: pass its connect string with a chroot as ``external_zk``
-    and the sandbox lives in that chroot.
+    Tests share one store server: pass its locator as ``external_zk`` (a ZooKeeper connect
+    string with a chroot, or an Oxia locator) and the sandbox lives there.
     """
 
     base_dir: Path
@@ -406,8 +413,11 @@ class Sandbox:
     metadata_driver: MetadataDriver = MetadataDriver.BOOKKEEPER
     """Lay the cluster out as this driver does: Pulsar's writes no ``LAYOUT`` and leaves the
     ``underreplication`` tree to the first Auditor or ReplicationWorker."""
+    metadata: str = ZOOKEEPER
+    """The store: ``zookeeper`` or ``oxia`` (Pulsar's driver, the only one on Oxia)."""
     bookies: list[BookieProcess] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = None
+    oxia_server: OxiaServer | None = None
     pki: SandboxPki | None = None
 
     @property
@@ -417,11 +427,24 @@ class Sandbox:
 
     @property
     def zk_connect(self) -> str:
+        """The store's locator: what ``--zk`` takes (and ``--metadata-uri`` names)."""
         if self.external_zk is not None:
             return self.external_zk
+        if self.oxia_server is not None:
+            return self.oxia_server.locator()
         if self.zk_server is None:
             raise SandboxError("sandbox not started")
         return self.zk_server.connect_string
+
+    @property
+    def metadata_uri(self) -> str:
+        """The cluster's ``metadataServiceUri`` (Pulsar's form on Oxia)."""
+        if is_oxia(self.zk_connect):
+            address, namespace = parse_oxia_locator(self.zk_connect)
+            return f"metadata-store:oxia://{address}/{namespace}"
+        servers, _, chroot = self.zk_connect.partition("/")
+        root = "/" + "/".join(p for p in (chroot, self.ledgers_root.strip("/")) if p)
+        return f"zk+hierarchical://{servers.replace(',', ';')}{root}"
 
     @property
     def bookie_ids(self) -> list[str]:
@@ -434,12 +457,21 @@ class Sandbox:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if self.tls and self.pki is None:
             self.pki = generate_pki(self.base_dir / "tls")
-        if self.external_zk is None:
+        if self.metadata not in METADATA_STORES:
+            raise SandboxError(f"unknown metadata store {self.metadata!r} ({METADATA_STORES})")
+        if self.metadata == OXIA:
+            # Pulsar's driver is the only one on Oxia, and its ledgers root is /ledgers.
+            self.metadata_driver = MetadataDriver.PULSAR
+        if self.external_zk is None and self.metadata == OXIA:
+            self.oxia_server = OxiaServer(self.base_dir / "oxia")
+            self.oxia_server.start_new_session = self.detach
+            self.oxia_server.start()
+        elif self.external_zk is None:
             self.zk_server = ZooKeeperServer(self.base_dir / "zookeeper")
             if self.detach:
                 self.zk_server.start_new_session = True
             self.zk_server.start()
-        zk = connect(self.zk_connect)
+        zk = open_store(self.zk_connect, timeout=15)
         try:
             store = LedgerStore(zk, self.ledgers_root)
             store.init_cluster(driver=self.metadata_driver)
@@ -449,9 +481,8 @@ class Sandbox:
                 self.add_bookie(index=i, wait=False)
             self.wait_registered(self.bookie_ids, zk, timeout)
         finally:
-            zk.stop()
             zk.close()
-        log.info("sandbox up: ZooKeeper %s, bookies %s", self.zk_connect, self.bookie_ids)
+        log.info("sandbox up: %s %s, bookies %s", zk.kind, self.zk_connect, self.bookie_ids)
         return self
 
     def add_bookie(self, index: int | None = None, *, wait: bool = True) -> BookieProcess:
@@ -473,11 +504,11 @@ class Sandbox:
         return b
 
     def wait_registered(
-        self, ids: list[str], zk: KazooClient | None = None, timeout: float = 60.0
+        self, ids: list[str], zk: MetadataStore | None = None, timeout: float = 60.0
     ) -> None:
         """Block until every bookie in ``ids`` has a writable or read-only registration."""
         own = zk is None
-        client = connect(self.zk_connect) if zk is None else zk
+        client = open_store(self.zk_connect, timeout=15) if zk is None else zk
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -488,13 +519,12 @@ class Sandbox:
             raise SandboxError(f"bookies {ids} did not register within {timeout}s")
         finally:
             if own:
-                client.stop()
                 client.close()
 
     def wait_unregistered(self, bookie_id: str, timeout: float = 60.0) -> float:
         """Block until ``bookie_id`` has no registration (a killed bookie's session expired);
         returns the seconds waited."""
-        client = connect(self.zk_connect)
+        client = open_store(self.zk_connect, timeout=15)
         t0 = time.monotonic()
         try:
             while time.monotonic() - t0 < timeout:
@@ -503,7 +533,6 @@ class Sandbox:
                 time.sleep(0.1)
             raise SandboxError(f"bookie {bookie_id} still registered after {timeout}s")
         finally:
-            client.stop()
             client.close()
 
     def bookie(self, bookie_id: str) -> BookieProcess:
@@ -513,7 +542,7 @@ class Sandbox:
         raise KeyError(bookie_id)
 
     def kill_bookie(self, bookie_id: str) -> None:
-        """SIGKILL one bookie; its registration goes when its ZooKeeper session expires."""
+        """SIGKILL one bookie; its registration goes when its store session expires."""
         self.bookie(bookie_id).kill9()
 
     def stop_bookie(self, bookie_id: str) -> None:
@@ -531,6 +560,8 @@ class Sandbox:
             b.stop()
         if self.zk_server is not None:
             self.zk_server.stop()
+        if self.oxia_server is not None:
+            self.oxia_server.stop()
 
     def __enter__(self) -> Sandbox:
         return self.start()
@@ -544,7 +575,7 @@ class Sandbox:
         state: SandboxState = {
             "zk": self.zk_connect,
             "ledgers_root": self.ledgers_root,
-            "zk_pid": self.zk_server.proc.pid if self.zk_server and self.zk_server.proc else None,
+            "zk_pid": self._store_pid(),
             "bookies": [
                 {"id": b.bookie_id, "pid": b.proc.pid if b.proc else None, "dir": str(b.data_dir)}
                 for b in self.bookies
@@ -553,6 +584,13 @@ class Sandbox:
         path = Path(self.base_dir) / STATE_FILE
         path.write_text(json.dumps(state, indent=2))
         return path
+
+    def _store_pid(self) -> int | None:
+        """The pid of the store server this sandbox started (ZooKeeper or Oxia)."""
+        for server in (self.zk_server, self.oxia_server):
+            if server is not None and server.proc is not None:
+                return server.proc.pid
+        return None
 
 
 def load_state(base_dir: Path) -> SandboxState:
@@ -580,7 +618,8 @@ def stop_detached(base_dir: Path, timeout: float = 15.0) -> list[str]:
     state = load_state(base_dir)
     stopped = []
     pids = [(b["id"], b["pid"]) for b in state["bookies"]]
-    pids.append(("zookeeper", state["zk_pid"]))
+    store = "oxia" if is_oxia(str(state["zk"])) else "zookeeper"
+    pids.append((store, state["zk_pid"]))
     for name, pid in pids:
         if pid is not None and pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
@@ -599,19 +638,24 @@ def detached_status(base_dir: Path) -> dict[str, object]:
     """Which sandbox processes are alive and which bookies are registered."""
     state = load_state(base_dir)
     zk_ok = False
-    host, _, port = str(state["zk"]).partition(":")
-    with contextlib.suppress(OSError):
-        zk_ok = b"Mode:" in four_letter_word(host, int(port.split("/")[0]), b"srvr")
+    locator = str(state["zk"])
+    if is_oxia(locator):
+        host, _, port = parse_oxia_locator(locator)[0].rpartition(":")
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 1):
+            zk_ok = True
+    else:
+        host, _, port = locator.partition(":")
+        with contextlib.suppress(OSError):
+            zk_ok = b"Mode:" in four_letter_word(host, int(port.split("/")[0]), b"srvr")
     registered: dict[str, str] = {}
     if zk_ok:
-        client = connect(str(state["zk"]))
+        client = open_store(locator, timeout=15)
         try:
             reg = list_bookies(client, str(state["ledgers_root"]))
             registered = {i: "writable" for i in reg.writable} | {
                 i: "readonly" for i in reg.readonly
             }
         finally:
-            client.stop()
             client.close()
     bookies = [
         {

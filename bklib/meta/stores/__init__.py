@@ -69,17 +69,24 @@ def open_store(
     auth: ZkAuth = None,
     timeout: float = 30.0,
     read_only: bool = False,
+    session_timeout: float | None = None,
 ) -> MetadataStore:
-    """A session on the store ``locator`` names. ZooKeeper takes ``auth`` (digest or a
-    :class:`~bklib.meta.zkaccess.ZkAccess`); Oxia has no authentication yet, and its
-    client is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line
-    when the store cannot be reached."""
+    """A session on the store ``locator`` names, connected within ``timeout`` seconds.
+    ``session_timeout`` (default: ``timeout``) is how long the store keeps the session, and
+    its ephemeral keys, after the client goes silent. ZooKeeper takes ``auth`` (digest or a
+    :class:`~bklib.meta.zkaccess.ZkAccess`); Oxia has no authentication yet, and its client
+    is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line when
+    the store cannot be reached."""
+    session = session_timeout if session_timeout is not None else timeout
     if is_oxia(locator):
         from bklib.meta.stores.oxia import connect_oxia
 
         address, namespace = parse_oxia_locator(locator)
-        session_ms = max(2_000, int(timeout * 1000))
+        # The Oxia client heartbeats every 2 s at least: a shorter session cannot live.
+        session_ms = max(2_000, int(session * 1000))
         return connect_oxia(address, namespace, timeout=timeout, session_timeout_ms=session_ms)
     from bklib.meta.stores.zookeeper import connect_zookeeper
 
-    return connect_zookeeper(locator, timeout=timeout, auth=auth, read_only=read_only)
+    return connect_zookeeper(
+        locator, timeout=timeout, auth=auth, read_only=read_only, session_timeout=session
+    )

@@ -255,13 +255,19 @@ class ZooKeeperStore(MetadataStore):
 
 
 def connect_zookeeper(
-    hosts: str, *, timeout: float = 30.0, auth: ZkAuth = None, read_only: bool = False
+    hosts: str,
+    *,
+    timeout: float = 30.0,
+    auth: ZkAuth = None,
+    read_only: bool = False,
+    session_timeout: float | None = None,
 ) -> ZooKeeperStore:
     """A started session on ZooKeeper. ``hosts`` may carry a chroot; ``auth`` is
     ``user:password`` digest auth or a :class:`~bklib.meta.zkaccess.ZkAccess` (TLS, SASL,
     ACLs). Raises :class:`~bklib.meta.zkaccess.ZkSecurityError` for an untrusted certificate
     or rejected credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
-    client = new_client(hosts, auth, timeout=timeout, read_only=read_only)
+    session = session_timeout if session_timeout is not None else timeout
+    client = new_client(hosts, auth, timeout=session, read_only=read_only)
     with warnings.catch_warnings():
         # A missing chroot is reported by require_cluster, naming the path, not as a warning.
         warnings.filterwarnings("ignore", message="No chroot path exists")
