@@ -14,7 +14,8 @@ from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter
 from bklib.meta.model import DigestType
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import open_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,11 @@ async def write_ledgers(
         (rng.choice(shapes), rng.randint(1, max_entries), rng.random() >= open_fraction)
         for _ in range(count)
     ]
-    zk = connect(zk_connect)
+    zk = open_store(zk_connect, timeout=15)
     done: list[WrittenLedger] = []
     try:
         writable = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: len(zk.get_children(f"{ledgers_root}/available")) - 1
+            None, lambda: len(zk.children(f"{ledgers_root}/available")) - 1
         )
         usable = [p for p in plan if p[0][0] <= writable]
         if len(usable) < len(plan):
@@ -89,6 +90,5 @@ async def write_ledgers(
 
             await asyncio.gather(*(one(*p) for p in usable))
     finally:
-        zk.stop()
         zk.close()
     return sorted(done, key=lambda w: w.ledger_id)

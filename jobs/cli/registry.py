@@ -273,11 +273,12 @@ _COMMANDS = (
     Command(
         name="sandbox",
         summary="start, stop or inspect a local cluster",
-        description="A local cluster on loopback: a real ZooKeeper and N Python bookies, kept "
-        "running after the command returns. State lives in --dir. Exit 0 when done, 2 on "
-        "error.",
+        description="A local cluster on loopback: a real ZooKeeper (or Oxia, with --metadata "
+        "oxia) and N Python bookies, kept running after the command returns. State lives in "
+        "--dir. Exit 0 when done, 2 on error.",
         examples=(
             "bkaudit sandbox up --bookies 5 --dir sandbox-data",
+            "bkaudit sandbox up --metadata oxia --dir sandbox-oxia",
             "bkaudit sandbox status",
             "bkaudit sandbox down",
         ),

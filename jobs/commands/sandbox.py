@@ -1,5 +1,6 @@
-"""``bkaudit sandbox up|down|status``: a local cluster on loopback (a real ZooKeeper and N
-Python bookies) that outlives the command; its state lives in ``--dir``."""
+"""``bkaudit sandbox up|down|status``: a local cluster on loopback (a real ZooKeeper, or Oxia
+with ``--metadata oxia``, and N Python bookies) that outlives the command; its state lives in
+``--dir``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--dir", default=str(DEFAULT_SANDBOX_DIR), help="data and state directory")
     parser.add_argument("--bookies", type=int, default=5, help="number of bookies (up)")
+    parser.add_argument(
+        "--metadata",
+        choices=["zookeeper", "oxia"],
+        default="zookeeper",
+        help="the metadata store (up): ZooKeeper, or Oxia with Pulsar's driver "
+        "(docs/metadata-stores.md)",
+    )
     parser.add_argument(
         "--faults", action="store_true", help="enable the bookies' fault-injection admin port"
     )
@@ -62,12 +70,13 @@ def prepare_zookeeper() -> str | None:
 
 def run_sandbox(args: argparse.Namespace) -> int:
     """Start, stop or show the sandbox recorded in ``args.dir``."""
-    from bklib.testing.sandbox import SandboxError
+    from bklib.testing.oxiaserver import OxiaUnavailable
+    from bklib.testing.sandbox import OXIA, SandboxError
     from bklib.testing.zkserver import ZooKeeperUnavailable
 
     try:
         if args.action == "up":
-            missing = prepare_zookeeper()
+            missing = prepare_zookeeper() if args.metadata != OXIA else None
             if missing is not None:
                 print(f"sandbox: {missing}", file=sys.stderr)
                 return 2
@@ -79,7 +88,7 @@ def run_sandbox(args: argparse.Namespace) -> int:
             print("stopped: " + (", ".join(stopped) or "nothing was running"))
         else:
             _status(Path(args.dir))
-    except (SandboxError, ZooKeeperUnavailable) as exc:
+    except (SandboxError, ZooKeeperUnavailable, OxiaUnavailable) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -93,7 +102,12 @@ def _up(args: argparse.Namespace) -> int:
         print(f"a sandbox is already recorded in {base}; run `bkaudit sandbox down` first")
         return 2
     sb = Sandbox(
-        base, num_bookies=args.bookies, detach=True, fault_injection=args.faults, tls=args.tls
+        base,
+        num_bookies=args.bookies,
+        detach=True,
+        fault_injection=args.faults,
+        tls=args.tls,
+        metadata=args.metadata,
     )
     try:
         sb.start()
@@ -101,10 +115,14 @@ def _up(args: argparse.Namespace) -> int:
         sb.stop()  # no half-started processes left behind, whatever stopped the start
         raise
     sb.save_state()
-    print(f"ZooKeeper  {sb.zk_connect}")
+    print(f"{_store_label(sb.zk_connect)} {sb.zk_connect}")
     for b in sb.bookies:
         print(f"bookie     {b.bookie_id}  data {b.data_dir}  log {b.log_path}")
-    print(f"use: --zk {sb.zk_connect}")
+    print(
+        f"use: --zk {sb.zk_connect}"
+        if sb.oxia_server is None
+        else f"use: --metadata-uri {sb.metadata_uri}"
+    )
     if sb.client_tls is not None:
         print("bookie TLS: add " + " ".join(client_tls_flags(sb.client_tls)))
     return 0
@@ -114,8 +132,15 @@ def _status(base: Path) -> None:
     from bklib.testing.sandbox import detached_status
 
     st = detached_status(base)
-    print(f"ZooKeeper  {st['zk']}  {'serving' if st['zk_serving'] else 'DOWN'}")
+    print(f"{_store_label(str(st['zk']))} {st['zk']}  {'serving' if st['zk_serving'] else 'DOWN'}")
     bookies = cast("list[dict[str, object]]", st["bookies"])
     for b in bookies:
         alive = "running" if b["alive"] else "STOPPED"
         print(f"bookie     {b['id']:<22} {alive:<8} registered: {b['registered']}")
+
+
+def _store_label(locator: str) -> str:
+    """``ZooKeeper`` or ``Oxia``, padded to the bookie lines' column."""
+    from bklib.meta.stores import is_oxia
+
+    return f"{'Oxia' if is_oxia(locator) else 'ZooKeeper':<10}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -70,6 +71,9 @@ def _import_oxia() -> Any:
         raise OxiaClientMissing(
             f"the Oxia client is not installed ({OXIA_EXTRA_HINT}): {exc}"
         ) from None
+    # The client logs each retry with a multi-line gRPC dump; every failure that matters
+    # reaches the caller as one StoreUnavailable line naming the store.
+    logging.getLogger("oxia").setLevel(logging.CRITICAL)
     return oxia
 
 
@@ -113,6 +117,11 @@ class OxiaStore(MetadataStore):
         """A client with a fresh identity that answered one listing of every shard, within
         ``timeout``; StoreUnavailable (one line) otherwise."""
         identity = f"bkaudit-{uuid.uuid4().hex}"
+        host, _, port = self.address.rpartition(":")
+        try:  # a refused or unresolvable address fails now, not after the client's retries
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as exc:
+            raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {exc}") from None
         result: dict[str, Any] = {}
 
         def attempt() -> None:
