@@ -21,7 +21,7 @@ from bklib.testing.zkserver import free_port, terminate
 
 log = logging.getLogger(__name__)
 
-OXIA_VERSION = "v0.14.0"
+OXIA_VERSION = "v0.14.0-bkaudit1"
 """The server ``scripts/install_oxia.sh`` builds."""
 
 DEFAULT_NAMESPACE = "default"

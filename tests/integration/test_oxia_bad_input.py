@@ -13,7 +13,7 @@ import pytest
 
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
-from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores import MetadataStore
 from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import free_port
 from tests.cli_helpers import REPO, bkaudit, one_error_line

@@ -135,7 +135,7 @@ def marks(c: AuditCluster) -> list[Any]:
 def locked(c: AuditCluster) -> bool:
     """Some ledger's under-replication lock is held: a repair is copying."""
     path = UnderReplicationManager(c.store.zk).base + "/locks"
-    return bool(c.store.zk.exists(path) and c.store.zk.get_children(path))
+    return bool(c.store.meta.exists(path) and c.store.meta.children(path))
 
 
 def naming(c: AuditCluster, ids: list[int], bookie: str) -> list[int]:
@@ -169,10 +169,10 @@ def rows(warehouse: str, table: str) -> list[dict[str, Any]]:
 
 
 def test_killed_bookie_is_repaired_with_nothing_typed_and_metrics_match_tables(
-    tmp_path: Path, zk_chroot: str
+    tmp_path: Path, store_locator: str
 ) -> None:
     wh = str(tmp_path / "wh")
-    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+    with audit_cluster(tmp_path / "sb", store_locator, bookies=4) as c:
         victim = c.bookie_ids[3]
         ids = [md.ledger_id for md in ledgers(c, victim)]
         with watching(c.zk, wh, tmp_path, "w1", "--lost-bookie-recovery-delay", "0s") as w:
@@ -250,9 +250,9 @@ def test_bookie_back_within_the_delay_costs_nothing(tmp_path: Path, zk_chroot: s
     assert rows(wh, ACTIONS) == []
 
 
-def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, zk_chroot: str) -> None:
+def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, store_locator: str) -> None:
     wh = str(tmp_path / "wh")
-    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+    with audit_cluster(tmp_path / "sb", store_locator, bookies=4) as c:
         victim = c.bookie_ids[3]
         ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
         # The leader copies slowly (about 1 KB/s), one ledger at a time: it is mid-copy when

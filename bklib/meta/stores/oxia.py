@@ -74,7 +74,61 @@ def _import_oxia() -> Any:
     # The client logs each retry with a multi-line gRPC dump; every failure that matters
     # reaches the caller as one StoreUnavailable line naming the store.
     logging.getLogger("oxia").setLevel(logging.CRITICAL)
+    _fix_service_discovery()
     return oxia
+
+
+def _fix_service_discovery() -> None:
+    """Work around a race in ``oxia`` 0.2.1's ``ServiceDiscovery``: it starts the thread that
+    reads shard assignments before it creates the barrier that thread signals, so a fast
+    server's first answer kills the thread (AttributeError) and the client gives up after
+    30 s; and every later assignment update waits on that two-party barrier forever, so a
+    leader change would never reach the client. The subclass signals an event instead, set
+    up before the thread starts. Installed once, where ``oxia.Client`` looks it up."""
+    import oxia.client
+    from oxia.internal import service_discovery as sd
+
+    if getattr(oxia.client.ServiceDiscovery, "_bkaudit_fixed", False):
+        return
+
+    class FixedServiceDiscovery(sd.ServiceDiscovery):  # type: ignore[misc]
+        _bkaudit_fixed = True
+
+        def __init__(
+            self, service_address: str, connection_pool: Any, namespace: str, init_timeout: int = 30
+        ) -> None:
+            self._assignments: dict[int, Any] = {}
+            self._service_address = service_address
+            self._connection_pool = connection_pool
+            self._namespace = namespace
+            self._closed = False
+            self._lock = threading.Lock()
+            self._first = threading.Event()
+            self._thread = threading.Thread(target=self.get_assignments, daemon=True)
+            self._thread.start()
+            if not self._first.wait(init_timeout):
+                raise RuntimeError(
+                    f"Timed out after {init_timeout}s waiting for initial shard "
+                    f"assignments from {service_address}"
+                )
+
+        def get_assignments(self) -> None:
+            stub = self._connection_pool.get(self._service_address)
+            backoff = sd.Backoff()
+            request = sd.pb.ShardAssignmentsRequest(namespace=self._namespace)
+            while not self._closed:
+                try:
+                    for sa in stub.get_shard_assignments(request):
+                        self._parse_assignments(sa.namespaces[self._namespace])
+                        self._first.set()
+                        backoff.reset()
+                except sd.grpc.RpcError as e:
+                    if not self._closed:
+                        if e.code() != sd.grpc.StatusCode.CANCELLED:
+                            log.debug("Oxia shard assignments: %s", e)
+                        backoff.wait_next()
+
+    oxia.client.ServiceDiscovery = FixedServiceDiscovery
 
 
 def child_range(path: str) -> tuple[str, str]:
@@ -141,9 +195,11 @@ class OxiaStore(MetadataStore):
         thread.start()
         thread.join(timeout)
         if "client" not in result:
-            exc = result.get("error")
+            error = result.get("error")
             reason = (
-                f"{type(exc).__name__}: {_reason(exc)}" if exc else f"no answer in {timeout:g}s"
+                f"{type(error).__name__}: {_reason(error)}"
+                if error
+                else f"no answer in {timeout:g}s"
             )
             raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {reason}")
         return result["client"], identity
