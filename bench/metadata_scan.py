@@ -1,10 +1,14 @@
-"""Benchmark: metadata scan and parse throughput.
+"""Benchmark: metadata scan and parse throughput, on ZooKeeper and on Oxia.
 
-Starts its own ZooKeeper server, seeds N ledgers in BookKeeper's hierarchical layout
-(v3 metadata, 3-bookie ensembles, a mix of open, closed and multi-segment ledgers), then
-measures listing, the bounded-in-flight async scan (read + parse), and parse alone.
+Starts its own server (ZooKeeper, or ``oxia standalone`` with 3 shards), seeds N ledgers in
+BookKeeper's hierarchical layout (v3 metadata, 3-bookie ensembles, a mix of open, closed and
+multi-segment ledgers), then measures what an audit does: list the leaf directories, then
+read and parse every ledger (``bklib.meta.scan.scan_directories``: on ZooKeeper the
+pipelined bulk reader with ``--in-flight`` reads outstanding, on Oxia one range scan per
+directory). Parse alone is measured once.
 
-    .venv/bin/python bench/metadata_scan.py [--ledgers 100000] [--in-flight 500]
+    .venv/bin/python bench/metadata_scan.py [--store zookeeper|oxia|both] [--ledgers 100000]
+        [--in-flight 500]
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ import queue
 import random
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from bklib.meta.cluster import MetadataDriver
 from bklib.meta.model import LedgerMetadata, Segment
-from bklib.meta.scan import scan_ledgers
+from bklib.meta.scan import scan_directories
 from bklib.meta.serde import decode_metadata, encode_metadata
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores.zookeeper import ZooKeeperStore
+from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import ZooKeeperServer
 
 
@@ -43,67 +53,80 @@ def synthetic(ledger_id: int, rng: random.Random) -> LedgerMetadata:
 
 def seed(store: LedgerStore, n: int, in_flight: int) -> None:
     rng = random.Random(42)
-    done: queue.SimpleQueue[object] = queue.SimpleQueue()
-    pending = 0
-    # Parents first, synchronously, so async creates never hit NONODE.
+    # Parents first, so creates never miss one.
     for lid in range(0, n, 10_000):
-        store.zk.ensure_path(store.path_for(lid).rsplit("/", 1)[0])
-    for lid in range(n):
-        data = encode_metadata(synthetic(lid, rng))
-        store.zk.create_async(store.path_for(lid), data).rawlink(done.put)
-        pending += 1
-        while pending >= in_flight:
-            done.get().get()
+        store.meta.ensure_path(store.path_for(lid).rsplit("/", 1)[0])
+    blobs = ((store.path_for(lid), encode_metadata(synthetic(lid, rng))) for lid in range(n))
+    meta = store.meta
+    if isinstance(meta, ZooKeeperStore):  # kazoo's async creates, in_flight outstanding
+        done: queue.SimpleQueue[object] = queue.SimpleQueue()
+        pending = 0
+        for path, data in blobs:
+            meta.client.create_async(path, data).rawlink(done.put)
+            pending += 1
+            while pending >= in_flight:
+                done.get().get()  # type: ignore[attr-defined]
+                pending -= 1
+        while pending:
+            done.get().get()  # type: ignore[attr-defined]
             pending -= 1
-    while pending:
-        done.get().get()
-        pending -= 1
+        return
+    with ThreadPoolExecutor(16) as pool:  # the Oxia client is synchronous
+        for f in [pool.submit(meta.create, path, data) for path, data in blobs]:
+            f.result()
+
+
+def measure(kind: str, meta: MetadataStore, ledgers: int, in_flight: int) -> float:
+    """Seed, then list + scan; returns the list+scan rate (ledgers/s)."""
+    store = LedgerStore(meta)
+    store.init_cluster(driver=MetadataDriver.PULSAR)
+    t = time.perf_counter()
+    seed(store, ledgers, in_flight)
+    seed_s = time.perf_counter() - t
+    print(f"[{kind}] seeded {ledgers} ledgers in {seed_s:.1f}s ({ledgers / seed_s:,.0f}/s)")
+
+    t = time.perf_counter()
+    dirs = store.leaf_dirs()
+    list_s = time.perf_counter() - t
+    assert sum(d.count for d in dirs) == ledgers
+    print(f"[{kind}] list: {len(dirs)} directories, {ledgers} ledgers in {list_s:.2f}s")
+
+    t = time.perf_counter()
+    ok = sum(1 for r in scan_directories(meta, dirs, in_flight) if r.ok)
+    scan_s = time.perf_counter() - t
+    assert ok == ledgers, ok
+    print(f"[{kind}] scan (read+parse): {ok} in {scan_s:.2f}s ({ok / scan_s:,.0f} ledgers/s)")
+    rate = ledgers / (list_s + scan_s)
+    print(f"[{kind}] list+scan: {rate:,.0f} ledgers/s")
+    return rate
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--store", choices=["zookeeper", "oxia", "both"], default="both")
     ap.add_argument("--ledgers", type=int, default=100_000)
     ap.add_argument("--in-flight", type=int, default=500)
     args = ap.parse_args()
-
-    with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(tmp) as server:
-        zk = connect(server.connect_string)
-        store = LedgerStore(zk)
-        store.init_cluster()
-        t = time.perf_counter()
-        seed(store, args.ledgers, args.in_flight)
-        seed_s = time.perf_counter() - t
-        print(f"seeded {args.ledgers} ledgers in {seed_s:.1f}s ({args.ledgers / seed_s:,.0f}/s)")
-
-        t = time.perf_counter()
-        ids = list(store.list_ledger_ids())
-        list_s = time.perf_counter() - t
-        assert len(ids) == args.ledgers
-        print(f"list: {len(ids)} ids in {list_s:.2f}s ({len(ids) / list_s:,.0f} ledgers/s)")
-
-        t = time.perf_counter()
-        ok = sum(
-            1
-            for r in scan_ledgers(server.connect_string, ids, max_in_flight=args.in_flight)
-            if r.ok
-        )
-        scan_s = time.perf_counter() - t
-        assert ok == args.ledgers
-        print(
-            f"scan (read+parse, {args.in_flight} in flight): {ok} in {scan_s:.2f}s "
-            f"({ok / scan_s:,.0f} ledgers/s)"
-        )
-        total = list_s + scan_s
-        print(f"list+scan: {args.ledgers / total:,.0f} ledgers/s")
-
-        blobs = [zk.get(store.path_for(i))[0] for i in range(min(20_000, args.ledgers))]
+    kinds = ["zookeeper", "oxia"] if args.store == "both" else [args.store]
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in kinds:
+            base = Path(tmp) / kind
+            if kind == "zookeeper":
+                with ZooKeeperServer(base) as zk, open_store(zk.connect_string) as meta:
+                    measure(kind, meta, args.ledgers, args.in_flight)
+                    blobs = [
+                        meta.get(LedgerStore(meta).path_for(i))[0]
+                        for i in range(min(20_000, args.ledgers))
+                    ]
+            else:
+                with OxiaServer(base, shards=3) as ox, open_store(ox.locator()) as meta:
+                    measure(kind, meta, args.ledgers, args.in_flight)
+    if "zookeeper" in kinds:
         t = time.perf_counter()
         for i, b in enumerate(blobs):
             decode_metadata(b, i)
         parse_s = time.perf_counter() - t
         print(f"parse only: {len(blobs) / parse_s:,.0f} ledgers/s")
-        zk.stop()
-        zk.close()
 
 
 if __name__ == "__main__":
