@@ -9,8 +9,10 @@ included, median of ``--repeat`` runs):
   the local executor existed).
 
 Goals: audit ``lost`` <= 3 s and ``listunderreplicated`` <= 2 s with the local path.
+``--metadata oxia`` runs the sandbox on Oxia (Pulsar's driver) and audits it through
+``--metadata-uri metadata-store:oxia://...``.
 
-    .venv/bin/python bench/small_answers.py [--ledgers 200] [--repeat 5]
+    .venv/bin/python bench/small_answers.py [--ledgers 200] [--repeat 5] [--metadata oxia]
 """
 
 from __future__ import annotations
@@ -62,19 +64,26 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=200)
     ap.add_argument("--bookies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--metadata", choices=["zookeeper", "oxia"], default="zookeeper")
     args = ap.parse_args()
     byte_compile()  # as an installed package is
     py = sys.executable
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(Path(tmp) / "sb", args.bookies) as sb:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Sandbox(Path(tmp) / "sb", args.bookies, metadata=args.metadata) as sb,
+    ):
         written = asyncio.run(write_ledgers(sb.zk_connect, args.ledgers, max_entries=60))
         victim = sb.bookie_ids[0]
         sb.kill_bookie(victim)
         sb.wait_unregistered(victim)
         wh = f"{tmp}/wh"
-        print(f"{len(written)} ledgers on {args.bookies} bookies, {victim} killed")
+        print(
+            f"{len(written)} ledgers on {args.bookies} bookies ({args.metadata}), {victim} killed"
+        )
+        where = ["--metadata-uri", sb.metadata_uri]
         results = {}
         for executor in ("local", "spark"):
-            cmd = [py, "-m", "jobs.cli", "audit", "--zk", sb.zk_connect, "--warehouse", wh]
+            cmd = [py, "-m", "jobs.cli", "audit", *where, "--warehouse", wh]
             cmd += ["--check", "lost", "--executor", executor]
             results[f"audit --check lost --executor {executor}"] = timed(cmd, args.repeat)
         cmd = [py, "-m", "jobs.cli", "listunderreplicated", "--warehouse", wh]

@@ -260,6 +260,21 @@ def fragments_of(spark: SparkSession, warehouse: str, run_id: str) -> list[dict[
     ]
 
 
+def by_position(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with every occurrence of each key of ``names`` replaced by its value, in
+    strings, dicts and lists: bookie addresses become positions, so the rows of two clusters
+    compare."""
+    if isinstance(value, str):
+        for old, new in names.items():
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {k: by_position(v, names) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [by_position(v, names) for v in value]
+    return value
+
+
 @dataclass
 class AuditCluster:
     """A sandbox (ZooKeeper chroot + Python bookies with fault injection) and clients."""

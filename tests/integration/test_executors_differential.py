@@ -28,7 +28,7 @@ from jobs.commands.audit import add_audit_arguments, run_audit
 from jobs.commands.repair import add_repair_arguments, run_rereplicate
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS
-from tests.audit_helpers import AuditCluster, audit_cluster
+from tests.audit_helpers import AuditCluster, audit_cluster, by_position
 from tests.audit_helpers import spark as spark  # the session fixture
 
 pytestmark = pytest.mark.integration
@@ -92,26 +92,13 @@ def _repair(zk: str, warehouse: Path, executor: str, spark: Any) -> str:
     return out.getvalue()
 
 
-def _norm(value: Any, names: dict[str, str]) -> Any:
-    """Bookie addresses become positions, so two clusters' rows compare."""
-    if isinstance(value, str):
-        for bid, name in names.items():
-            value = value.replace(bid, name)
-        return value
-    if isinstance(value, dict):
-        return {k: _norm(v, names) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_norm(v, names) for v in value]
-    return value
-
-
 def _rows(
     warehouse: Path, table: str, names: dict[str, str], drop: frozenset[str] = frozenset()
 ) -> list[Any]:
     rows = []
     for r in delta.read_rows(str(warehouse), table):
         kept = {k: v for k, v in r.items() if k not in VOLATILE and k not in drop}
-        rows.append(_norm(kept, names))
+        rows.append(by_position(kept, names))
     return sorted(rows, key=repr)
 
 

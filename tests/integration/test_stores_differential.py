@@ -20,7 +20,7 @@ from bklib.states import ActionKind, Check, CountKey, RunStatus
 from bklib.testing.oxiaserver import OxiaServer
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, BOOKIES, FRAGMENTS, LEDGERS
-from tests.audit_helpers import AuditCluster, audit_cluster
+from tests.audit_helpers import AuditCluster, audit_cluster, by_position
 from tests.cli_helpers import bkaudit
 from tests.conftest import wipe_oxia
 
@@ -58,18 +58,6 @@ def _audit(c: AuditCluster, warehouse: Path, check: str) -> None:
     )  # fmt: skip
 
 
-def _norm(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        for bid, name in names.items():
-            value = value.replace(bid, name)
-        return value
-    if isinstance(value, dict):
-        return {k: _norm(v, names) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_norm(v, names) for v in value]
-    return value
-
-
 def _rows(c: AuditCluster, warehouse: Path, table: str, drop: frozenset[str] = frozenset()) -> Any:
     names = {bid: f"B{i}" for i, bid in enumerate(c.bookie_ids)}
     # The ZooKeeper sandbox lives in a chroot, which its URI makes part of the ledgers root.
@@ -77,7 +65,7 @@ def _rows(c: AuditCluster, warehouse: Path, table: str, drop: frozenset[str] = f
     if chroot and "://" not in c.sandbox.zk_connect:
         names[f"/{chroot}/ledgers/"] = "/ledgers/"
     rows = [
-        _norm({k: v for k, v in r.items() if k not in VOLATILE and k not in drop}, names)
+        by_position({k: v for k, v in r.items() if k not in VOLATILE and k not in drop}, names)
         for r in delta.read_rows(str(warehouse), table)
     ]
     return sorted(rows, key=repr)
