@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from kazoo.exceptions import KazooException
-
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore
@@ -225,7 +223,7 @@ def _delete(
                         o.owner_key or UNOWNED,
                         o.ledger.length or 0,
                     )
-                except (BKError, KazooException) as exc:  # changed since both reads: left alone
+                except BKError as exc:  # changed since both reads: left alone
                     status, error = ActionStatus.FAILED, str(exc)
                 time.sleep(interval)
             rows.append(

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from kazoo.exceptions import KazooException
-
 from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.errors import BKError
@@ -166,7 +164,7 @@ def collect_triage(
                 loss = pulsar_loss(
                     zk, root, auth, tls, view, res.lost_ranges, res.lost_ranges_truncated
                 )
-            except (BKError, KazooException, OSError) as exc:  # optional detail: the class stands
+            except (BKError, OSError) as exc:  # optional detail: the class stands
                 log.warning("ledger %d: lost messages not named: %s", lid, exc)
         detected = [f["first_detected_at"] for f in fs if f.get("first_detected_at")]
         out.append(
