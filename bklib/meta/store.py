@@ -417,6 +417,8 @@ class LedgerStore:
             ) from None
         if self.kind in (LayoutKind.FLAT, LayoutKind.LEGACY_HIERARCHICAL):
             return
+        if not self.meta.prunes_safely:  # a ledger created meanwhile would lose its parent
+            return
         parent = path.rsplit("/", 1)[0]
         while parent != self.root and parent.startswith(self.root + "/"):
             try:

@@ -207,7 +207,9 @@ class UnderReplicationManager:
                 self.meta.delete(path, lock.mark_version)
                 removed = True
                 parent = path.rsplit("/", 1)[0]
-                for _ in range(4):
+                # Pulsar's manager never prunes; on a store that cannot prune atomically a
+                # concurrent mark under this parent would vanish from every listing.
+                for _ in range(4 if self.meta.prunes_safely else 0):
                     try:
                         stat = self.meta.exists(parent)
                         if stat is None:

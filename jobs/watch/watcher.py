@@ -106,7 +106,8 @@ class ClusterWatcher:
             self.lost_sessions += 1
         self.state = state
         level = logging.INFO if state is SessionState.CONNECTED else logging.WARNING
-        log.log(level, "watch: %s session %s", self.zk.kind, state.value)
+        store = "Oxia" if self.zk.kind == "oxia" else "ZooKeeper"
+        log.log(level, "watch: %s session %s", store, state.name)
         self.wake.set()
 
     @property

@@ -172,3 +172,21 @@ def test_nested_bulk_reads_do_not_block_each_other(meta_store: MetadataStore) ->
         inner = list(meta_store.get_many(f"/inner/i{i}" for i in range(5)))
         pairs.append((outer.data, [g.data for g in inner]))
     assert pairs == [(b"o", [b"i"] * 5)] * 5
+
+
+def test_empty_mark_directories_are_pruned_only_where_it_is_atomic(
+    meta_store: MetadataStore,
+) -> None:
+    from bklib.meta.paths import ur_ledger_path
+    from bklib.meta.underreplication import UnderReplicationManager
+
+    urm = UnderReplicationManager(meta_store)
+    urm.ensure_layout()
+    assert urm.mark_underreplicated(5, ["b1:3181"])
+    lock = urm.try_acquire(5)
+    assert lock is not None and urm.mark_replicated(lock)
+    parent = ur_ledger_path("/ledgers", 5).rsplit("/", 1)[0]
+    assert meta_store.exists(ur_ledger_path("/ledgers", 5)) is None
+    # ZooKeeper refuses to delete a non-empty parent atomically, so BookKeeper prunes; on Oxia
+    # a mark created between the listing and the delete would be orphaned, so Pulsar keeps it.
+    assert (meta_store.exists(parent) is None) == meta_store.prunes_safely

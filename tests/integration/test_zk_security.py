@@ -25,6 +25,7 @@ from kazoo.exceptions import NoAuthError
 from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.meta.store import LedgerStore, connect
+from bklib.meta.stores.zookeeper import as_store
 from bklib.meta.zkaccess import ZkAccess, ZkSasl, ZkSecurityError, ZkTls
 from bklib.testing.zkserver import ServerTls, ZooKeeperServer
 from jobs.tables.delta import read_rows
@@ -249,7 +250,7 @@ def test_bookies_register_audit_and_rereplicate_repair_with_creator_all_acls(
             }
 
             # Our own namespace, outside the ledgers root: the watch election.
-            election = LeaderElection(zk, "/ledgers", {"host": "test"})
+            election = LeaderElection(as_store(zk), "/ledgers", {"host": "test"})
             election.join()
             assert election.is_leader()
 

@@ -121,6 +121,10 @@ class MetadataStore(ABC):
 
     kind: str
     """``zookeeper`` or ``oxia``: for messages and the few store-specific decisions."""
+    prunes_safely: bool = True
+    """Deleting a key fails while it has children, atomically (ZooKeeper's NOTEMPTY). Without
+    it (Oxia: a listing, then a delete), a child created in between outlives its deleted
+    parent and drops out of every listing, so empty parent directories are left in place."""
 
     @property
     @abstractmethod

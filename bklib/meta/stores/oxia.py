@@ -145,6 +145,7 @@ class OxiaStore(MetadataStore):
     """One Oxia client (its sessions, one per shard, share one client identity)."""
 
     kind = "oxia"
+    prunes_safely = False  # delete checks for children by a listing first: not atomic
 
     def __init__(self, address: str, namespace: str, *, session_timeout_ms: int = 30_000) -> None:
         self._oxia = _import_oxia()
