@@ -279,7 +279,7 @@ class OxiaStore(MetadataStore):
         for listener in listeners:
             try:
                 listener(state)
-            except Exception:
+            except Exception:  # a listener's bug: logged; its state is already recorded above
                 log.exception("Oxia session listener failed")
 
     def close(self) -> None:
@@ -470,7 +470,7 @@ class OxiaStore(MetadataStore):
         for listener in listeners:
             try:
                 listener(names)
-            except Exception:
+            except Exception:  # a listener only wakes a loop that also polls: logged, go on
                 log.exception("watch listener on %s failed", key)
         if names is None:
             with self._lock:
