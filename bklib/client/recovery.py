@@ -367,7 +367,12 @@ class LedgerRecovery:
                             ledger_id=self.ledger_id,
                             entry_id=entry_id,
                         )
-                    body = dm.package_entry(entry_id, pipeline.lac, view.length, view.payload)
+                    # The LAC inside a write-back stays where this recovery started. Its own
+                    # advance may count copies on replacements kept in memory until the close
+                    # CAS; if this recovery dies first, a later one would start after that LAC
+                    # and skip entries short of AQ in the saved ensemble. (Java's
+                    # ReadOnlyLedgerHandle saves recovery ensemble changes at once instead.)
+                    body = dm.package_entry(entry_id, self.start_lac, view.length, view.payload)
                     outstanding.append(pipeline.submit(entry_id, body, view.length))
                     while len(outstanding) >= limit:
                         await outstanding.popleft()

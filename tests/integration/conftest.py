@@ -258,10 +258,21 @@ async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 
         await asyncio.sleep(0.01)
 
 
-async def stored_on(ctx: ClientContext, bookie_id: str, ledger_id: int, entry_id: int) -> bool:
-    """True if the bookie returns the entry with a valid digest (plain read, no fencing)."""
+async def stored_on(
+    ctx: ClientContext,
+    bookie_id: str,
+    ledger_id: int,
+    entry_id: int,
+    *,
+    raise_unknown: bool = False,
+) -> bool:
+    """True if the bookie returns the entry with a valid digest (plain read, no fencing).
+
+    With ``raise_unknown`` only an answer about the entry (no such entry or ledger, a bad
+    digest) gives False; a timeout or a lost connection is raised, since it says nothing.
+    """
     from bklib.digest import digest_manager
-    from bklib.errors import BKError
+    from bklib.errors import BKError, DigestMatchError, NoSuchEntryError, NoSuchLedgerError
     from bklib.meta.model import DigestType
 
     md = (await ctx.read_metadata(ledger_id)).value
@@ -269,6 +280,10 @@ async def stored_on(ctx: ClientContext, bookie_id: str, ledger_id: int, entry_id
     try:
         res = await ctx.pool.read(bookie_id, ledger_id, entry_id)
         dm.verify_entry(res.body, entry_id)
+    except (NoSuchEntryError, NoSuchLedgerError, DigestMatchError):
+        return False
     except BKError:
+        if raise_unknown:
+            raise
         return False
     return True

@@ -279,18 +279,42 @@ async def check_invariants(ctx: ClientContext, out: Outcome, aq: int) -> None:
     for ent in entries:
         if ent.payload != payload(out.seed, ent.entry_id):
             out.violations.append(f"(2) entry {ent.entry_id} has a foreign payload")
-    checks = []
-    for eid in range(last + 1):
-        ens = md.ensemble_for(eid)
-        for i in write_set(eid, md.ensemble_size, md.write_quorum):
-            checks.append((eid, stored_on(ctx, ens[i], md.ledger_id, eid)))
-    results = await asyncio.gather(*(c for _, c in checks))
-    copies = Counter(eid for (eid, _), ok in zip(checks, results, strict=True) if ok)
+    checks = [
+        (eid, md.ensemble_for(eid)[i])
+        for eid in range(last + 1)
+        for i in write_set(eid, md.ensemble_size, md.write_quorum)
+    ]
+    results = await asyncio.gather(*(copy_state(ctx, b, md.ledger_id, e) for e, b in checks))
+    copies = Counter(eid for (eid, _), state in zip(checks, results, strict=True) if state == "ok")
     for eid in range(last + 1):
         if copies[eid] < aq:
+            why = [
+                f"{b}: {state}"
+                for (e, b), state in zip(checks, results, strict=True)
+                if e == eid and state != "ok"
+            ]
             out.violations.append(
-                f"(3) entry {eid} on {copies[eid]} bookies of its write set, AQ={aq}"
+                f"(3) entry {eid} on {copies[eid]} bookies of its write set, AQ={aq} "
+                f"({'; '.join(why)}; segments {[(s.first_entry_id, s.ensemble) for s in md.segments]})"
             )
+
+
+async def copy_state(ctx: ClientContext, bookie_id: str, ledger_id: int, entry_id: int) -> str:
+    """ "ok" if the bookie returns the entry with a valid digest; otherwise why not.
+
+    A read that times out or loses its connection says nothing about the copy, so it is tried
+    again (up to three times) before the check counts the copy as absent and names the error.
+    """
+    state = ""
+    for attempt in range(3):
+        try:
+            if await stored_on(ctx, bookie_id, ledger_id, entry_id, raise_unknown=True):
+                return "ok"
+            return "missing"
+        except BKError as exc:
+            state = f"unknown after 3 reads ({exc!r})"
+            await asyncio.sleep(0.5 * (attempt + 1))
+    return state
 
 
 def test_random_schedules_keep_the_invariants(cluster: Cluster, schedules: int) -> None:

@@ -440,6 +440,57 @@ def test_s14_segment_added_during_recovery_fails_the_close(cluster: Cluster) -> 
     run(main())
 
 
+# ---- an abandoned recovery's ensemble change -------------------------------------------------
+
+
+def test_lac_written_back_never_counts_an_unsaved_ensemble(cluster: Cluster) -> None:
+    """E=WQ=AQ=3. Entries 4 and 5 reached two bookies only; the third (b1) fails adds and
+    reads of them. Recovery A writes 4 back, replaces b1 in memory (key 4), writes 5 back, and
+    dies before its close: its replacement is never saved. The LAC inside A's write-back of 5
+    must not count entry 4's copy on the unsaved replacement, or recovery B, which starts after
+    the highest LAC it finds, would skip entry 4 and close with it on two bookies of its saved
+    write set (found by the random schedules, seed 20261151). B must start after entry 3."""
+
+    async def main() -> None:
+        opts = {"recovery_read_batch_size": 1, "max_writebacks_in_flight": 1}
+        async with cluster.client(add_timeout=1.0, read_timeout=1.0, **opts) as ctx:
+            w = await LedgerWriter.create(
+                ctx, ensemble_size=3, write_quorum=3, ack_quorum=3, password=PW
+            )
+            await write_entries(w, 4)
+            lid, ens = w.ledger_id, w.ensemble
+            b1 = ens[1]
+            cluster.fault(b1, "drop", op="ADD_ENTRY", ledger=lid, entries=[4, 9])
+            pending = [w.add_async(payload(4)), w.add_async(payload(5))]
+            await asyncio.sleep(0.3)  # both adds reach b0 and b2 (b1 drops them)
+            await w.abort()
+            for fut in pending:
+                fut.cancel()
+            cluster.admin(b1).clear_faults()
+            cluster.fault(b1, "fail", op="ADD_ENTRY", ledger=lid, entries=[4, 9], status="EIO")
+            cluster.fault(b1, "fail", op="READ_ENTRY", ledger=lid, entries=[4, 9], status="EIO")
+
+            class Dies(LedgerRecovery):
+                async def before_close(self) -> None:
+                    assert list(self.new_segments) == [4]
+                    raise ClientClosedError("recovery A dies before its close", ledger_id=lid)
+
+            with pytest.raises(ClientClosedError):
+                await Dies(ctx, lid).run()
+            assert (await state_of(cluster, lid)).state == IN_RECOVERY
+
+            cluster.admin(b1).clear_faults()
+            md = await recover_ledger(ctx, lid)
+            # b1 never stored entry 4, so with WQ=AQ=3 no writer can have had it acknowledged:
+            # B starts after entry 3 and rightly ends the ledger there.
+            assert (md.state, md.last_entry_id, md.segments) == (CLOSED, 3, (Segment(0, ens),))
+            for e in range(md.last_entry_id + 1):
+                holders = [b for b in md.ensemble_for(e) if await stored_on(ctx, b, lid, e)]
+                assert len(holders) == 3, (e, holders, md.segments)
+
+    run(main())
+
+
 # ---- concurrent recoverers --------------------------------------------------------------------
 
 

@@ -379,12 +379,12 @@ def unb64(text: str) -> bytes:
 class JavaClient:
     """Our Java driver (BookKeeper 4.17 client) as a child process speaking JSON lines."""
 
-    def __init__(self, classpath: str, base: Path) -> None:
+    def __init__(self, classpath: str, base: Path, jvm: Sequence[str] = JVM_OPTS) -> None:
         self.log_path = Path(base) / "java-client.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
-            java_command(classpath, "io.bkaudit.interop.Driver", []),
+            java_command(classpath, "io.bkaudit.interop.Driver", [], jvm=jvm),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -84,7 +84,12 @@ def _fix_service_discovery() -> None:
     server's first answer kills the thread (AttributeError) and the client gives up after
     30 s; and every later assignment update waits on that two-party barrier forever, so a
     leader change would never reach the client. The subclass signals an event instead, set
-    up before the thread starts. Installed once, where ``oxia.Client`` looks it up."""
+    up before the thread starts.
+
+    It also routes keys to shards as the server and the Java client do: the low 32 bits of
+    XXH3-64 (Oxia's ``hash.Xxh332``). 0.2.1 uses XXH64, so with more than one shard a key it
+    writes lands on a shard where Pulsar's Java driver never looks for it, and the reverse.
+    Installed once, where ``oxia.Client`` looks it up."""
     import oxia.client
     from oxia.internal import service_discovery as sd
 
@@ -112,6 +117,14 @@ def _fix_service_discovery() -> None:
                     f"assignments from {service_address}"
                 )
 
+        def get_shard(self, key: str) -> Any:
+            key_hash = shard_hash(key)
+            with self._lock:
+                for shard in self._assignments.values():
+                    if shard.contains(key_hash):
+                        return shard
+            raise StoreUnavailable(f"Oxia at {self._service_address}: no shard for key {key}")
+
         def get_assignments(self) -> None:
             stub = self._connection_pool.get(self._service_address)
             backoff = sd.Backoff()
@@ -129,6 +142,13 @@ def _fix_service_discovery() -> None:
                         backoff.wait_next()
 
     oxia.client.ServiceDiscovery = FixedServiceDiscovery
+
+
+def shard_hash(key: str) -> int:
+    """The hash Oxia places ``key`` by: the low 32 bits of XXH3-64 (``hash.Xxh332``)."""
+    import xxhash
+
+    return int(xxhash.xxh3_64_intdigest(key.encode())) & 0xFFFFFFFF
 
 
 def child_range(path: str) -> tuple[str, str]:
