@@ -293,9 +293,10 @@ async def check_invariants(ctx: ClientContext, out: Outcome, aq: int) -> None:
                 for (e, b), state in zip(checks, results, strict=True)
                 if e == eid and state != "ok"
             ]
+            segments = [(s.first_entry_id, s.ensemble) for s in md.segments]
             out.violations.append(
                 f"(3) entry {eid} on {copies[eid]} bookies of its write set, AQ={aq} "
-                f"({'; '.join(why)}; segments {[(s.first_entry_id, s.ensemble) for s in md.segments]})"
+                f"({'; '.join(why)}; segments {segments})"
             )
 
 

@@ -118,12 +118,8 @@ def _fix_service_discovery() -> None:
                 )
 
         def get_shard(self, key: str) -> Any:
-            key_hash = shard_hash(key)
             with self._lock:
-                for shard in self._assignments.values():
-                    if shard.contains(key_hash):
-                        return shard
-            raise StoreUnavailable(f"Oxia at {self._service_address}: no shard for key {key}")
+                return shard_of(self._assignments.values(), key, self._service_address)
 
         def get_assignments(self) -> None:
             stub = self._connection_pool.get(self._service_address)
@@ -149,6 +145,15 @@ def shard_hash(key: str) -> int:
     import xxhash
 
     return int(xxhash.xxh3_64_intdigest(key.encode())) & 0xFFFFFFFF
+
+
+def shard_of(shards: Iterable[Any], key: str, address: str) -> Any:
+    """The shard (of the client's assignments) whose hash range holds ``key``."""
+    key_hash = shard_hash(key)
+    for shard in shards:
+        if shard.contains(key_hash):
+            return shard
+    raise StoreUnavailable(f"Oxia at {address}: no shard for key {key}")
 
 
 def child_range(path: str) -> tuple[str, str]:
