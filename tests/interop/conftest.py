@@ -29,6 +29,7 @@ from bklib.client.placement import PlacementPolicy
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.meta.store import LedgerStore
+from bklib.meta.stores.base import MetadataStore
 from bklib.testing.sandbox import BookieProcess
 from bklib.testing.zkserver import ZooKeeperServer
 from tests.interop import harness
@@ -74,19 +75,22 @@ class Only(PlacementPolicy):
 
 @dataclass
 class InteropCluster:
-    """One ZooKeeper chroot with Java and/or Python bookies, a Java shell and a kazoo client."""
+    """One ZooKeeper chroot (or Oxia namespace) with Java and/or Python bookies, a Java shell
+    and a metadata client: kazoo on ZooKeeper, a :class:`MetadataStore` on Oxia."""
 
     connect: str
-    zk: KazooClient
+    zk: KazooClient | MetadataStore
     store: LedgerStore
     shell: JavaShell
     base: Path
     java: list[JavaBookie] = field(default_factory=list)
     python: list[BookieProcess] = field(default_factory=list)
+    metadata_uri: str | None = None
+    """The bookies' ``metadataServiceUri`` when not BookKeeper's ZooKeeper one (Oxia)."""
 
     @property
     def uri(self) -> str:
-        return harness.metadata_uri(self.connect, ROOT)
+        return self.metadata_uri or harness.metadata_uri(self.connect, ROOT)
 
     @property
     def java_ids(self) -> list[str]:

@@ -28,30 +28,13 @@ from bklib.meta.underreplication import UnderReplicationManager
 from jobs.commands.audit import run_audit
 from tests.audit_helpers import audit_args
 from tests.audit_helpers import spark as spark  # the session fixture
+from tests.interop.autorecovery_tools import parse_listunderreplicated
 from tests.interop.harness import REPO, AutoRecovery, JavaClient, payloads
 
 pytestmark = pytest.mark.interop
 
 PWD = b"ur-pwd"
 GONE = "127.0.0.1:1"  # a bookie id nobody registers: "lost"
-
-
-def parse_listunderreplicated(out: str) -> dict[int, set[str]]:
-    """``listunderreplicated -printmissingreplica`` output: ledger id -> missing replicas."""
-    found: dict[int, set[str]] = {}
-    current: int | None = None
-    for line in out.splitlines():
-        # 4.18 logs attributes: "Under-replicated ledger {ledgerId=5}", "Missing replica
-        # {missingReplica=host:port}" (scripts/java/bookkeeper/log4j2-shell.xml).
-        m18 = re.fullmatch(r"Under-replicated ledger \{ledgerId=(\d+)\}", line.strip())
-        if m18 or (re.fullmatch(r"\d+", line.strip()) and not line.startswith("\t")):
-            current = int(m18.group(1) if m18 else line.strip())
-            found[current] = set()
-        elif current is not None and "MissingReplica" in line:
-            found[current] |= set(re.findall(r"[\w.\-]+:\d+", line.split(":", 1)[1]))
-        elif current is not None and "missingReplica=" in line:
-            found[current] |= set(re.findall(r"[\w.\-]+:\d+", line.split("=", 1)[1]))
-    return found
 
 
 def wait_until(cond: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str]) -> Any:
