@@ -25,13 +25,20 @@ ZooKeeper data watches on the ledgers still naming the bookie tell which changed
 (every 0.25 s) re-reads only those, so sampling 2,000 ledgers costs ZooKeeper next to
 nothing.
 
+``--metadata oxia`` runs both clusters on Oxia instead, as Pulsar does (PIP-335): a fresh
+3-shard ``oxia standalone`` per cluster, Java bookies, client and AutoRecovery on Pulsar's jars
+(the BookKeeper Pulsar pins) with Pulsar's metadata driver (``metadata-store:oxia://``), and
+the watch given the same server. Oxia has no per-key watches there, so each sample re-reads
+the ledgers still naming the bookie in one bulk read.
+
     .venv/bin/python bench/time_to_replicated.py [--ledgers 100] [--entries 1000] [--grace 0]
-        [--only java|watch] [--watch-log FILE]
+        [--only java|watch] [--watch-log FILE] [--metadata zookeeper|oxia]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -40,7 +47,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,35 +57,68 @@ from kazoo.client import KazooClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from bklib.meta.cluster import MetadataDriver  # noqa: E402
 from bklib.meta.serde import decode_metadata  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
+from bklib.meta.stores import open_store  # noqa: E402
+from bklib.meta.stores.base import MetadataStore  # noqa: E402
 from bklib.meta.underreplication import UnderReplicationManager  # noqa: E402
+from bklib.testing.oxiaserver import OxiaServer  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer, free_port, terminate  # noqa: E402
 from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
+from tests.pulsar import harness as pulsar  # noqa: E402
 
 JVM = ["-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-Djava.net.preferIPv4Stack=true"]
 PWD = b"bench"
 SAMPLE = 0.25
 
 
+class Cluster:
+    """Where one side's cluster keeps its metadata: a ZooKeeper chroot (BookKeeper's driver)
+    or a fresh Oxia server (Pulsar's driver), with the JVM options and URI that go with it."""
+
+    def __init__(
+        self, classpath: str, locator: str, uri: str, oxia: bool, server_pid: int | None
+    ) -> None:
+        self.classpath, self.locator, self.uri, self.oxia = classpath, locator, uri, oxia
+        self.server_pids = [server_pid] if server_pid is not None else []
+        self.jvm = [*JVM, *pulsar.DRIVER_PROPS] if oxia else JVM
+        self.election = (
+            "/ledgers/underreplication/leader"  # Pulsar's Auditor key
+            if oxia
+            else "/ledgers/underreplication/auditorelection"
+        )
+
+    def connect(self) -> KazooClient | MetadataStore:
+        if self.oxia:
+            return open_store(self.locator, timeout=15)
+        zk = KazooClient(hosts=self.locator)
+        zk.start()
+        return zk
+
+    def auditor_elected(self, zk: KazooClient | MetadataStore) -> bool:
+        if isinstance(zk, KazooClient):
+            return bool(zk.exists(self.election) and zk.get_children(self.election))
+        return zk.exists(self.election) is not None
+
+
 def build(
-    classpath: str, connect: str, base: Path, client: harness.JavaClient, args: argparse.Namespace
-) -> tuple[KazooClient, LedgerStore, list[harness.JavaBookie]]:
-    zk = KazooClient(hosts=connect)
-    zk.start()
+    cl: Cluster, base: Path, client: harness.JavaClient, args: argparse.Namespace
+) -> tuple[KazooClient | MetadataStore, LedgerStore, list[harness.JavaBookie]]:
+    zk = cl.connect()
     store = LedgerStore(zk)
-    store.init_cluster()
+    store.init_cluster(driver=MetadataDriver.PULSAR if cl.oxia else MetadataDriver.BOOKKEEPER)
     urm = UnderReplicationManager(zk)
     urm.ensure_layout()
     urm.set_lost_bookie_recovery_delay(0)
-    uri = harness.metadata_uri(connect)
+    uri = cl.uri
     bookies = [
         harness.JavaBookie(
-            classpath,
+            cl.classpath,
             uri,
             base / f"java{i}",
-            jvm=JVM,
+            jvm=cl.jvm,
             extra={"dbStorage_writeCacheMaxSizeMb": 32, "dbStorage_readAheadCacheMaxSizeMb": 16},
         )
         for i in range(4)
@@ -99,7 +140,32 @@ def build(
 
 
 class Times(dict[str, float]):
-    """Seconds from the expiry (and from the kill) to closed-ledgers-clean and to clean."""
+    """Seconds from the expiry (and from the kill) to closed-ledgers-clean and to clean, and
+    the CPU seconds each party used from the expiry to clean: the repairer's processes, the
+    surviving bookies and the metadata server (they all share this machine's cores)."""
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the live processes ``pids`` have used so far (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+class Parties:
+    """The processes whose CPU a run reports: repairer, bookies, metadata server."""
+
+    def __init__(self, repairer: list[int], bookies: list[int], store: list[int]) -> None:
+        self.groups = {"repairer_cpu": repairer, "bookies_cpu": bookies, "store_cpu": store}
+
+    def sample(self) -> dict[str, float]:
+        return {k: cpu_seconds(pids) for k, pids in self.groups.items()}
 
 
 class _Named:
@@ -107,7 +173,9 @@ class _Named:
     only the ledgers changed since the last one (polling every pending ledger 4 times a second
     loaded ZooKeeper, and so both tools, as much as the repair itself at 2,000 ledgers)."""
 
-    def __init__(self, zk: KazooClient, store: LedgerStore, ids: set[int], bid: str) -> None:
+    def __init__(
+        self, zk: KazooClient | MetadataStore, store: LedgerStore, ids: set[int], bid: str
+    ) -> None:
         self.zk, self.store, self.bid = zk, store, bid
         self.pending = set(ids)
         self._changed = set(ids)
@@ -123,6 +191,8 @@ class _Named:
     def sample(self) -> set[int]:
         """Re-read the changed ledgers (arming their watches again); the ledgers still naming
         the bookie."""
+        if not isinstance(self.zk, KazooClient):
+            return self._sample_all(self.zk)
         with self._lock:
             todo, self._changed = self._changed & self.pending, set()
         futures = {
@@ -134,8 +204,26 @@ class _Named:
                 self.pending.discard(lid)
         return self.pending
 
+    def _sample_all(self, meta: MetadataStore) -> set[int]:
+        """Oxia: one bulk read of every ledger still naming the bookie."""
+        todo = sorted(self.pending)
+        for lid, read in zip(
+            todo, meta.get_many(self.store.path_for(x) for x in todo), strict=True
+        ):
+            if read.data is None or read.stat is None:
+                raise SystemExit(f"ledger {lid}: unreadable while sampling ({read.error})")
+            md = decode_metadata(read.data, lid, znode_ctime_ms=read.stat.ctime_ms)
+            if self.bid not in md.bookies():
+                self.pending.discard(lid)
+        return self.pending
 
-def measure(zk: KazooClient, store: LedgerStore, victim: harness.JavaBookie) -> Times:
+
+def measure(
+    zk: KazooClient | MetadataStore,
+    store: LedgerStore,
+    victim: harness.JavaBookie,
+    parties: Parties,
+) -> Times:
     """Kill the victim; the times from its registration's expiry and from the kill."""
     bid = victim.bookie_id
     ids = set(store.list_ledger_ids())
@@ -147,6 +235,7 @@ def measure(zk: KazooClient, store: LedgerStore, victim: harness.JavaBookie) -> 
     while zk.exists(f"/ledgers/available/{bid}"):
         time.sleep(SAMPLE)
     t0 = time.monotonic()
+    cpu0 = parties.sample()
     urm = UnderReplicationManager(zk)
     out = Times(expiry_after_kill=t0 - t_kill)
     while True:
@@ -156,6 +245,7 @@ def measure(zk: KazooClient, store: LedgerStore, victim: harness.JavaBookie) -> 
             out["closed"], out["closed_from_kill"] = t - t0, t - t_kill
         if not pending and not any(True for _ in urm.list_underreplicated()):
             out["clean"], out["clean_from_kill"] = t - t0, t - t_kill
+            out.update({k: v - cpu0[k] for k, v in parties.sample().items()})
             return out
         if t - t0 > 3600:
             raise SystemExit("not replicated within an hour")
@@ -171,12 +261,36 @@ def wait(cond: Callable[[], object], timeout: float, what: str) -> None:
     raise SystemExit(f"timed out waiting for {what}")
 
 
+@contextmanager
+def fresh_cluster(
+    args: Any, zks: ZooKeeperServer | None, classpath: str, base: Path, name: str
+) -> Iterator[Cluster]:
+    """A new, empty metadata store for one side: a ZooKeeper chroot or an Oxia server."""
+    if args.metadata == "oxia":
+        with OxiaServer(base / f"oxia-{name}", shards=3) as server:
+            pid = server.proc.pid if server.proc is not None else None
+            yield Cluster(classpath, server.locator(), server.uri(), oxia=True, server_pid=pid)
+    else:
+        assert zks is not None
+        pid = zks.proc.pid if zks.proc is not None else None
+        with zks.private_chroot(name) as connect:
+            uri = harness.metadata_uri(connect)
+            yield Cluster(classpath, connect, uri, oxia=False, server_pid=pid)
+
+
+def _close(zk: KazooClient | MetadataStore) -> None:
+    if isinstance(zk, KazooClient):
+        zk.stop()
+    else:
+        zk.close()
+
+
 def run_java(
-    zks: ZooKeeperServer, classpath: str, base: Path, client: harness.JavaClient, args: Any
+    zks: ZooKeeperServer | None, classpath: str, base: Path, client: harness.JavaClient, args: Any
 ) -> Times:
     """Java AutoRecovery, one per surviving bookie, on a fresh cluster."""
-    with zks.private_chroot("java") as connect:
-        zk, store, bookies = build(classpath, connect, base / "a", client, args)
+    with fresh_cluster(args, zks, classpath, base, "java") as cl:
+        zk, store, bookies = build(cl, base / "a", client, args)
         conf = {
             "lostBookieRecoveryDelay": 0,
             "openLedgerRereplicationGracePeriod": int(args.grace * 1000),
@@ -186,35 +300,37 @@ def run_java(
         }
         workers = [
             # The bookies' JVM options (full JIT), not the tests' quick-start ones.
-            harness.AutoRecovery(
-                classpath, harness.metadata_uri(connect), base / "a" / f"ar{i}", conf, JVM
-            )
+            harness.AutoRecovery(cl.classpath, cl.uri, base / "a" / f"ar{i}", conf, cl.jvm)
             for i in range(args.workers)
         ]
         try:
             for w in workers:
                 w.start()
-            election = "/ledgers/underreplication/auditorelection"
-            wait(lambda: zk.exists(election) and zk.get_children(election), 120, "Auditor")
+            wait(lambda: cl.auditor_elected(zk), 120, "Auditor")
             time.sleep(3)  # the Auditor reads the bookie list once elected
-            return measure(zk, store, bookies[0])
+            parties = Parties(
+                [w.proc.pid for w in workers if w.proc is not None],
+                [b.proc.pid for b in bookies[1:] if b.proc is not None],
+                cl.server_pids,
+            )
+            return measure(zk, store, bookies[0], parties)
         finally:
             for w in workers:
                 w.stop()
             for b in bookies:
                 b.stop()
-            zk.stop()
+            _close(zk)
 
 
 def run_watch(
-    zks: ZooKeeperServer, classpath: str, base: Path, client: harness.JavaClient, args: Any
+    zks: ZooKeeperServer | None, classpath: str, base: Path, client: harness.JavaClient, args: Any
 ) -> Times:
     """``bkaudit watch`` on a fresh cluster; its log is kept in ``--watch-log``."""
-    with zks.private_chroot("watch") as connect:
-        zk, store, bookies = build(classpath, connect, base / "b", client, args)
+    with fresh_cluster(args, zks, classpath, base, "watch") as cl:
+        zk, store, bookies = build(cl, base / "b", client, args)
         port = free_port()
         argv = [
-            sys.executable, "-m", "jobs.cli", "watch", "--zk", connect,
+            sys.executable, "-m", "jobs.cli", "watch", "--zk", cl.locator,
             "--warehouse", str(base / "wh"), "--every", "off",
             "--lost-bookie-recovery-delay", "0s", "--grace-period", f"{args.grace:g}s",
             "--rate", "0", "--ledgers-in-flight", str(args.ledgers_in_flight),
@@ -237,12 +353,17 @@ def run_watch(
 
         try:
             wait(leading, 60, "the watch leader")
-            return measure(zk, store, bookies[0])
+            parties = Parties(
+                [proc.pid],
+                [b.proc.pid for b in bookies[1:] if b.proc is not None],
+                cl.server_pids,
+            )
+            return measure(zk, store, bookies[0], parties)
         finally:
             terminate(proc, 40)
             for b in bookies:
                 b.stop()
-            zk.stop()
+            _close(zk)
 
 
 def main() -> None:
@@ -259,20 +380,38 @@ def main() -> None:
         choices=("java", "watch"),
         help="one side only, to iterate on it (a ratio is only taken from both in one run)",
     )
+    ap.add_argument(
+        "--metadata",
+        choices=("zookeeper", "oxia"),
+        default="zookeeper",
+        help="both clusters on ZooKeeper (BookKeeper's driver) or on Oxia (Pulsar's driver)",
+    )
     args = ap.parse_args()
     byte_compile()  # as an installed package is
-    classpath = harness.install()
     mb = args.ledgers * args.entries * args.size / 1e6
-    with tempfile.TemporaryDirectory() as tmp, ZooKeeperServer(Path(tmp) / "zk") as zks:
-        base = Path(tmp)
-        client = harness.JavaClient(classpath, base)
+    with contextlib.ExitStack() as stack:
+        base = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        if args.metadata == "oxia":
+            # Pulsar's jars (the BookKeeper it pins, its driver, its Oxia client), and our
+            # Java client's classes on them.
+            classpath = pulsar.install()
+            driver_cp = harness.install().split(":", 1)[0] + ":" + classpath
+            client = harness.JavaClient(driver_cp, base, jvm=pulsar.TOOL_JVM)
+            zks = None
+        else:
+            classpath = harness.install()
+            zks = stack.enter_context(ZooKeeperServer(base / "zk"))
+            client = harness.JavaClient(classpath, base)
         try:
             if args.only != "watch":
                 java = run_java(zks, classpath, base, client, args)
-                print(f"java AutoRecovery x{args.workers}: {mb:.0f} MB, {_show(java)}")
+                print(
+                    f"java AutoRecovery x{args.workers} on {args.metadata}: {mb:.0f} MB, "
+                    f"{_show(java)}"
+                )
             if args.only != "java":
                 watch = run_watch(zks, classpath, base, client, args)
-                print(f"bkaudit watch:        {mb:.0f} MB, {_show(watch)}")
+                print(f"bkaudit watch on {args.metadata}: {mb:.0f} MB, {_show(watch)}")
             if args.only is None:
                 print(
                     f"ratio (Java / watch), grace {args.grace:g}s: closed ledgers "
@@ -286,10 +425,14 @@ def main() -> None:
 
 
 def _show(t: Times) -> str:
+    cpu = t["repairer_cpu"] + t["bookies_cpu"] + t["store_cpu"]
     return (
         f"closed ledgers clean {t['closed']:.2f} s, fully replicated {t['clean']:.2f} s after "
         f"the expiry ({t['closed_from_kill']:.2f} s / {t['clean_from_kill']:.2f} s after the "
-        f"kill; the registration expired {t['expiry_after_kill']:.1f} s after it)"
+        f"kill; the registration expired {t['expiry_after_kill']:.1f} s after it); CPU from "
+        f"the expiry to clean: repairer {t['repairer_cpu']:.1f} s, bookies "
+        f"{t['bookies_cpu']:.1f} s, metadata server {t['store_cpu']:.1f} s; on 2 cores that "
+        f"work needs at least {cpu / 2:.1f} s of wall time"
     )
 
 

@@ -57,6 +57,33 @@ def test_parents_are_keys_and_children_are_one_level(meta_store: MetadataStore) 
         meta_store.create("/ledgers/02/0000/L0009", b"no parent")
 
 
+def test_scan_children_matches_one_by_one_reads(meta_store: MetadataStore) -> None:
+    # Names whose order differs between bytes and numbers, a grandchild that is not a child,
+    # a sibling directory sharing the prefix, an ephemeral child. On Oxia this is the scan's
+    # own gRPC path (bklib/meta/stores/oxia_scan.py), so it must agree with the client's gets.
+    names = ["L0010", "L0002", "L0001", "L0100"]
+    for i, name in enumerate(names):
+        meta_store.create(f"/ledgers/00/0000/{name}", b"v%d" % i, parents=True)
+    meta_store.set(
+        "/ledgers/00/0000/L0002", b"changed", meta_store.get("/ledgers/00/0000/L0002")[1].version
+    )
+    meta_store.create("/ledgers/00/0000/L0001/deeper", b"not a child")
+    meta_store.create("/ledgers/00/00000/L0005", b"sibling dir", parents=True)
+    meta_store.create("/ledgers/00/0000/Lephemeral", b"e", ephemeral=True)
+    scanned = list(meta_store.scan_children("/ledgers/00/0000"))
+    assert [r.path for r in scanned] == [
+        f"/ledgers/00/0000/{n}" for n in sorted([*names, "Lephemeral"])
+    ]
+    for r in scanned:
+        data, stat = meta_store.get(r.path)
+        assert (r.data, r.stat) == (data, stat), r.path
+        assert r.error is None
+    owners = {r.path.rsplit("/", 1)[1]: r.stat.ephemeral_owner for r in scanned if r.stat}
+    assert owners.pop("Lephemeral") == meta_store.session_owner
+    assert set(owners.values()) == {None}
+    assert list(meta_store.scan_children("/ledgers/00/0009")) == []
+
+
 def test_delete_by_version_and_not_empty(meta_store: MetadataStore) -> None:
     meta_store.create("/a/b", b"x", parents=True)
     _, stat = meta_store.get("/a/b")

@@ -117,6 +117,11 @@ def _fix_service_discovery() -> None:
                     f"assignments from {service_address}"
                 )
 
+        def shard_leaders(self) -> list[tuple[int, str]]:
+            """(shard id, leader address) of every shard of the namespace."""
+            with self._lock:
+                return [(s.shard, s.leader) for s in self._assignments.values()]
+
         def get_shard(self, key: str) -> Any:
             with self._lock:
                 return shard_of(self._assignments.values(), key, self._service_address)
@@ -163,7 +168,9 @@ def child_range(path: str) -> tuple[str, str]:
 
 
 def _ms(ts: Any) -> int:
-    return int(ts.timestamp() * 1000)
+    # The client turns epoch milliseconds into a datetime; round, as float seconds may not
+    # give the same milliseconds back when truncated.
+    return round(float(ts.timestamp()) * 1000)
 
 
 class OxiaStore(MetadataStore):
@@ -190,6 +197,10 @@ class OxiaStore(MetadataStore):
         self._renewing = False
         self._open_timeout = 30.0
         self._state = SessionState.SUSPENDED
+        # grpc comes with the extra, so the scanner is imported only once the client is.
+        from bklib.meta.stores.oxia_scan import RangeScanner
+
+        self._scanner = RangeScanner()
 
     # ---- session ---------------------------------------------------------------------------
 
@@ -318,6 +329,7 @@ class OxiaStore(MetadataStore):
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
+        self._scanner.close()
 
     # ---- calls -------------------------------------------------------------------------------
 
@@ -458,18 +470,22 @@ class OxiaStore(MetadataStore):
             yield from pool.map(one, paths_)
 
     def scan_children(self, path: str, max_in_flight: int = 500) -> Iterator[ValueRead]:
-        """Every child of ``path`` with its value: one range scan per shard, merged in key
-        order. A broken stream raises StoreUnavailable: the listing is incomplete."""
+        """Every child of ``path`` with its value: one range scan per shard, in key order
+        (bklib/meta/stores/oxia_scan.py). A broken stream raises StoreUnavailable: the listing
+        is incomplete."""
+        if self._client is None or self._closed:
+            raise StoreUnavailable(f"Oxia session to {self.locator} is closed", path=path)
         lo, hi = child_range(path)
-        records = self._call(path, self._client.range_scan, lo, hi)
+        shards = self._client._service_discovery.shard_leaders()
         try:
-            for key, value, version in records:
-                if len(key) > len(lo):
-                    yield ValueRead(key, bytes(value or b""), self._stat(version))
-        except Exception as exc:
+            records = self._scanner.scan(shards, lo, hi, self._open_timeout)
+        except Exception as exc:  # ScanFailed, or grpc failing before its stream starts
             raise StoreUnavailable(
-                f"Oxia at {self.locator}: range scan failed: {_reason(exc)}", path=path
+                f"Oxia at {self.locator}: range scan failed: {exc}", path=path
             ) from exc
+        for rec in records:
+            if len(rec.key) > len(lo):
+                yield ValueRead(rec.key, rec.value, rec.stat)
 
     # ---- notifications: watches and session loss ---------------------------------------------
 
@@ -490,7 +506,8 @@ class OxiaStore(MetadataStore):
         except KeyNotFound:
             names = None
         except StoreUnavailable as exc:
-            log.warning("cannot list %s after a change: %s", key, exc)
+            if not self._closed:  # a notification racing our own close is no news
+                log.warning("cannot list %s after a change: %s", key, exc)
             return
         for listener in listeners:
             try:
