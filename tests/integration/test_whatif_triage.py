@@ -1,5 +1,6 @@
-"""whatif, blastradius, topics and triage on a real sandbox: real ZooKeeper, Python bookie
-processes, Delta tables through delta-rs, and the ``bkaudit`` command in a subprocess.
+"""whatif, blastradius, topics and triage on a real sandbox: real ZooKeeper (and, for the
+first test, real Oxia), Python bookie processes, Delta tables through delta-rs, and the
+``bkaudit`` command in a subprocess.
 
 Ledgers (bookies b0..b3; Pulsar-shaped custom metadata written by bklib's metadata writer):
 
@@ -60,9 +61,10 @@ def _run(*args: str, ok: tuple[int, ...] = (0,)) -> Any:
     return proc
 
 
-def test_whatif_blastradius_topics_and_triage(tmp_path: Path, zk_chroot: str) -> None:
+def test_whatif_blastradius_topics_and_triage(tmp_path: Path, store_locator: str) -> None:
+    """The same answers on ZooKeeper and on Oxia (``--zk`` takes either locator)."""
     wh = str(tmp_path / "wh")
-    with audit_cluster(tmp_path / "sandbox", zk_chroot, bookies=4) as c:
+    with audit_cluster(tmp_path / "sandbox", store_locator, bookies=4) as c:
         b0, b1, b2, b3 = c.bookie_ids
         l1 = _ledger(c, [b0, b1], 10, 2, 2, _custom("acme/orders/persistent/created"))
         l2 = _ledger(c, [b1, b2, b3], 6, 3, 2, _custom("acme/orders/persistent/paid-partition-0"))
@@ -88,18 +90,18 @@ def test_whatif_blastradius_topics_and_triage(tmp_path: Path, zk_chroot: str) ->
 
         # racks: b0 and b1 in /r1; b2, b3 have none and form the "unknown" rack
         doc = {"default": {b0: {"rack": "/r1"}, b1: {"rack": "r1", "hostname": "h"}}}
-        c.store.zk.create("/bookies", json.dumps(doc).encode())
+        c.store.meta.create("/bookies", json.dumps(doc).encode())
         p = _run("whatif", "--zk", zk, "--rack", "/r1", "--exit-code", ok=(1,))
         assert 'bookies with no rack count as one rack "unknown"' in p.stdout
         assert f"ledger {l1.ledger_id}  10 entries lost [0-9]" in p.stdout
         p = _run("whatif", "--zk", zk, "--rack", "/nowhere", ok=(2,))
         assert len(error_lines(p)) == 1 and "unknown rack /nowhere" in p.stderr
-        c.store.zk.set("/bookies", b"{not json")
+        c.store.meta.set("/bookies", b"{not json")
         p = _run("whatif", "--zk", zk, "--rack", "/r1", ok=(2,))
         (line,) = error_lines(p)
         assert "/bookies" in line and "JSON" in line
         p = _run("whatif", "--zk", zk, "--bookie", b3)  # --bookie stays rack-tolerant
-        c.store.zk.delete("/bookies")
+        c.store.meta.delete("/bookies")
 
         # ---- lose b2, audit, whatif with findings -----------------------------------------
         c.sandbox.stop_bookie(b2)

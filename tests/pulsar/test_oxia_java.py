@@ -6,7 +6,8 @@
   ``--metadata-uri metadata-store:oxia://`` reports exactly the segments that used it;
   ``rereplicate`` repairs them; the Java client reads every entry back; a second audit is clean.
 * **Marks and locks shared with Java AutoRecovery.** With replication disabled, the watch marks
-  the ledgers of a killed bookie and Java's ``listunderreplicated`` lists exactly those marks.
+  the ledgers of a killed bookie; Java's ``listunderreplicated`` lists exactly those marks, and
+  ``bkaudit listunderreplicated --live`` lists the same.
   Then AutoRecoveryMain starts and replication is enabled: the watch and Java's
   ReplicationWorker race over the same marks and locks, and no fragment is copied twice.
 """
@@ -196,6 +197,9 @@ def test_watch_marks_java_lists_them_and_autorecovery_shares_the_locks_on_oxia(
             )
             listed = c.shell.run("listunderreplicated", "-printmissingreplica").stdout
             assert parse_listunderreplicated(listed) == {lid: {dead} for lid in marked}, listed
+            ours = bkaudit("listunderreplicated", "--live", "--zk", c.connect)
+            assert ours.returncode == 1, ours.stderr  # 1: some ledgers are marked
+            assert parse_listunderreplicated(ours.stdout) == parse_listunderreplicated(listed)
 
             ar.start()
             wait_until(
