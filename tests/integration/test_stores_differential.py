@@ -5,7 +5,8 @@ position), the same damage (a stopped bookie, deleted and corrupted entries, an 
 Every check runs through the real CLI with ``--metadata-uri`` (``zk+hierarchical://`` and
 Pulsar's ``metadata-store:oxia://``); the Delta rows must be equal once run ids, times, key
 versions and bookie addresses (mapped to positions) are set aside. Then each cluster is
-repaired, the actions compared, and both re-audit clean.
+repaired, the actions compared, and both re-audit clean. One check also runs on the Spark
+executor against Oxia.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ def _run(*args: str) -> str:
     return proc.stdout
 
 
-def _audit(c: AuditCluster, warehouse: Path, check: str) -> None:
+def _audit(c: AuditCluster, warehouse: Path, check: str, executor: str = "local") -> None:
     _run(
         "audit", "--metadata-uri", c.sandbox.metadata_uri, "--warehouse", str(warehouse),
-        "--check", check, "--executor", "local", "--read-timeout", "2", "--connect-timeout", "2",
+        "--check", check, "--executor", executor, "--read-timeout", "2", "--connect-timeout", "2",
+        *(["--master", "local[2]"] if executor == "spark" else []),
     )  # fmt: skip
 
 
@@ -107,6 +109,16 @@ def test_zookeeper_and_oxia_give_the_same_findings_and_repairs(
             )
         reasons |= {r["reason"] for r in delta.read_rows(str(wh[id(on_oxia)]), FRAGMENTS)}
     assert reasons == {"BOOKIE_LOST", "ENTRIES_MISSING", "DIGEST_MISMATCH"}
+
+    # The Spark executor on Oxia (its scan tasks open their own sessions): the same rows as
+    # the local executor gave on ZooKeeper.
+    spark_wh, local_wh = tmp_path / "wh-oxia-spark", tmp_path / "wh-zk-local"
+    _audit(on_oxia, spark_wh, Check.REPLICAS, executor="spark")
+    _audit(on_zk, local_wh, Check.REPLICAS)
+    spark_run = delta.latest_run(str(spark_wh))
+    assert spark_run is not None and spark_run["status"] == RunStatus.COMPLETED
+    for table in (FRAGMENTS, LEDGERS, BOOKIES):
+        assert _rows(on_zk, local_wh, table) == _rows(on_oxia, spark_wh, table), table
 
     for c in clusters:
         _run(
