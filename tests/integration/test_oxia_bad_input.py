@@ -113,3 +113,48 @@ def test_concurrent_updates_are_never_lost(meta_store: MetadataStore) -> None:
     for t in threads:
         t.join(60)
     assert set(store.read_ledger(8).value.custom_metadata) == {f"t{n}" for n in range(6)}
+
+
+def test_a_namespace_without_a_cluster_repairs_nothing_on_either_executor(
+    oxia_server: OxiaServer, tmp_path: Path
+) -> None:
+    wipe_oxia(oxia_server.locator())
+    uri, wh = _uri(oxia_server.locator()), str(tmp_path / "wh")
+    for command in (
+        ("audit", "--metadata-uri", uri, "--warehouse", wh, "--executor", "spark",
+         "--master", "local[1]"),
+        ("rereplicate", "--metadata-uri", uri, "--warehouse", wh),
+        ("recover", "10.0.0.1:3181", "--metadata-uri", uri, "--warehouse", wh),
+    ):  # fmt: skip
+        proc = bkaudit(*command)
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
+        line = one_error_line(proc)
+        assert "no BookKeeper cluster" in line and "/ledgers" in line, (command, line)
+    assert not (tmp_path / "wh" / "audit_runs").exists()
+
+
+def test_a_namespace_the_server_does_not_serve_is_one_line(oxia_server: OxiaServer) -> None:
+    uri = f"metadata-store:oxia://{oxia_server.address}/typo"
+    proc = bkaudit("status", "--metadata-uri", uri)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    line = one_error_line(proc)
+    assert oxia_server.address in line and "typo" in line, line
+
+
+def test_a_scan_of_a_vanished_server_raises_instead_of_listing_nothing(tmp_path: Path) -> None:
+    from bklib.meta.stores import StoreUnavailable, open_store
+
+    with OxiaServer(tmp_path / "oxia", shards=3) as server:
+        store = open_store(server.locator(), timeout=15)
+        try:
+            for i in range(5):
+                store.create(f"/ledgers/00/0000/L000{i}", b"x", parents=True)
+            assert len(list(store.scan_children("/ledgers/00/0000"))) == 5
+            assert server.proc is not None
+            server.proc.kill()
+            server.proc.wait(10)
+            with pytest.raises(StoreUnavailable) as err:
+                list(store.scan_children("/ledgers/00/0000"))
+            assert server.address in str(err.value) and "/ledgers/00/0000" in str(err.value)
+        finally:
+            store.close()
