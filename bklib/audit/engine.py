@@ -32,7 +32,7 @@ from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_directories, scan_ledgers
 from bklib.meta.store import LeafDir, LedgerStore
-from bklib.meta.stores import open_store
+from bklib.meta.stores import StoreTarget, store_session
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
 from bklib.tls import TlsSettings
@@ -68,18 +68,19 @@ class ScanPlan:
         return sum(d.count for d in self.dirs)
 
     @classmethod
-    def read(cls, hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None) -> ScanPlan:
-        zk = open_store(hosts, auth=auth)
-        try:
+    def read(
+        cls, target: StoreTarget, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
+    ) -> ScanPlan:
+        """Check the cluster and list its leaf directories (``target``: the run's session,
+        or a locator)."""
+        with store_session(target, auth=auth) as zk:
             store = LedgerStore(zk, root)
-            store.require_cluster(hosts.rstrip("/"))
+            store.require_cluster(zk.locator.rstrip("/"))
             return cls(tuple(store.leaf_dirs()), store.kind)
-        finally:
-            zk.close()
 
     def account(
         self,
-        hosts: str,
+        target: StoreTarget,
         scanned: Mapping[str, int],
         root: str = DEFAULT_LEDGERS_ROOT,
         auth: ZkAuth = None,
@@ -87,27 +88,21 @@ class ScanPlan:
         """After a scan: re-read the directories' child versions and account for every
         announced ledger (:func:`~bklib.audit.accounting.account_scan`). ``scanned`` is the
         number of ledgers the scan produced per directory."""
-        zk = open_store(hosts, auth=auth)
-        try:
+        with store_session(target, auth=auth) as zk:
             versions = LedgerStore(zk, root, kind=self.kind).dir_versions(d.path for d in self.dirs)
-        finally:
-            zk.close()
         account = account_scan(self.dirs, versions, scanned)
         (log.info if account.complete else log.error)("metadata scan: %s", account.describe())
         return account
 
 
 def require_cluster(
-    hosts: str, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
+    target: StoreTarget, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
 ) -> ClusterLayout:
     """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster (of
-    BookKeeper's or Pulsar's driver) is at ``hosts`` / ``root``; return which (see
+    BookKeeper's or Pulsar's driver) is at ``target`` / ``root``; return which (see
     :meth:`LedgerStore.require_cluster`)."""
-    zk = open_store(hosts, auth=auth)
-    try:
-        return LedgerStore(zk, root).require_cluster(hosts.rstrip("/"))
-    finally:
-        zk.close()
+    with store_session(target, auth=auth) as zk:
+        return LedgerStore(zk, root).require_cluster(zk.locator.rstrip("/"))
 
 
 def plan_scan(dirs: Sequence[LeafDir], groups: int) -> list[list[LeafDir]]:
@@ -132,26 +127,27 @@ def _view(r: Any) -> LedgerView:
 
 
 def scan_dirs(
-    hosts: str,
+    target: StoreTarget,
     dirs: Iterable[LeafDir],
     *,
     auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> Iterator[LedgerView]:
-    """Every ledger under ``dirs``, read over one store session (``hosts`` is its locator).
+    """Every ledger under ``dirs``, read over one store session (``target``: the run's, or a
+    locator to open one on).
     A corrupt or unreadable key is a view whose error names it; a ledger deleted meanwhile is
     skipped. A directory that cannot be read (other than deleted) raises: an audit never
     shrinks silently."""
     dirs = list(dirs)
     if not dirs:
         return
-    with open_store(hosts, auth=auth) as store:
+    with store_session(target, auth=auth) as store:
         for r in scan_directories(store, dirs, max_in_flight):
             yield _view(r)
 
 
 def read_ledgers(
-    hosts: str,
+    target: StoreTarget,
     ledger_ids: Iterable[int],
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
@@ -163,7 +159,7 @@ def read_ledgers(
     wanted = sorted(set(ledger_ids))
     out: dict[int, LedgerView | None] = dict.fromkeys(wanted)
     for r in scan_ledgers(
-        hosts, wanted, root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
+        target, wanted, root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
     ):
         out[r.ledger_id] = _view(r)
     return out

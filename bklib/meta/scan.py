@@ -18,7 +18,7 @@ from bklib.meta import paths
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
-from bklib.meta.stores import MetadataStore, ValueRead, open_store
+from bklib.meta.stores import MetadataStore, StoreTarget, ValueRead, store_session
 from bklib.meta.zkaccess import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
@@ -92,7 +92,7 @@ def read_ledgers_by_id(
 
 
 def scan_ledgers(
-    hosts: str,
+    target: StoreTarget,
     ledger_ids: Iterable[int],
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
@@ -100,9 +100,9 @@ def scan_ledgers(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     auth: ZkAuth = None,
 ) -> Iterator[ScanResult]:
-    """:func:`read_ledgers_by_id` over a session of its own on the store ``hosts`` names
-    (for a Spark task, which gets a locator, not a session)."""
-    with open_store(hosts, auth=auth) as store:
+    """:func:`read_ledgers_by_id` over the run's session, or over a session of its own on
+    the store a locator names (a Spark task gets a locator, not a session)."""
+    with store_session(target, auth=auth) as store:
         yield from read_ledgers_by_id(
             store, ledger_ids, root=root, kind=kind, max_in_flight=max_in_flight
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
 from jobs.options.units import parse_percentage, parse_rate
 from jobs.runs.audit_run import (
@@ -139,8 +140,27 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
     if spark is not None and requested == Executor.AUTO:
         requested = Executor.SPARK
     try:
-        plan = ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
-        _load_racks(config)
+        # One session for every step this process runs (cluster check, racks, scan,
+        # registrations, accounting, re-reads); Spark tasks open their own from the locator.
+        session = open_store(config.zk, auth=config.zk_auth)
+    except Exception as exc:
+        log.debug("audit could not start", exc_info=True)
+        print(f"audit: {one_line(exc)}", file=sys.stderr)
+        return 2
+    with session:
+        return _run_with(args, config, session, requested, spark)
+
+
+def _run_with(
+    args: argparse.Namespace,
+    config: AuditConfig,
+    session: MetadataStore,
+    requested: str,
+    spark: Any,
+) -> int:
+    try:
+        plan = ScanPlan.read(session, config.ledgers_root, config.zk_auth)
+        _load_racks(config, session)
         choice = choose_executor(
             requested,
             ledgers=plan.expected,
@@ -164,11 +184,11 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         choice.reason,
     )
     if choice.executor == Executor.LOCAL:
-        return _run_local(config, plan)
+        return _run_local(config, plan, session)
     return _run_spark(config, plan, spark, getattr(args, "master", None))
 
 
-def _load_racks(config: AuditConfig) -> None:
+def _load_racks(config: AuditConfig, session: MetadataStore) -> None:
     """Read the rack document for the placement pass, before anything heavy: a document that
     does not parse stops the audit with one line naming it (docs/placement.md)."""
     from jobs.options.placement import PLACEMENT_OFF, PLACEMENT_ON
@@ -176,7 +196,7 @@ def _load_racks(config: AuditConfig) -> None:
 
     if config.placement == PLACEMENT_OFF:
         return
-    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    doc = load_rack_document(session, config.racks_znode, config.racks_file, config.zk_auth)
     if doc is None and config.placement == PLACEMENT_ON:
         raise ValueError(
             f"--placement on, but no racks: znode {config.racks_znode} does not exist and no "
@@ -187,12 +207,12 @@ def _load_racks(config: AuditConfig) -> None:
     config.rack_document = doc
 
 
-def _run_local(config: AuditConfig, plan: ScanPlan) -> int:
+def _run_local(config: AuditConfig, plan: ScanPlan, session: MetadataStore) -> int:
     from jobs.local.audit import LocalAudit
     from jobs.tables import delta
     from jobs.tables.schema import AUDIT_RUNS
 
-    job = LocalAudit(config, plan)
+    job = LocalAudit(config, plan, session)
     try:
         run = job.run_all()
     except delta.TableError as exc:

@@ -25,7 +25,7 @@ from bklib.audit.engine import (
 )
 from bklib.audit.model import Finding, LedgerView
 from bklib.meta.registration import list_bookies
-from bklib.meta.stores import open_store
+from bklib.meta.stores import StoreTarget, store_session
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.runs.audit_run import log_metadata, run_status
 from jobs.runs.placement import (
@@ -50,11 +50,15 @@ PROGRESS_EVERY = 5.0
 
 
 class LocalAudit:
-    """One audit run in-process. ``plan`` is the scan plan the executor choice was made from."""
+    """One audit run in-process. ``plan`` is the scan plan the executor choice was made from;
+    ``store`` the run's metadata session (default: one per step, from the locator)."""
 
-    def __init__(self, config: AuditConfig, plan: ScanPlan) -> None:
+    def __init__(
+        self, config: AuditConfig, plan: ScanPlan, store: StoreTarget | None = None
+    ) -> None:
         self.config = config
         self.plan = plan
+        self.store: StoreTarget = store if store is not None else config.zk
         started = datetime.now(timezone.utc)
         self.run = RunRecord(
             config.run_id or new_run_id(started),
@@ -74,7 +78,7 @@ class LocalAudit:
         self.ledgers = list(
             track(
                 scan_dirs(
-                    cfg.zk,
+                    self.store,
                     self.plan.dirs,
                     auth=cfg.zk_auth,
                     max_in_flight=cfg.scan_in_flight,
@@ -84,16 +88,13 @@ class LocalAudit:
                 logger=log,
             )
         )
-        zk = open_store(cfg.zk, auth=cfg.zk_auth)
-        try:
+        with store_session(self.store, auth=cfg.zk_auth) as zk:
             registry = list_bookies(zk, cfg.ledgers_root)
-        finally:
-            zk.close()
         named = {b for v in self.ledgers if v.ok for b in v.bookies()}
         self.bookies = bookie_rows(registry, named)
         counts.update(
             self.plan.account(
-                cfg.zk,
+                self.store,
                 scanned_per_directory(v.znode_path for v in self.ledgers),
                 cfg.ledgers_root,
                 cfg.zk_auth,
@@ -127,7 +128,10 @@ class LocalAudit:
 
             client_config = bookie_client_config(cfg.fetch, cfg.tls)
             with SyncBookieClient(
-                cfg.zk, ledgers_root=cfg.ledgers_root, config=client_config, zk_auth=cfg.zk_auth
+                self.store,
+                ledgers_root=cfg.ledgers_root,
+                config=client_config,
+                zk_auth=cfg.zk_auth,
             ) as client:
                 self.bookies, settings = learn_bookies(
                     client, self.bookies, self.ledgers, cfg.fetch, cfg.check
@@ -160,7 +164,7 @@ class LocalAudit:
             return
         flagged = {f.ledger_id for f in self.findings}
         current = read_ledgers(
-            cfg.zk,
+            self.store,
             flagged,
             root=cfg.ledgers_root,
             kind=self.plan.kind,
