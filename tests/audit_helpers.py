@@ -26,11 +26,12 @@ from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.meta.stores import MetadataStore, is_oxia, open_store
 from bklib.quorum import write_set
 from bklib.states import BookieState, ReplicaStatus
 from bklib.testing.sandbox import OXIA, ZOOKEEPER, Sandbox
+from bklib.testing.zkclient import connect
 from jobs.commands.audit import add_audit_arguments
 from jobs.commands.listing import add_list_arguments, run_listunderreplicated
 from jobs.spark import load

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -43,7 +42,6 @@ from bklib.meta.stores.base import (
     StoreUnavailable,
 )
 from bklib.meta.stores.zookeeper import as_store
-from bklib.meta.zkaccess import ZkAuth, new_client, start_client
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -77,26 +75,6 @@ class Versioned(Generic[T]):
 
     value: T
     version: int
-
-
-def connect(
-    hosts: str,
-    *,
-    timeout: float = 30.0,
-    auth: ZkAuth = None,
-    read_only: bool = False,
-) -> KazooClient:
-    """Start a kazoo client. ``hosts`` may carry a chroot (``h1:2181,h2:2181/chroot``);
-    ``auth`` is ``user:password`` for ZooKeeper digest auth or a :class:`ZkAccess` (TLS,
-    SASL, and CREATOR_ALL ACLs on every znode the client creates under ``zkEnableSecurity``).
-    Raises :class:`~bklib.meta.zkaccess.ZkSecurityError` for an untrusted certificate or
-    rejected credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
-    client = new_client(hosts, auth, timeout=timeout, read_only=read_only)
-    with warnings.catch_warnings():
-        # A missing chroot is reported by require_cluster, naming the path, not as a warning.
-        warnings.filterwarnings("ignore", message="No chroot path exists")
-        start_client(client, hosts, auth, timeout)
-    return client
 
 
 class LedgerStore:

@@ -263,8 +263,8 @@ class ZooKeeperServer:
         deleted afterwards, so tests and sandboxes can share one server. With ``auth`` (a
         :class:`~bklib.meta.zkaccess.ZkAccess` using TLS: the secure port) the chroot is
         created and wiped through that access."""
-        from bklib.meta.store import connect
         from bklib.meta.zkaccess import ZkAccess
+        from bklib.testing.zkclient import connect
 
         chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
         hosts = (

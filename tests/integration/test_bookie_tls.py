@@ -28,7 +28,7 @@ from bklib.client.transport import TlsConnectionLostError
 from bklib.digest import digest_manager, master_key
 from bklib.errors import UnauthorizedAccessError
 from bklib.meta.model import DigestType, LedgerMetadata, Segment
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.quorum import write_set
 from bklib.states import Check, Reason
 from bklib.testing.sandbox import (
@@ -40,6 +40,7 @@ from bklib.testing.sandbox import (
     issue_cert,
     make_ca,
 )
+from bklib.testing.zkclient import connect
 from bklib.tls import (
     TlsConfigError,
     TlsHandshakeError,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.testing.zkclient import connect
 from jobs.tables import delta
 from jobs.tables.schema import AUDIT_RUNS, TABLES
 from tests.cli_helpers import bkaudit, error_lines

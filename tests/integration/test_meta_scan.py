@@ -74,7 +74,7 @@ def test_scan_with_digest_auth_and_unreadable_znode(zk_chroot):
     gets an error row naming its znode and the scan goes on."""
     from kazoo.security import make_digest_acl
 
-    from bklib.meta.store import connect
+    from bklib.testing.zkclient import connect
 
     client = connect(zk_chroot, auth="bk:pw")
     store = LedgerStore(client)

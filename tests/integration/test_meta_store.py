@@ -15,7 +15,8 @@ from bklib.errors import (
 )
 from bklib.meta.model import LedgerMetadata, LedgerState, Segment
 from bklib.meta.paths import LayoutKind
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.testing.zkclient import connect
 
 BOOKIES = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 

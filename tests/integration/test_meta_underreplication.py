@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bklib.errors import CompatibilityError
-from bklib.meta.store import connect
 from bklib.meta.underreplication import UnderReplicationManager
+from bklib.testing.zkclient import connect
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from bklib.meta.model import LedgerMetadata, Segment
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
+from bklib.testing.zkclient import connect
 from jobs.tables.delta import read_rows
 from tests.cli_helpers import bkaudit, one_error_line
 

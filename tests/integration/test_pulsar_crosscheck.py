@@ -16,7 +16,7 @@ import pytest
 
 from bklib.meta.cluster import MetadataDriver
 from bklib.meta.model import LedgerMetadata
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.proto.pulsar_formats_pb2 import (
     CompressionType,
     ManagedCursorInfo,
@@ -25,6 +25,7 @@ from bklib.proto.pulsar_formats_pb2 import (
     SchemaLocator,
 )
 from bklib.states import ActionKind, ActionStatus, PulsarFinding
+from bklib.testing.zkclient import connect
 from jobs.runs.pulsar_check import check_pulsar
 from jobs.tables.delta import read_rows
 from tests.audit_helpers import metadata

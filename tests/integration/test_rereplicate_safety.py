@@ -187,7 +187,7 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
 
 _LOCK_AND_HANG = """
 import sys, time
-from bklib.meta.store import connect
+from bklib.testing.zkclient import connect
 from bklib.meta.underreplication import UnderReplicationManager
 zk = connect(sys.argv[1], timeout=4.0)
 assert UnderReplicationManager(zk, worker_id="doomed-worker").try_acquire(int(sys.argv[2]))

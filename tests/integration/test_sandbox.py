@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 from bklib.meta.registration import list_bookies
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.testing.sandbox import Sandbox
+from bklib.testing.zkclient import connect
 
 
 def test_sandbox_in_a_chroot_registers_bookies_and_survives_restart(tmp_path, zk_chroot):

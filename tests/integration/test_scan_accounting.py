@@ -16,8 +16,9 @@ import pytest
 
 from bklib.audit.engine import ScanPlan
 from bklib.meta.model import LedgerMetadata, Segment
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.states import CountKey, Executor, RunStatus
+from bklib.testing.zkclient import connect
 from jobs.commands.audit import add_audit_arguments, run_audit
 from jobs.tables import delta
 from tests.audit_helpers import spark as spark  # the session fixture

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from bklib.meta.cluster import MetadataDriver
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.meta.uri import parse_metadata_uri
+from bklib.testing.zkclient import connect
 from bklib.testing.zkserver import ZooKeeperServer
 from tests.cli_helpers import bkaudit
 from tests.pulsar.harness import java_bookie

@@ -34,10 +34,11 @@ from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter
 from bklib.meta.model import DigestType
-from bklib.meta.store import LedgerStore, connect
+from bklib.meta.store import LedgerStore
 from bklib.pulsar.metadata import decode_managed_ledger
 from bklib.pulsar.topics import parse_topic
 from bklib.states import ActionKind, ActionStatus, PulsarFinding
+from bklib.testing.zkclient import connect
 from jobs.tables.delta import read_rows
 from tests.cli_helpers import bkaudit
 from tests.pulsar.harness import PulsarBroker, PulsarCluster
