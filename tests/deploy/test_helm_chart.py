@@ -15,13 +15,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from bklib.meta.uri import parse_metadata_uri
 from jobs.cli.config import config_values, load_config
 from jobs.cli.main import command_parser
 from jobs.cli.registry import COMMANDS
 from tests.cli_helpers import REPO
 
 CHART = REPO / "deploy" / "helm" / "bkaudit"
-VALUES = {name: CHART / "ci" / f"{name}-values.yaml" for name in ("default", "full")}
+VALUES = {name: CHART / "ci" / f"{name}-values.yaml" for name in ("default", "full", "oxia")}
 KUBERNETES = ("1.28.0", "1.33.0")
 # Prometheus operator kinds have no schema in kubernetes-validate; their shape is checked here.
 OPERATOR_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
@@ -123,6 +124,13 @@ def test_the_config_map_is_a_config_file_every_command_accepts(values: str, tmp_
     assert set(config["global"]) <= watch_flags, set(config["global"]) - watch_flags
     watch = config["watch"]
     assert watch["metrics_port"] == 9464 and watch["spool_dir"] == "/var/lib/bkaudit/spool"
+    if values == "oxia":  # the bookies' URI reaches every command as an Oxia store
+        target = parse_metadata_uri(config["global"]["metadata_uri"])
+        assert (target.connect, target.ledgers_root, target.pulsar_driver) == (
+            "oxia://pulsar-oxia:6648/bookkeeper",
+            "/ledgers",
+            True,
+        )
 
 
 def test_secrets_are_files_named_in_the_config_never_args_or_env() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RunStatus
+from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import free_port
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import audit_cluster
@@ -228,3 +229,32 @@ def test_spark_audit_then_watch_repair_from_the_images_on_loopback_only(
         assert_clean(c, ids, victim)
     copies = [a for a in rows(str(wh), ACTIONS) if a["action"] == "COPY"]
     assert {a["ledger_id"] for a in copies if a["status"] == "DONE"} == set(naming)
+
+
+def test_the_bkaudit_image_audits_a_cluster_on_oxia_on_loopback_only(
+    images: None, loopback_only: str, tmp_path: Path
+) -> None:
+    # The image carries the oxia extra: the lost check through Pulsar's metadata-store:oxia://
+    # URI, against an Oxia server and bookies in the same loopback-only namespace.
+    wh = _writable(tmp_path / "warehouse")
+    with (
+        OxiaServer(tmp_path / "oxia", shards=3) as server,
+        audit_cluster(tmp_path / "sb", server.locator(), bookies=4) as c,
+    ):
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim)]
+        naming = sorted(lid for lid in ids if victim in c.store.read_ledger(lid).value.bookies())
+        c.sandbox.kill_bookie(victim)
+        c.sandbox.wait_unregistered(victim)
+        proc = podman(
+            "run", "--rm", "--read-only", "--network=host", "-v", f"{wh}:/warehouse",
+            image("bkaudit"), "audit", "--executor", "local", "--check", "lost",
+            "--metadata-uri", server.uri(), "--warehouse", "/warehouse",
+            check=False, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        runs = rows(str(wh), AUDIT_RUNS)
+        assert [(r["check"], r["status"]) for r in runs] == [("lost", RunStatus.COMPLETED)], runs
+        found = rows(str(wh), FRAGMENTS)
+        assert sorted({f["ledger_id"] for f in found}) == naming
+        assert all(f["bookie_id"] == victim for f in found), found
