@@ -1,6 +1,7 @@
-"""What the tests that run Java AutoRecovery beside bkaudit share, on either metadata store:
-the watch as a process, the Java log lines that count Java's copies and fences, the ledgers
-they race over, and the checks that no fragment was copied twice.
+"""What the tests that run Java BookKeeper beside bkaudit share, on either metadata store:
+the ledgers they write (the audit story's layouts, the ledgers the watch and AutoRecovery race
+over), the watch as a process, the Java log lines that count Java's copies and fences, and the
+checks that no fragment was copied twice.
 
 Used by tests/interop (ZooKeeper) and tests/pulsar/test_oxia_java.py (Oxia).
 """
@@ -22,6 +23,8 @@ from typing import Any
 
 from bklib.digest import digest_manager
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState
+from bklib.meta.stores.zookeeper import as_store
+from bklib.meta.underreplication import UnderReplicationManager
 from bklib.quorum import write_set
 from bklib.testing.zkserver import free_port, terminate
 from jobs.tables import delta
@@ -147,6 +150,71 @@ def write_rotating_ledgers(
         )
         data[lid] = entries
     return data
+
+
+def write_story_ledgers(
+    java_client: JavaClient,
+    uri: str,
+    ring: Sequence[str],
+    password: bytes,
+    *,
+    v2: bool = False,
+    tag: str = "story",
+    after_each: Callable[[int], object] | None = None,
+) -> dict[str, tuple[int, list[bytes]]]:
+    """The audit story's five ledgers over four bookies ``ring`` (the victim first), pinned:
+    E3/W2, E3/W3 and E2/W2 using the victim, one that does not, and one left open that does;
+    name -> (ledger id, payloads). ``after_each`` is called with each new ledger's id."""
+    j0, j1, j2, j3 = ring
+    layouts = {
+        "e3w2": ([j0, j1, j2], 3, 2, 2, 50, True),
+        "e3w3": ([j0, j2, j3], 3, 3, 2, 30, True),
+        "e2w2": ([j1, j0], 2, 2, 2, 30, True),
+        "unaffected": ([j1, j2, j3], 3, 2, 2, 30, True),
+        "open": ([j0, j1, j3], 3, 2, 2, 40, False),
+    }
+    out: dict[str, tuple[int, list[bytes]]] = {}
+    for name, (bookies, e, wq, aq, n, close) in layouts.items():
+        entries = payloads(f"{tag}-{name}", n, size=500)
+        lid = java_client.write(
+            uri,
+            entries,
+            ensemble=e,
+            write_quorum=wq,
+            ack_quorum=aq,
+            password=password,
+            close=close,
+            bookies=bookies,
+            v2=v2,
+        )
+        out[name] = (lid, entries)
+        if after_each is not None:
+            after_each(lid)
+    return out
+
+
+def wait_converged(
+    c: InteropCluster,
+    data: Mapping[int, list[bytes]],
+    dead: str,
+    bound: float,
+    logs: Callable[[], str],
+) -> float:
+    """Until no ledger names ``dead`` and no under-replication mark is left, then until every
+    ledger lock is released; the seconds the first took."""
+    meta = as_store(c.zk)
+    urm = UnderReplicationManager(meta, "/ledgers")
+    t0 = time.monotonic()
+
+    def converged() -> bool:
+        named = [lid for lid in data if dead in c.store.read_ledger(lid).value.bookies()]
+        return not named and not any(True for _ in urm.list_underreplicated())
+
+    wait_until(converged, bound, "no ledger naming the victim and no mark", logs)
+    took = time.monotonic() - t0
+    locks = "/ledgers/underreplication/locks"
+    wait_until(lambda: not meta.children(locks), 10, "the locks' release", logs)
+    return took
 
 
 def affected_segments(before: Mapping[int, LedgerMetadata], dead: str) -> set[tuple[int, int]]:

@@ -24,7 +24,8 @@ from jobs.commands.audit import run_audit
 from jobs.spark import load
 from tests.audit_helpers import audit_args, fragments_of
 from tests.audit_helpers import spark as spark  # the session fixture
-from tests.interop.harness import REPO, JavaClient, payloads
+from tests.interop.autorecovery_tools import write_story_ledgers
+from tests.interop.harness import REPO, JavaClient
 
 pytestmark = pytest.mark.interop
 
@@ -38,28 +39,9 @@ def test_audit_and_rereplicate_java_cluster(
     # Short ZooKeeper sessions: the killed bookie's registration goes within seconds.
     with own_cluster(java=4, init="bklib", bookie_conf={"zkTimeout": 4000}) as c:
         j0, j1, j2, j3 = c.java_ids
-        layouts = {
-            "e3w2": ([j0, j1, j2], 3, 2, 2, 50, True),
-            "e3w3": ([j0, j2, j3], 3, 3, 2, 30, True),
-            "e2w2": ([j1, j0], 2, 2, 2, 30, True),
-            "unaffected": ([j1, j2, j3], 3, 2, 2, 30, True),
-            "open": ([j0, j1, j3], 3, 2, 2, 40, False),
-        }
-        data: dict[int, list[bytes]] = {}
-        for name, (bookies, e, wq, aq, n, close) in layouts.items():
-            entries = payloads(f"story-{name}", n, size=500)
-            lid = java_client.write(
-                c.uri,
-                entries,
-                ensemble=e,
-                write_quorum=wq,
-                ack_quorum=aq,
-                password=PWD,
-                close=close,
-                bookies=bookies,
-            )
-            data[lid] = entries
-        ids = dict(zip(layouts, data, strict=True))
+        story = write_story_ledgers(java_client, c.uri, c.java_ids, PWD)
+        data = dict(story.values())
+        ids = {name: lid for name, (lid, _) in story.items()}
 
         victim = c.java[0]
         victim.kill9()

@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +27,13 @@ from bklib.meta.underreplication import UnderReplicationManager
 from jobs.commands.audit import run_audit
 from tests.audit_helpers import audit_args
 from tests.audit_helpers import spark as spark  # the session fixture
-from tests.interop.autorecovery_tools import parse_listunderreplicated
+from tests.interop.autorecovery_tools import parse_listunderreplicated, wait_until
 from tests.interop.harness import REPO, AutoRecovery, JavaClient, payloads
 
 pytestmark = pytest.mark.interop
 
 PWD = b"ur-pwd"
 GONE = "127.0.0.1:1"  # a bookie id nobody registers: "lost"
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)  # polling ZooKeeper state written by the Java worker
-    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
 
 
 @pytest.mark.timeout(900)  # an audit and a Spark job; slow when the machine is shared

@@ -30,7 +30,6 @@ fences, that neither records as a copy and this count does not model.)
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from tests.interop.autorecovery_tools import (
     Watch,
     affected_segments,
     assert_each_fragment_copied_once,
+    wait_converged,
     wait_until,
     write_rotating_ledgers,
 )
@@ -102,16 +102,7 @@ def test_watch_and_java_autorecovery_converge_without_copying_twice(
                 "the victim's registration to expire",
                 logs,
             )
-            t0 = time.monotonic()
-
-            def converged() -> bool:
-                named = [lid for lid in data if dead in c.store.read_ledger(lid).value.bookies()]
-                return not named and not any(True for _ in urm.list_underreplicated())
-
-            wait_until(converged, CONVERGE, "no ledger naming the victim and no mark", logs)
-            took = time.monotonic() - t0
-            locks = "/ledgers/underreplication/locks"
-            wait_until(lambda: not c.zk.get_children(locks), 10, "the locks' release", logs)
+            took = wait_converged(c, data, dead, CONVERGE, logs)
         finally:
             code = watch.stop()
             ar.stop()

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,10 +31,12 @@ from tests.interop.autorecovery_tools import (
     affected_segments,
     assert_each_fragment_copied_once,
     parse_listunderreplicated,
+    wait_converged,
     wait_until,
     write_rotating_ledgers,
+    write_story_ledgers,
 )
-from tests.interop.harness import JavaClient, payloads
+from tests.interop.harness import JavaClient
 from tests.pulsar.oxia_java import autorecovery, java_client, oxia_java_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.pulsar, pytest.mark.timeout(600)]
@@ -68,35 +69,21 @@ def test_java_cluster_on_oxia_audited_and_repaired_by_bkaudit(
     jc = oxia_java_client
     with oxia_java_cluster(pulsar_classpath, tmp_path / "cluster") as c:
         j0, j1, j2, j3 = c.java_ids
-        layouts = {
-            "e3w2": ([j0, j1, j2], 3, 2, 2, 50, True),
-            "e3w3": ([j0, j2, j3], 3, 3, 2, 30, True),
-            "e2w2": ([j1, j0], 2, 2, 2, 30, True),
-            "unaffected": ([j1, j2, j3], 3, 2, 2, 30, True),
-            "open": ([j0, j1, j3], 3, 2, 2, 40, False),
-        }
-        data: dict[int, list[bytes]] = {}
-        drawn: list[int] = []  # ledger ids in the order Java and bkaudit drew them
-        for name, (bookies, e, wq, aq, n, close) in layouts.items():
-            entries = payloads(f"oxia-{name}", n, size=300)
-            lid = jc.write(
-                c.uri,
-                entries,
-                ensemble=e,
-                write_quorum=wq,
-                ack_quorum=aq,
-                password=PWD,
-                close=close,
-                bookies=bookies,
-                v2=True,
-            )
-            data[lid] = entries
-            drawn += [lid, c.store.generate_ledger_id()]
-        # One counter for both languages (Oxia's per-key modification count under idgen).
+        # Java's ids and bkaudit's interleaved: one counter for both languages (Oxia's
+        # per-key modification count under idgen).
+        drawn: list[int] = []
+
+        def draw_one_too(java_id: int) -> None:
+            drawn.extend([java_id, c.store.generate_ledger_id()])
+
+        story = write_story_ledgers(
+            jc, c.uri, c.java_ids, PWD, v2=True, tag="oxia", after_each=draw_one_too
+        )
         assert drawn == sorted(set(drawn)) and drawn[0] >= 1, drawn
         assert c.zk.children("/ledgers/idgen") == []
         assert c.zk.exists("/ledgers/LAYOUT") is None
-        ids = dict(zip(layouts, data, strict=True))
+        data = dict(story.values())
+        ids = {name: lid for name, (lid, _) in story.items()}
 
         c.java[0].kill9()
         wait_until(
@@ -209,16 +196,7 @@ def test_watch_marks_java_lists_them_and_autorecovery_shares_the_locks_on_oxia(
                 logs,
             )
             urm.enable_replication()
-            t0 = time.monotonic()
-
-            def converged() -> bool:
-                named = [lid for lid in data if dead in c.store.read_ledger(lid).value.bookies()]
-                return not named and not any(True for _ in urm.list_underreplicated())
-
-            wait_until(converged, CONVERGE, "no ledger naming the victim and no mark", logs)
-            took = time.monotonic() - t0
-            locks = "/ledgers/underreplication/locks"
-            wait_until(lambda: not c.zk.children(locks), 10, "the locks' release", logs)
+            took = wait_converged(c, data, dead, CONVERGE, logs)
         finally:
             code = watch.stop()
             ar.stop()
