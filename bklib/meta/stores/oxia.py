@@ -477,6 +477,8 @@ class OxiaStore(MetadataStore):
             raise StoreUnavailable(f"Oxia session to {self.locator} is closed", path=path)
         lo, hi = child_range(path)
         shards = self._client._service_discovery.shard_leaders()
+        if not shards:  # no assignments known: an empty answer would read as no children
+            raise StoreUnavailable(f"Oxia at {self.locator}: no shard assignments", path=path)
         try:
             records = self._scanner.scan(shards, lo, hi, self._open_timeout)
         except Exception as exc:  # ScanFailed, or grpc failing before its stream starts
