@@ -369,9 +369,9 @@ class LedgerRecovery:
                         )
                     # The LAC inside a write-back stays where this recovery started. Its own
                     # advance may count copies on replacements kept in memory until the close
-                    # CAS; if this recovery dies first, a later one would start after that LAC
-                    # and skip entries short of AQ in the saved ensemble. (Java's
-                    # ReadOnlyLedgerHandle saves recovery ensemble changes at once instead.)
+                    # CAS (as Java's ReadOnlyLedgerHandle keeps newEnsemblesFromRecovery); if
+                    # this recovery dies first, a later one would start after that LAC and skip
+                    # entries short of AQ in the saved ensemble.
                     body = dm.package_entry(entry_id, self.start_lac, view.length, view.payload)
                     outstanding.append(pipeline.submit(entry_id, body, view.length))
                     while len(outstanding) >= limit:
