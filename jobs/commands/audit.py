@@ -143,7 +143,7 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         # One session for every step this process runs (cluster check, racks, scan,
         # registrations, accounting, re-reads); Spark tasks open their own from the locator.
         session = open_store(config.zk, auth=config.zk_auth)
-    except Exception as exc:
+    except Exception as exc:  # no session, no run: one line, exit 2, nothing recorded
         log.debug("audit could not start", exc_info=True)
         print(f"audit: {one_line(exc)}", file=sys.stderr)
         return 2

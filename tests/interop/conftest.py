@@ -141,11 +141,8 @@ def bk_classpath() -> str:
 def java_client(
     bk_classpath: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaClient]:
-    client = JavaClient(bk_classpath, tmp_path_factory.mktemp("java-client"))
-    try:
+    with JavaClient(bk_classpath, tmp_path_factory.mktemp("java-client")) as client:
         yield client
-    finally:
-        client.close()
 
 
 @contextlib.contextmanager

@@ -488,6 +488,12 @@ class JavaClient:
         self._log.flush()
         return tail(self.log_path, n)
 
+    def __enter__(self) -> JavaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             assert self.proc.stdin is not None

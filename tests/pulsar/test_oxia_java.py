@@ -50,11 +50,8 @@ CONVERGE = 120.0
 def oxia_java_client(
     pulsar_classpath: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaClient]:
-    client = java_client(pulsar_classpath, tmp_path_factory.mktemp("oxia-java-client"))
-    try:
+    with java_client(pulsar_classpath, tmp_path_factory.mktemp("oxia-java-client")) as client:
         yield client
-    finally:
-        client.close()
 
 
 def _cli(*args: str) -> str:

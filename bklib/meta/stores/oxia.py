@@ -481,7 +481,7 @@ class OxiaStore(MetadataStore):
             raise StoreUnavailable(f"Oxia at {self.locator}: no shard assignments", path=path)
         try:
             records = self._scanner.scan(shards, lo, hi, self._open_timeout)
-        except Exception as exc:  # ScanFailed, or grpc failing before its stream starts
+        except Exception as exc:  # any failure: StoreUnavailable (a ZKError), never a short list
             raise StoreUnavailable(
                 f"Oxia at {self.locator}: range scan failed: {exc}", path=path
             ) from exc
