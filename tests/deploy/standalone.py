@@ -27,6 +27,7 @@ import pyspark
 import tomllib
 
 from bklib.testing.zkserver import free_port
+from tests.jvm import TEST_JVM_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -53,6 +54,9 @@ def spark_env(**extra: str) -> dict[str, str]:
     everything bound to loopback."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1")
+    # Quick-start JVMs for the Master, the Worker and spark-submit's driver (tests/jvm.py).
+    jvm = " ".join(TEST_JVM_OPTIONS)
+    env.update(SPARK_DAEMON_JAVA_OPTS=jvm, SPARK_SUBMIT_OPTS=jvm)
     env.update(extra)
     return env
 

@@ -33,6 +33,7 @@ from tests.deploy.images import (
     podman,
 )
 from tests.integration.test_watch import assert_clean, ledgers, repaired, rows, settled
+from tests.jvm import TEST_JVM_OPTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -184,6 +185,7 @@ def test_spark_audit_then_watch_repair_from_the_images_on_loopback_only(
         # jars from the image, no Maven at run time.
         spark = podman(
             "run", "--rm", "--read-only", "--network=host", "-v", f"{wh}:/warehouse",
+            "-e", f"SPARK_SUBMIT_OPTS={' '.join(TEST_JVM_OPTIONS)}",  # tests/jvm.py
             image("bkaudit-spark"), "audit", "--executor", "spark", "--check", "lost",
             "--zk", c.zk, "--warehouse", "/warehouse", "--master", "local[2]",
             check=False, timeout=900,
