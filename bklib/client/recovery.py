@@ -267,7 +267,13 @@ class LedgerRecovery:
                 pipeline.lac,
             )
             raise
-        # Every write-back reached AQ; copies still in flight to other replicas are not needed.
+        # Every write-back reached AQ. Java's recovery closes at that point; a repair tool should
+        # not leave the tail below WQ when the rest of each write set is only slower (a bookie
+        # just swapped in is still connecting), so the copies in flight get one add timeout to
+        # land. A copy that fails or stays late leaves its entry at AQ, as in BookKeeper, and
+        # the next audit reports it.
+        if not await pipeline.settle(ctx.pool.config.add_timeout):
+            log.info("ledger %d: some write-backs beyond AQ did not finish; closing at AQ", lid)
         pipeline.stop()
         await pipeline.wait_stopped()
         await self.before_close()

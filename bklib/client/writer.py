@@ -506,6 +506,16 @@ class AddPipeline:
             )
         return drained
 
+    async def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every write sent so far to be answered (acked or
+        failed); True if all were. An entry completes at AQ; its copies to the rest of its
+        write set may still be in flight, and :meth:`stop` would cancel them."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        return not pending
+
     def stop(self) -> None:
         """Stop: cancel every outstanding write and ensemble change; completions are ignored."""
         self._stopped = True

@@ -1,11 +1,13 @@
-"""Pipelined bulk reads (getData) on a dedicated ZooKeeper session.
+"""Pipelined bulk reads (getData), and creates for the scale harness, on a dedicated
+ZooKeeper session.
 
 kazoo does everything else in bklib. Its transport, though, costs ~250 µs per request (a fresh
 epoll selector per select call, two selects per reply), which caps a metadata scan near 3k
 ledgers/s; aiozk measured ~4.5k/s. A scan only needs getData, so this speaks just that part of
 the ZooKeeper client protocol (connect, digest auth, SASL, getData, ping) over one blocking
 socket, TLS-wrapped for a secure port, with many requests in flight, and reaches several times
-that rate. See docs/benchmarks.md.
+that rate. See docs/benchmarks.md. The scale harness seeds a million ledger znodes through the
+same pipeline (create).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bklib.meta.zkaccess import ZkAccess, ZkAuth, ZkSasl, ZkSecurityError, probe
 
 log = logging.getLogger(__name__)
 
+OP_CREATE = 1
 OP_GET_DATA = 4
 OP_PING = 11
 OP_AUTH = 100
@@ -35,6 +38,7 @@ XID_WATCH = -1
 ZOK = 0
 ZCONNECTIONLOSS = -4
 ZNONODE = -101
+ZNODEEXISTS = -110
 ZNOAUTH = -102
 ZSESSIONEXPIRED = -112
 ZAUTHFAILED = -115
@@ -42,6 +46,7 @@ ZSESSIONCLOSEDREQUIRESASLAUTH = -124
 ERROR_NAMES = {
     ZCONNECTIONLOSS: "CONNECTIONLOSS",
     ZNONODE: "NONODE",
+    ZNODEEXISTS: "NODEEXISTS",
     ZNOAUTH: "NOAUTH",
     ZSESSIONEXPIRED: "SESSIONEXPIRED",
     ZAUTHFAILED: "AUTHFAILED",
@@ -236,15 +241,24 @@ class BulkReader:
     def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[GetResult]:
         """getData for every path, in order, with up to ``max_in_flight`` outstanding.
         Connection problems raise ZKError; per-znode errors (NONODE...) come back in ``err``."""
+        requests = ((path, OP_GET_DATA, _string(self.chroot + path) + b"\x00") for path in paths)
+        for path, err, frame in self._pipeline(requests, max_in_flight):
+            yield GetResult(path, None, None, err) if err != ZOK else _get_result(path, frame)
+
+    def _pipeline(
+        self, requests: Iterable[tuple[str, int, bytes]], max_in_flight: int
+    ) -> Iterator[tuple[str, int, bytes]]:
+        """Send ``(path, opcode, body)`` requests with up to ``max_in_flight`` outstanding and
+        yield ``(path, error code, reply frame)`` in order. Session errors raise ZKError."""
         if self.sock is None:
             self.connect()
         pending: deque[tuple[int, str]] = deque()
-        it = iter(paths)
+        it = iter(requests)
         exhausted = False
         ping_every = self.session_timeout_ms / 3000.0
         while True:
             if not exhausted and len(pending) < max_in_flight:
-                exhausted = self._send_gets(it, pending, max_in_flight)
+                exhausted = self._send_batch(it, pending, max_in_flight)
             if not pending:
                 return
             if time.monotonic() - self._last_send > ping_every:
@@ -256,32 +270,28 @@ class BulkReader:
             exp_xid, path = pending.popleft()
             if xid != exp_xid:
                 raise ZKError(f"ZooKeeper reply out of order: xid {xid}, expected {exp_xid}")
-            if err != ZOK:
-                if err in SESSION_ERRORS:
-                    raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=path)
-                yield GetResult(path, None, None, err)
-                continue
-            yield _get_result(path, frame)
+            if err in SESSION_ERRORS:
+                raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=path)
+            yield path, err, frame
 
-    def _send_gets(
-        self, paths: Iterator[str], pending: deque[tuple[int, str]], max_in_flight: int
+    def _send_batch(
+        self,
+        requests: Iterator[tuple[str, int, bytes]],
+        pending: deque[tuple[int, str]],
+        max_in_flight: int,
     ) -> bool:
-        """Pipeline getData requests for the next paths until ``max_in_flight`` are pending,
-        in one send; True when ``paths`` is exhausted."""
+        """Pipeline the next requests until ``max_in_flight`` are pending, in one send; True
+        when ``requests`` is exhausted."""
         batch = []
         exhausted = False
         while len(pending) < max_in_flight:
             try:
-                path = next(paths)
+                path, opcode, body = next(requests)
             except StopIteration:
                 exhausted = True
                 break
             xid = self._next_xid()
-            payload = (
-                struct.pack(">ii", xid, OP_GET_DATA)
-                + _string(self.chroot + path)
-                + b"\x00"  # no watch
-            )
+            payload = struct.pack(">ii", xid, opcode) + body
             batch.append(_INT.pack(len(payload)) + payload)
             pending.append((xid, path))
         if batch:
@@ -289,6 +299,36 @@ class BulkReader:
             self.sock.sendall(b"".join(batch))
             self._last_send = time.monotonic()
         return exhausted
+
+
+class BulkWriter(BulkReader):
+    """A session that also creates many znodes fast (the scale harness's seeder,
+    bklib/testing/scale). The znodes get the open ACL, as the sandbox's are."""
+
+    def __enter__(self) -> BulkWriter:
+        self.connect()
+        return self
+
+    def create_many(
+        self, nodes: Iterable[tuple[str, bytes]], max_in_flight: int = 1000
+    ) -> Iterator[tuple[str, int]]:
+        """Create every ``(path, data)`` as a persistent znode, in order, and yield each path
+        with its error code (``ZOK``, ``ZNODEEXISTS``, ``ZNONODE`` for a missing parent...)."""
+        requests = (
+            (path, OP_CREATE, _string(self.chroot + path) + _buffer(data) + _OPEN_ACL + _PERSISTENT)
+            for path, data in nodes
+        )
+        for path, err, _frame in self._pipeline(requests, max_in_flight):
+            yield path, err
+
+
+def _buffer(data: bytes) -> bytes:
+    return _INT.pack(len(data)) + data
+
+
+# One ACL, (perms ALL, world:anyone); then the create flags.
+_OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _string("world") + _string("anyone")
+_PERSISTENT = _INT.pack(0)
 
 
 def _get_result(path: str, frame: bytes) -> GetResult:

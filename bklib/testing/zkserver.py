@@ -122,8 +122,10 @@ class ZooKeeperServer:
         *,
         tls: ServerTls | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        heap: str = "512m",
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.heap = heap  # the scale harness's million znodes need about 2 GB
         self.host = host
         self.port = port or free_port(host)
         self.tls = tls
@@ -210,7 +212,7 @@ class ZooKeeperServer:
         logf = open(self.data_dir / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the process
         cmd = [
             java,
-            "-Xmx512m",
+            f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
             "-Dzookeeper.jmx.log4j.disable=true",
             *secure_jvm,

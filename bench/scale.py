@@ -1,0 +1,219 @@
+"""Benchmark: bkaudit at production size, on the scale harness (docs/scale.md).
+
+A ZooKeeper server (2 GB heap), a bookie farm of ``--bookies`` identities and ``--ledgers``
+planned ledgers seeded through pipelined creates. Then, as separate processes, each measured for
+wall time, CPU (user + system, every process of its tree: the Spark driver JVM and its Python
+workers included), peak RSS of each process, and the requests ZooKeeper received (``mntr``):
+
+- ``audit --check lost`` with each executor of ``--executors``;
+- one identity stopped, then ``audit --check lost`` and ``rereplicate`` (``--repair``), local;
+- ``listunderreplicated`` on the warehouse.
+
+    .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
+        [--repair] [--json FILE]
+
+Figures go to docs/benchmarks.md with the command that produced them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+from bklib.states import DEFAULT_LEDGERS_ROOT, CountKey  # noqa: E402
+from bklib.testing.scale.farm import FarmClient  # noqa: E402
+from bklib.testing.scale.harness import running_farm  # noqa: E402
+from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
+from bklib.testing.zkclient import connect  # noqa: E402
+from bklib.testing.zkserver import ZooKeeperServer, four_letter_word  # noqa: E402
+from jobs.tables import delta  # noqa: E402
+
+
+@dataclass
+class Measured:
+    """One measured command."""
+
+    name: str
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: dict[str, float]
+    zk_requests: int
+    exit_code: int
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+class TreeSampler(threading.Thread):
+    """Samples a process and its descendants every 0.2 s: the last CPU times and the peak RSS
+    of each (a process that lives less than a sample is missed)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root = psutil.Process(pid)
+        self.cpu: dict[int, float] = {}
+        self.rss: dict[int, tuple[str, float]] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    mem = p.memory_info().rss / 2**20
+                    name = p.name()
+                except psutil.Error:
+                    continue
+                self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                if mem > self.rss.get(p.pid, ("", 0.0))[1]:
+                    self.rss[p.pid] = (name, mem)
+            self.done.wait(0.2)
+
+
+def zk_packets(zk: ZooKeeperServer) -> int:
+    out = four_letter_word(zk.host, zk.port, b"mntr").decode()
+    for line in out.splitlines():
+        key, _, value = line.partition("\t")
+        if key == "zk_packets_received":
+            return int(value)
+    raise RuntimeError(f"no zk_packets_received in mntr: {out[:200]}")
+
+
+def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
+    """Run ``python -m jobs.cli ARGV`` and measure it."""
+    before = zk_packets(zk)
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *argv], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.monotonic() - t0
+    sampler.done.set()
+    sampler.join()
+    cpu = sum(sampler.cpu.values())
+    peaks: dict[str, float] = {}
+    for pname, mem in sampler.rss.values():
+        label = "jvm" if pname == "java" else pname
+        peaks[label] = max(peaks.get(label, 0.0), round(mem, 1))
+    if proc.returncode != 0:
+        print(f"{name}: exit {proc.returncode}\n{err[-3000:]}", file=sys.stderr)
+    m = Measured(name, round(wall, 2), round(cpu, 2), peaks, zk_packets(zk) - before,
+                 proc.returncode)  # fmt: skip
+    print(json.dumps(asdict(m)), flush=True)
+    del out
+    return m
+
+
+@contextmanager
+def cluster(
+    base: Path, bookies: int, ledgers: int
+) -> Iterator[tuple[ZooKeeperServer, str, FarmClient]]:
+    zk = ZooKeeperServer(base / "zk", heap="3g")
+    zk.start()
+    try:
+        hosts = f"{zk.connect_string}/scale"
+        kz = connect(zk.connect_string)
+        kz.ensure_path("/scale")
+        kz.stop()
+        t0 = time.monotonic()
+        with running_farm(hosts, base / "farm", bookies=bookies, ledgers=ledgers,
+                          start_timeout=600) as (farm, _):  # fmt: skip
+            print(json.dumps({"farm_up_s": round(time.monotonic() - t0, 1)}), flush=True)
+            before = zk_packets(zk)
+            report = seed_ledgers(hosts, farm.plan, progress=_progress(ledgers))
+            print(json.dumps({"seeded": report.created, "seed_s": round(report.seconds, 1),
+                              "seed_per_s": round(report.created / report.seconds),
+                              "zk_requests": zk_packets(zk) - before}), flush=True)  # fmt: skip
+            yield zk, hosts, farm
+    finally:
+        zk.stop()
+
+
+def _progress(total: int):  # type: ignore[no-untyped-def]
+    step = max(total // 10, 10_000)
+
+    def show(done: int) -> None:
+        if done % step == 0:
+            print(f"  seeded {done}/{total}", file=sys.stderr, flush=True)
+
+    return show
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ledgers", type=int, default=100_000)
+    p.add_argument("--bookies", type=int, default=100)
+    p.add_argument("--executors", default="local,spark")
+    p.add_argument("--repair", action="store_true", help="lose one identity and rereplicate")
+    p.add_argument("--json", help="append the results to this file")
+    args = p.parse_args()
+    results: list[Measured] = []
+    with tempfile.TemporaryDirectory(prefix="bkaudit-scale-") as tmp:
+        base = Path(tmp)
+        with cluster(base, args.bookies, args.ledgers) as (zk, hosts, farm):
+            common = ["--zk", hosts, "--read-timeout", "5", "--connect-timeout", "5"]
+
+            def lost(name: str, executor: str, wh: str) -> Measured:
+                argv = ["audit", "--check", "lost", "--executor", executor, "--warehouse", wh]
+                m = measure(name, [*argv, *common], zk)
+                run = delta.latest_run(wh) or {}
+                counts = dict(run.get("counts") or [])
+                m.detail = {"status": run.get("status"), "ledgers": counts.get(CountKey.LEDGERS),
+                            "fragments": counts.get(CountKey.FRAGMENTS)}  # fmt: skip
+                results.append(m)
+                return m
+
+            for ex in args.executors.split(","):
+                lost(f"audit lost {ex}", ex, str(base / f"wh-{ex}"))
+            if args.repair:
+                wh = str(base / "wh-repair")
+                lose_one(hosts, farm)
+                lost("audit lost after a loss", "local", wh)
+                argv = ["rereplicate", "--executor", "local", "--grace-period", "0s"]
+                m = measure("rereplicate", [*argv, "--warehouse", wh, *common], zk)
+                acts = delta.read_rows(wh, "actions")
+                repaired = {a["ledger_id"] for a in acts if a["action"] == "METADATA_UPDATE"}
+                per_min = round(len(repaired) / m.wall_s * 60)
+                m.detail = {"ledgers_repaired": len(repaired), "ledgers_per_min": per_min}
+                results.append(m)
+                argv = ["listunderreplicated", "--warehouse", wh]
+                results.append(measure("listunderreplicated", argv, zk))
+    if args.json:
+        with open(args.json, "a") as f:
+            for m in results:
+                row = {"ledgers": args.ledgers, "bookies": args.bookies, **asdict(m)}
+                f.write(json.dumps(row) + "\n")
+
+
+def lose_one(hosts: str, farm: FarmClient) -> str:
+    """Stop the middle identity and wait until its registration is gone."""
+    victim = farm.bookies[len(farm.bookies) // 2]
+    farm.stop(victim)
+    kz = connect(hosts)
+    try:
+        while kz.exists(f"{DEFAULT_LEDGERS_ROOT}/available/{victim}"):
+            time.sleep(0.2)
+    finally:
+        kz.stop()
+    return victim
+
+
+if __name__ == "__main__":
+    main()
