@@ -33,7 +33,8 @@ import pytest
 from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.client.writer import LedgerWriter
-from bklib.meta.model import DigestType
+from bklib.errors import NoSuchLedgerOnMetadataServerError
+from bklib.meta.model import DigestType, LedgerMetadata
 from bklib.meta.store import LedgerStore
 from bklib.pulsar.metadata import decode_managed_ledger
 from bklib.pulsar.topics import parse_topic
@@ -102,12 +103,22 @@ def _run(*args: str, codes: tuple[int, ...] = (0,)) -> str:
     return proc.stdout
 
 
+def _ledgers_now(store: LedgerStore) -> Iterator[LedgerMetadata]:
+    """Every ledger in the store; one the broker deletes between the listing and the read (a
+    trimmed ledger, a closed cursor's) is skipped."""
+    for lid in store.list_ledger_ids():
+        try:
+            yield store.read_ledger(lid).value
+        except NoSuchLedgerOnMetadataServerError:
+            continue
+
+
 def _busiest(cluster: PulsarCluster, alive: set[str]) -> str:
     """The live bookie named in the most ledger ensembles."""
     store = LedgerStore(cluster.zk)
     count: Counter[str] = Counter()
-    for lid in store.list_ledger_ids():
-        for seg in store.read_ledger(lid).value.segments:
+    for md in _ledgers_now(store):
+        for seg in md.segments:
             count.update(b for b in seg.ensemble if b in alive)
     return count.most_common(1)[0][0]
 
@@ -172,8 +183,8 @@ def _lose_and_let_the_watch_repair(
         def done() -> bool:
             if proc.poll() is not None:
                 pytest.fail(f"watch exited {proc.returncode}:\n{log.read_text()[-4000:]}")
-            closed = [store.read_ledger(lid).value for lid in store.list_ledger_ids()]
-            if any(victim in s.ensemble for md in closed if md.is_closed for s in md.segments):
+            closed = [md for md in _ledgers_now(store) if md.is_closed]
+            if any(victim in s.ensemble for md in closed for s in md.segments):
                 return False
             rows = read_rows(str(wh), "replication_actions")
             unloads = [r for r in rows if r["action"] == ActionKind.UNLOAD_TOPIC]
