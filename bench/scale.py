@@ -7,7 +7,7 @@ workers included), peak RSS of each process, and the requests ZooKeeper received
 
 - ``audit --check lost`` with each executor of ``--executors``;
 - one identity stopped, then ``audit --check lost`` and ``rereplicate`` (``--repair``), local;
-- ``listunderreplicated`` on the warehouse.
+- ``listunderreplicated`` on the warehouse (exit 1: it lists findings).
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
         [--repair] [--json FILE]
@@ -41,6 +41,7 @@ from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
 from bklib.testing.zkclient import connect  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer, four_letter_word  # noqa: E402
 from jobs.tables import delta  # noqa: E402
+from jobs.tables.schema import ACTIONS  # noqa: E402
 
 
 @dataclass
@@ -80,7 +81,8 @@ class TreeSampler(threading.Thread):
                     name = p.name()
                 except psutil.Error:
                     continue
-                self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                # Each process's own time (children are sampled themselves, not added twice).
+                self.cpu[p.pid] = t.user + t.system
                 if mem > self.rss.get(p.pid, ("", 0.0))[1]:
                     self.rss[p.pid] = (name, mem)
             self.done.wait(0.2)
@@ -168,10 +170,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bkaudit-scale-") as tmp:
         base = Path(tmp)
         with cluster(base, args.bookies, args.ledgers) as (zk, hosts, farm):
-            common = ["--zk", hosts, "--read-timeout", "5", "--connect-timeout", "5"]
+            common = ["--zk", hosts, "--read-timeout", "5"]
 
             def lost(name: str, executor: str, wh: str) -> Measured:
                 argv = ["audit", "--check", "lost", "--executor", executor, "--warehouse", wh]
+                argv += ["--connect-timeout", "5"]
                 m = measure(name, [*argv, *common], zk)
                 run = delta.latest_run(wh) or {}
                 counts = dict(run.get("counts") or [])
@@ -188,7 +191,7 @@ def main() -> None:
                 lost("audit lost after a loss", "local", wh)
                 argv = ["rereplicate", "--executor", "local", "--grace-period", "0s"]
                 m = measure("rereplicate", [*argv, "--warehouse", wh, *common], zk)
-                acts = delta.read_rows(wh, "actions")
+                acts = delta.read_rows(wh, ACTIONS)
                 repaired = {a["ledger_id"] for a in acts if a["action"] == "METADATA_UPDATE"}
                 per_min = round(len(repaired) / m.wall_s * 60)
                 m.detail = {"ledgers_repaired": len(repaired), "ledgers_per_min": per_min}
