@@ -13,13 +13,15 @@ from kazoo.client import KazooClient
 from bklib.meta.stores import KeyStateError, MetadataStore, open_store
 from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import ZooKeeperServer
-from tests.jvm import TEST_JVM_OPTIONS
+from tests.jvm import spark_jvm_options
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # Every Spark driver JVM the suite starts (pyspark in this process, bkaudit and spark-submit
-# subprocesses) takes spark-submit's SPARK_SUBMIT_OPTS: quick-start options (tests/jvm.py).
-os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(TEST_JVM_OPTIONS))
+# subprocesses) takes spark-submit's SPARK_SUBMIT_OPTS: quick-start options and the shared
+# class archive (tests/jvm.py).
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(spark_jvm_options())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

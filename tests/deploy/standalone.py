@@ -27,7 +27,7 @@ import pyspark
 import tomllib
 
 from bklib.testing.zkserver import free_port
-from tests.jvm import TEST_JVM_OPTIONS
+from tests.jvm import spark_jvm_options
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -55,7 +55,7 @@ def spark_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1")
     # Quick-start JVMs for the Master, the Worker and spark-submit's driver (tests/jvm.py).
-    jvm = " ".join(TEST_JVM_OPTIONS)
+    jvm = " ".join(spark_jvm_options())
     env.update(SPARK_DAEMON_JAVA_OPTS=jvm, SPARK_SUBMIT_OPTS=jvm)
     env.update(extra)
     return env

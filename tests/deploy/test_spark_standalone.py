@@ -47,7 +47,7 @@ from tests.deploy.standalone import (
     spark_submit,
     standalone_cluster,
 )
-from tests.jvm import TEST_JVM_OPTIONS
+from tests.jvm import spark_jvm_options
 from tests.repair_helpers import assert_fully_replicated
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
@@ -142,7 +142,7 @@ def test_readme_recipe_on_a_standalone_cluster(tmp_path: Path, zk_chroot: str) -
         "--conf",
         "spark.ui.enabled=false",
         "--conf",  # quick-start executor JVMs (tests/jvm.py)
-        f"spark.executor.extraJavaOptions={' '.join(TEST_JVM_OPTIONS)}",
+        f"spark.executor.extraJavaOptions={' '.join(spark_jvm_options())}",
     ]
 
     with (
