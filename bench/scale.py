@@ -7,10 +7,14 @@ workers included), peak RSS of each process, and the requests ZooKeeper received
 
 - ``audit --check lost`` with each executor of ``--executors``;
 - one identity stopped, then ``audit --check lost`` and ``rereplicate`` (``--repair``), local;
-- ``listunderreplicated`` on the warehouse (exit 1: it lists findings).
+- ``listunderreplicated`` on the warehouse (exit 1: it lists findings);
+- with ``--zk-rates``, the local lost audit again under each ``--zk-rate``.
+
+A latency probe reads one znode every 10 ms on its own session through every command and
+reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
-        [--repair] [--json FILE]
+        [--repair] [--zk-rates 0,20000,10000] [--json FILE]
 
 Figures go to docs/benchmarks.md with the command that produced them.
 """
@@ -37,6 +41,7 @@ sys.path[:0] = [str(REPO)]
 from bklib.states import DEFAULT_LEDGERS_ROOT, CountKey  # noqa: E402
 from bklib.testing.scale.farm import FarmClient  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
+from bklib.testing.scale.probe import LatencyProbe  # noqa: E402
 from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
 from bklib.testing.zkclient import connect  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer, four_letter_word  # noqa: E402
@@ -54,6 +59,8 @@ class Measured:
     peak_rss_mb: dict[str, float]
     zk_requests: int
     exit_code: int
+    probe: dict[str, float] = field(default_factory=dict)
+    """What another ZooKeeper client saw meanwhile (bklib/testing/scale/probe.py)."""
     detail: dict[str, object] = field(default_factory=dict)
 
 
@@ -97,8 +104,13 @@ def zk_packets(zk: ZooKeeperServer) -> int:
     raise RuntimeError(f"no zk_packets_received in mntr: {out[:200]}")
 
 
+PROBE_PATH = f"/scale{DEFAULT_LEDGERS_ROOT}/LAYOUT"
+
+
 def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
-    """Run ``python -m jobs.cli ARGV`` and measure it."""
+    """Run ``python -m jobs.cli ARGV`` and measure it, with a latency probe reading one znode
+    every 10 ms on a session of its own."""
+    probe = LatencyProbe(zk.connect_string, PROBE_PATH).__enter__()
     before = zk_packets(zk)
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *argv], cwd=REPO,
@@ -109,6 +121,7 @@ def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
     wall = time.monotonic() - t0
     sampler.done.set()
     sampler.join()
+    seen = probe.stop()
     cpu = sum(sampler.cpu.values())
     peaks: dict[str, float] = {}
     for pname, mem in sampler.rss.values():
@@ -116,8 +129,9 @@ def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
         peaks[label] = max(peaks.get(label, 0.0), round(mem, 1))
     if proc.returncode != 0:
         print(f"{name}: exit {proc.returncode}\n{err[-3000:]}", file=sys.stderr)
-    m = Measured(name, round(wall, 2), round(cpu, 2), peaks, zk_packets(zk) - before,
-                 proc.returncode)  # fmt: skip
+    requests = zk_packets(zk) - before - seen.reads - seen.errors
+    m = Measured(name, round(wall, 2), round(cpu, 2), peaks, requests, proc.returncode,
+                 {"p50_ms": seen.p50_ms, "p99_ms": seen.p99_ms, "max_ms": seen.max_ms})  # fmt: skip
     print(json.dumps(asdict(m)), flush=True)
     del out
     return m
@@ -164,6 +178,11 @@ def main() -> None:
     p.add_argument("--bookies", type=int, default=100)
     p.add_argument("--executors", default="local,spark")
     p.add_argument("--repair", action="store_true", help="lose one identity and rereplicate")
+    p.add_argument(
+        "--zk-rates",
+        default="",
+        help="also run the local lost audit under each of these --zk-rate values (0: none)",
+    )
     p.add_argument("--json", help="append the results to this file")
     args = p.parse_args()
     results: list[Measured] = []
@@ -172,9 +191,10 @@ def main() -> None:
         with cluster(base, args.bookies, args.ledgers) as (zk, hosts, farm):
             common = ["--zk", hosts, "--read-timeout", "5"]
 
-            def lost(name: str, executor: str, wh: str) -> Measured:
+            def lost(name: str, executor: str, wh: str, rate: str | None = None) -> Measured:
                 argv = ["audit", "--check", "lost", "--executor", executor, "--warehouse", wh]
                 argv += ["--connect-timeout", "5"]
+                argv += ["--zk-rate", rate] if rate is not None else []
                 m = measure(name, [*argv, *common], zk)
                 run = delta.latest_run(wh) or {}
                 counts = dict(run.get("counts") or [])
@@ -183,8 +203,10 @@ def main() -> None:
                 results.append(m)
                 return m
 
-            for ex in args.executors.split(","):
+            for ex in filter(None, args.executors.split(",")):
                 lost(f"audit lost {ex}", ex, str(base / f"wh-{ex}"))
+            for rate in filter(None, args.zk_rates.split(",")):
+                lost(f"audit lost local --zk-rate {rate}", "local", str(base / f"wh-r{rate}"), rate)
             if args.repair:
                 wh = str(base / "wh-repair")
                 lose_one(hosts, farm)

@@ -52,7 +52,11 @@ def _archive_path() -> Path:
     java = subprocess.run(
         ["java", "-version"], capture_output=True, text=True, timeout=60, check=False
     ).stderr
-    key = "\n".join([java, pyspark.__version__, pyspark.__file__, *TEST_JVM_OPTIONS])
+    # The JVM checks the class path's jars by size and time: a reinstalled pyspark needs
+    # an archive of its own.
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar"))
+    stamps = [f"{j.name} {j.stat().st_size} {j.stat().st_mtime_ns}" for j in jars]
+    key = "\n".join([java, pyspark.__version__, pyspark.__file__, *stamps, *TEST_JVM_OPTIONS])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     cache = Path(os.environ.get("BKAUDIT_CACHE", Path.home() / ".cache" / "bkaudit"))
     return cache / "jvm" / f"spark-{digest}.jsa"
@@ -86,6 +90,7 @@ def _make_archive(path: Path) -> None:
         time.sleep(0.2)
     if out.returncode == 0 and tmp.is_file() and not _dumping(tmp):
         os.replace(tmp, path)
+        _prune(path)
         return
     tmp.unlink(missing_ok=True)
     print(
@@ -93,6 +98,15 @@ def _make_archive(path: Path) -> None:
         f"suite's Spark JVMs start without it\n{out.stderr[-2000:]}",
         file=sys.stderr,
     )
+
+
+def _prune(keep: Path, days: float = 2.0) -> None:
+    """Remove the archives of other venvs not made in the last ``days`` (170 MB each)."""
+    cutoff = time.time() - days * 86400
+    for old in keep.parent.glob("spark-*.jsa"):
+        if old != keep and old.stat().st_mtime < cutoff:
+            old.unlink(missing_ok=True)
+            old.with_suffix(".lock").unlink(missing_ok=True)
 
 
 def spark_jvm_options() -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ INVALID_ENTRY_ID = -1
 _BOOKIE_ID_RE = re.compile(r"[a-zA-Z0-9\x3a-\x5f.\-]+")
 
 
+@functools.lru_cache(maxsize=16384)  # a cluster has few bookies, named in every ledger
 def is_valid_bookie_id(bookie_id: str) -> bool:
     """True if BookKeeper's ``BookieId.validateBookieId`` would accept ``bookie_id``."""
     return bool(_BOOKIE_ID_RE.fullmatch(bookie_id)) and bookie_id.lower() != "readonly"
@@ -46,6 +48,10 @@ class Segment:
 
     first_entry_id: int
     ensemble: tuple[str, ...]
+
+
+def _is_plain_segment(s: object) -> bool:
+    return type(s) is Segment and type(s.ensemble) is tuple
 
 
 @dataclass(frozen=True)
@@ -78,14 +84,19 @@ class LedgerMetadata:
     format_version: int = 3
 
     def __post_init__(self) -> None:
-        # Accept lists for convenience; keep the stored value immutable.
-        segs = tuple(
-            s if isinstance(s, Segment) else Segment(int(s[0]), tuple(s[1])) for s in self.segments
-        )
-        segs = tuple(Segment(s.first_entry_id, tuple(s.ensemble)) for s in segs)
-        object.__setattr__(self, "segments", segs)
-        object.__setattr__(self, "state", LedgerState(self.state))
-        if self.digest_type is not None:
+        # Accept lists for convenience; keep the stored value immutable. The decoder already
+        # hands over tuples of Segments of tuples: those are kept as they are (a scan makes
+        # a million of these).
+        if type(self.segments) is not tuple or not all(map(_is_plain_segment, self.segments)):
+            segs = tuple(
+                s if isinstance(s, Segment) else Segment(int(s[0]), tuple(s[1]))
+                for s in self.segments
+            )
+            segs = tuple(Segment(s.first_entry_id, tuple(s.ensemble)) for s in segs)
+            object.__setattr__(self, "segments", segs)
+        if type(self.state) is not LedgerState:
+            object.__setattr__(self, "state", LedgerState(self.state))
+        if self.digest_type is not None and type(self.digest_type) is not DigestType:
             object.__setattr__(self, "digest_type", DigestType(self.digest_type))
         object.__setattr__(self, "custom_metadata", dict(self.custom_metadata))
 

@@ -29,6 +29,7 @@ persistent and non-persistent topic of a name, and only the persistent one has l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
@@ -78,6 +79,7 @@ def _text(value: bytes | None) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=65536)  # a topic's ledgers all carry its managed-ledger name
 def topic_of_managed_ledger(name: str) -> str | None:
     """The full topic name of a managed ledger name (``TopicName.fromPersistenceNamingEncoding``),
     or None when the name has neither 4 (v2) nor 5 (v1) parts."""

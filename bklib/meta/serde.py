@@ -10,7 +10,7 @@ does, so a v1 or v2 ledger stays v1 or v2 across updates (repair CAS, close).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import cast
 
 from google.protobuf import text_format
@@ -210,10 +210,7 @@ def _from_proto(
         ensemble_size=msg.ensembleSize,
         write_quorum=msg.quorumSize,
         ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else msg.quorumSize,
-        segments=tuple(
-            Segment(s.firstEntryId, tuple(_pb_str(m) for m in s.ensembleMember))
-            for s in msg.segment
-        ),
+        segments=tuple(Segment(s.firstEntryId, _members(s.ensembleMember)) for s in msg.segment),
         state=state,
         last_entry_id=last_entry_id,
         length=length,
@@ -225,6 +222,14 @@ def _from_proto(
         ctoken=msg.cToken,
         format_version=version,
     )
+
+
+def _members(members: Iterable[str | bytes]) -> tuple[str, ...]:
+    """An ensemble's bookie ids; the per-member fix-up only when one is not text."""
+    ids = tuple(members)
+    if set(map(type, ids)) <= {str}:
+        return ids  # type: ignore[return-value]
+    return tuple(_pb_str(m) for m in ids)
 
 
 def _pb_str(value: str | bytes) -> str:

@@ -44,6 +44,7 @@ from kazoo.exceptions import AuthFailedError, KazooException
 from kazoo.security import ACL, CREATOR_ALL_ACL
 
 from bklib.errors import ZKError
+from bklib.meta.zkbudget import BudgetedKazooClient
 
 __all__ = [
     "JAAS_DIGEST_MODULE",
@@ -237,7 +238,10 @@ def new_client(
         # GSSAPI reads the client keytab from the environment (MIT krb5); an explicit
         # setting wins.
         os.environ.setdefault("KRB5_CLIENT_KTNAME", access.sasl.keytab)
-    return KazooClient(hosts=hosts, timeout=timeout, read_only=read_only, **access.kazoo_kwargs())
+    # Every request of every session draws from the process's ZooKeeper budget (zkbudget).
+    return BudgetedKazooClient(
+        hosts=hosts, timeout=timeout, read_only=read_only, **access.kazoo_kwargs()
+    )
 
 
 _PROBED: set[tuple[str, object]] = set()

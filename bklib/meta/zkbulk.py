@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from bklib.errors import ZKError
 from bklib.meta.zkaccess import ZkAccess, ZkAuth, ZkSasl, ZkSecurityError, probe_tls
+from bklib.meta.zkbudget import request_budget
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +257,11 @@ class BulkReader:
         it = iter(requests)
         exhausted = False
         ping_every = self.session_timeout_ms / 3000.0
+        # Refill when half the window has drained: one send of many requests, not one send
+        # per reply (a send costs about as much as parsing a reply), and still half in flight.
+        low_water = max_in_flight // 2
         while True:
-            if not exhausted and len(pending) < max_in_flight:
+            if not exhausted and len(pending) <= low_water:
                 exhausted = self._send_batch(it, pending, max_in_flight)
             if not pending:
                 return
@@ -282,18 +286,29 @@ class BulkReader:
     ) -> bool:
         """Pipeline the next requests until ``max_in_flight`` are pending, in one send; True
         when ``requests`` is exhausted."""
+        # The budget grants what it holds now; with nothing in flight, wait for one token
+        # (waiting with replies pending would only delay reading them).
+        budget = request_budget()
+        room = budget.take_up_to(max_in_flight - len(pending))
+        if room == 0 and not pending:
+            budget.acquire()
+            room = 1
         batch = []
         exhausted = False
-        while len(pending) < max_in_flight:
+        while room > 0:
+            room -= 1
             try:
                 path, opcode, body = next(requests)
             except StopIteration:
                 exhausted = True
+                room += 1  # this grant was not used
                 break
             xid = self._next_xid()
             payload = struct.pack(">ii", xid, opcode) + body
             batch.append(_INT.pack(len(payload)) + payload)
             pending.append((xid, path))
+        if room > 0:
+            budget.refund(room)
         if batch:
             assert self.sock is not None
             self.sock.sendall(b"".join(batch))

@@ -34,6 +34,7 @@ from jobs.runs.placement import (
     placement_counts,
     under_replication,
 )
+from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.progress import track
 from jobs.tables import delta
 from jobs.tables.runs import RunRecord, new_run_id
@@ -229,11 +230,12 @@ class LocalAudit:
         """scan, check, recheck, load (after making sure every table can take the rows)."""
         delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
         t0 = time.monotonic()
-        self.scan()
-        self.check()
-        self.placement()
-        self.recheck()
-        run = self.load()
+        with paused_gc():
+            self.scan()
+            self.check()
+            self.placement()
+            self.recheck()
+            run = self.load()
         # The span Java's Auditor times in "Completed checkAllLedgers in N milliSeconds"
         # (its client's start to the last mark), for comparisons without start-up.
         log.info(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-__all__ = ["parse_duration", "parse_percentage", "parse_rate", "parse_size"]
+__all__ = ["parse_duration", "parse_percentage", "parse_rate", "parse_request_rate", "parse_size"]
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9}
 _SIZE_UNITS |= {"GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -28,6 +28,21 @@ def parse_rate(text: str) -> float | None:
         return float(parse_size(text.strip().removesuffix("/s")))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"bad rate {text!r} (use e.g. 50MB, 20MiB, 0)") from None
+
+
+def parse_request_rate(text: str) -> float | None:
+    """Requests/s from ``5000``, ``5000/s``, ``2.5k``; ``0`` or ``unlimited``: None."""
+    body = text.strip().lower().removesuffix("/s")
+    if body in ("0", "unlimited", "none"):
+        return None
+    scale = 1000.0 if body.endswith("k") else 1.0
+    try:
+        value = float(body.removesuffix("k")) * scale
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"bad request rate {text!r} (use e.g. 5000, 20k, 0)")
+    return value
 
 
 def parse_duration(text: str) -> float:

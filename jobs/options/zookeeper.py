@@ -19,8 +19,10 @@ from collections.abc import Sequence
 
 from bklib.meta import zkaccess
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
+from bklib.meta.zkbudget import DEFAULT_REQUEST_RATE, set_request_rate
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
+from jobs.options.units import parse_request_rate
 from jobs.options.zookeeper_security import (
     ZkSecurityArgsError,
     add_zk_security_arguments,
@@ -71,6 +73,15 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         default=None,
         metavar="PATH",
         help="file holding the ZooKeeper digest auth user:password (or $BKAUDIT_ZK_AUTH)",
+    )
+    parser.add_argument(
+        "--zk-rate",
+        type=parse_request_rate,
+        default=DEFAULT_REQUEST_RATE,
+        metavar="N",
+        help="most ZooKeeper requests per second this run sends, all of them counted (scan, "
+        f"marks, locks, compare-and-set, watch; shared by Spark's tasks); 0: unlimited "
+        f"(default {DEFAULT_REQUEST_RATE:g}, docs/zookeeper-budget.md)",
     )
     add_zk_security_arguments(parser)  # --zk-tls*, --zk-sasl-jaas-file, --zk-enable-security
     add_tls_arguments(parser)  # bookie TLS: --tls-provider-factory-class, --tls-trust-store, ...
@@ -149,6 +160,7 @@ def resolve_connection(
     except TlsConfigError as exc:
         raise ConnectionArgsError(exc.reason) from None
     _apply_metadata_uri(parser, args, argv)
+    set_request_rate(getattr(args, "zk_rate", DEFAULT_REQUEST_RATE))
     return args
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from bklib.meta.zkbudget import RATE_ENV, request_budget
 from jobs.runtime.logs import is_verbose
 from jobs.spark.jars import DELTA_PACKAGE, bundled_jars
 
@@ -149,7 +151,40 @@ def spark_conf(
             if not (key == "spark.master" and master):
                 conf.pop(key, None)
     conf.update(overrides or {})
+    _share_zk_budget(conf)
     return conf
+
+
+def task_slots(conf: Mapping[str, str]) -> int:
+    """How many tasks may run at once: ``local[N]``'s N, else ``spark.default.parallelism``,
+    else executors times cores, else ``spark.cores.max``; 4 when nothing says."""
+    master = conf.get("spark.master", "")
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if m:
+        return (os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
+    if master == "local":
+        return 1
+    if conf.get("spark.default.parallelism", "").isdigit():
+        return max(1, int(conf["spark.default.parallelism"]))
+    instances, cores = conf.get("spark.executor.instances"), conf.get("spark.executor.cores")
+    if instances and cores and instances.isdigit() and cores.isdigit():
+        return max(1, int(instances) * int(cores))
+    if conf.get("spark.cores.max", "").isdigit():
+        return max(1, int(conf["spark.cores.max"]))
+    log.warning(
+        "ZooKeeper budget: the number of Spark task slots is unknown (set "
+        "spark.default.parallelism); each task gets a quarter of --zk-rate"
+    )
+    return 4
+
+
+def _share_zk_budget(conf: dict[str, str]) -> None:
+    """Give each task slot its share of this run's ZooKeeper budget (bklib.meta.zkbudget):
+    the Python workers read it from their environment."""
+    rate = request_budget().rate
+    key = f"spark.executorEnv.{RATE_ENV}"
+    if rate is not None and key not in conf:
+        conf[key] = f"{rate / task_slots(conf):g}"
 
 
 _LAUNCH_ONLY = ("spark.jars.packages", "spark.jars", "spark.driver.extraJavaOptions")

@@ -235,7 +235,7 @@ def test_zk_access_pickles_for_spark_executors(pem: dict[str, Path]) -> None:
 def test_the_flags_added_are_the_documented_dests() -> None:
     before = {a.dest for a in argparse.ArgumentParser()._actions}
     added = {a.dest for a in _parser()._actions} - before
-    zk_flags = {d for d in added if d.startswith("zk_")} - {"zk_auth", "zk_auth_file"}
+    zk_flags = {d for d in added if d.startswith("zk_")} - {"zk_auth", "zk_auth_file", "zk_rate"}
     assert zk_flags == ZK_SECURITY_DESTS
 
 
