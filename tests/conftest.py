@@ -135,3 +135,14 @@ def meta_store(store_locator: str) -> Iterator[MetadataStore]:
     """An open session on :func:`store_locator`'s store."""
     with open_store(store_locator, timeout=15) as store:
         yield store
+
+
+@pytest.fixture
+def restore_zk_budget() -> Iterator[None]:
+    """Put back this process's ZooKeeper request budget (bklib.meta.zkbudget) after a test
+    that sets its own."""
+    from bklib.meta import zkbudget
+
+    before = zkbudget.request_budget()
+    yield
+    zkbudget._budget = before

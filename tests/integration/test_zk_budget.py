@@ -5,25 +5,16 @@ its budget while still finding everything."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from bklib.meta import zkbudget
 from bklib.meta.stores.zookeeper import ZooKeeperStore
 from bklib.meta.zkaccess import new_client
 from bklib.meta.zkbudget import BudgetedKazooClient, set_request_rate
 from tests.cli_helpers import bkaudit
 from tests.integration.test_executor_cli import _metadata_only_cluster
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def _restore_budget() -> Iterator[None]:
-    before = zkbudget.request_budget()
-    yield
-    zkbudget._budget = before
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("restore_zk_budget")]
 
 
 def test_every_request_of_a_session_and_of_the_scan_is_counted(zk_chroot: str) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from bklib.meta import zkbudget
 from bklib.meta.zkbudget import RATE_ENV, RequestBudget, set_request_rate
 from jobs.options.units import parse_request_rate
 from jobs.spark.session import spark_conf, task_slots
+
+pytestmark = pytest.mark.usefixtures("restore_zk_budget")
 
 
 class FakeClock:
@@ -34,13 +34,6 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture(autouse=True)
-def _restore_budget() -> Iterator[None]:
-    before = zkbudget.request_budget()
-    yield
-    zkbudget._budget = before
 
 
 def test_the_bucket_holds_a_tenth_of_a_second_and_refills_at_the_rate(clock: FakeClock) -> None:
