@@ -110,18 +110,19 @@ PROBE_PATH = f"/scale{DEFAULT_LEDGERS_ROOT}/LAYOUT"
 def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
     """Run ``python -m jobs.cli ARGV`` and measure it, with a latency probe reading one znode
     every 10 ms on a session of its own."""
-    probe = LatencyProbe(zk.connect_string, PROBE_PATH).__enter__()
-    before = zk_packets(zk)
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *argv], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    sampler = TreeSampler(proc.pid)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.monotonic() - t0
-    sampler.done.set()
-    sampler.join()
-    seen = probe.stop()
+    with LatencyProbe(zk.connect_string, PROBE_PATH) as probe:
+        before = zk_packets(zk)
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "jobs.cli", *argv]
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        out, err = proc.communicate()
+        wall = time.monotonic() - t0
+        sampler.done.set()
+        sampler.join()
+    seen = probe.summary()
     cpu = sum(sampler.cpu.values())
     peaks: dict[str, float] = {}
     for pname, mem in sampler.rss.values():

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from bklib.maven import cache_dir
+
 TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,8 +60,7 @@ def _archive_path() -> Path:
     stamps = [f"{j.name} {j.stat().st_size} {j.stat().st_mtime_ns}" for j in jars]
     key = "\n".join([java, pyspark.__version__, pyspark.__file__, *stamps, *TEST_JVM_OPTIONS])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("BKAUDIT_CACHE", Path.home() / ".cache" / "bkaudit"))
-    return cache / "jvm" / f"spark-{digest}.jsa"
+    return cache_dir() / "jvm" / f"spark-{digest}.jsa"
 
 
 def _dumping(tmp: Path) -> bool:

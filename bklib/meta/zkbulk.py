@@ -284,8 +284,8 @@ class BulkReader:
         pending: deque[tuple[int, str]],
         max_in_flight: int,
     ) -> bool:
-        """Pipeline the next requests until ``max_in_flight`` are pending, in one send; True
-        when ``requests`` is exhausted."""
+        """Pipeline, in one send, as many of the next requests as the budget grants, up to
+        ``max_in_flight`` pending; True when ``requests`` is exhausted."""
         # The budget grants what it holds now; with nothing in flight, wait for one token
         # (waiting with replies pending would only delay reading them).
         budget = request_budget()
