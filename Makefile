@@ -15,9 +15,7 @@ bytecode: venv
 	$(PY) -c 'from tests.cli_helpers import byte_compile; byte_compile()'
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,oxia]'
+	PYTHON=$(PYTHON) VENV=$(VENV) scripts/install_venv.sh
 	touch $@
 
 java-deps: venv

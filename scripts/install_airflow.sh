@@ -62,10 +62,8 @@ VENV="${AIRFLOW_VENV:-$DEFAULT_VENV}"
 # (what the project's CI runs), so prefer it.
 PYTHON="${AIRFLOW_PYTHON:-$(command -v python3.11 || command -v python3)}"
 LOCK="$ROOT/scripts/airflow/constraints-$AIRFLOW_VERSION.txt"
-UV_VERSION=0.13.9
-# uv lives in its own small venv in the cache, outside the Airflow venv that it syncs.
-UV_HOME="${BKAUDIT_CACHE:-$HOME/.cache/bkaudit}/uv/$UV_VERSION"
-UV="$UV_HOME/bin/uv"
+# shellcheck source=uv.sh
+source "$ROOT/scripts/uv.sh"
 
 STAMP="$VENV/.bkaudit-installed"
 want() {
@@ -77,11 +75,6 @@ if [[ "${AIRFLOW_RESOLVE:-0}" != 1 ]] && [[ -f "$STAMP" ]] && [[ -f "$LOCK" ]] \
   && [[ "$(cat "$STAMP")" == "$(want)" ]] && [[ -x "$VENV/bin/airflow" ]]; then
   echo "airflow venv up to date: $VENV (Airflow $AIRFLOW_VERSION)"
   exit 0
-fi
-
-if [[ ! -x "$UV" ]]; then
-  "$PYTHON" -m venv "$UV_HOME"
-  "$UV_HOME/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
 fi
 
 # A venv made by another Python cannot be synced in place: start it again.

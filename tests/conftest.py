@@ -24,6 +24,33 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(spark_jvm_options())
 
 
+HEAVY_FIRST = (
+    "tests/deploy/test_images.py",
+    "tests/deploy/test_spark_standalone.py",
+    "tests/pulsar/test_pulsar_repair.py",
+    "tests/integration/test_executors_differential.py",
+    "tests/integration/test_rereplicate_safety.py",
+    "tests/integration/test_watch.py",
+    "tests/pulsar/test_oxia_java.py",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_stores_differential.py",
+    "tests/integration/test_secret_scan.py",
+    "tests/report/test_notebook.py",
+    "tests/integration/test_audit_replicas.py",
+)
+"""The files that take the most worker time (docs/benchmarks.md, "The suite's time"), most
+first. ``make test`` hands whole files to two workers in collection order, so these start
+first and the run does not end on one of them while the other worker idles."""
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    # A stable sort: the other files, and the tests inside each file, keep their order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Here, not in tests/integration/conftest.py, so the flag works from the repo root.
     parser.addoption(

@@ -145,10 +145,12 @@ class BulkReader:
             req = struct.pack(">iqiq", 0, 0, self.session_timeout_ms, 0) + _INT.pack(16)
             self._send_frame(req + b"\x00" * 16 + b"\x00")
             resp = self._read_frame()
-            if len(resp) < 16 or _INT.unpack_from(resp, 4)[0] <= 0:
+            negotiated = _INT.unpack_from(resp, 4)[0] if len(resp) >= 16 else 0
+            if negotiated <= 0:
                 self.close()
                 last = ZKError(f"ZooKeeper {host}:{port} refused the session")
                 continue
+            self.session_timeout_ms = negotiated  # the server's bounds may have changed it
             if self.access.sasl is not None:
                 self._sasl(self.access.sasl, host)
             if self.access.digest:
@@ -203,6 +205,12 @@ class BulkReader:
                     raise ZKError(f"ZooKeeper digest auth failed ({ERROR_NAMES.get(err, err)})")
                 return
 
+    def may_have_expired(self) -> bool:
+        """True when the session has been silent for half its timeout or more: ZooKeeper
+        may have expired it already, or may before the next reply."""
+        idle = time.monotonic() - self._last_send
+        return self.sock is not None and idle >= self.session_timeout_ms / 2000.0
+
     def close(self) -> None:
         if self.sock is not None:
             with contextlib.suppress(OSError):
@@ -226,7 +234,10 @@ class BulkReader:
         while len(self._buf) < n:
             chunk = self.sock.recv(max(65536, n - len(self._buf)))
             if not chunk:
-                raise ZKError(f"ZooKeeper {self.hosts} closed the connection")
+                raise ZKError(
+                    f"ZooKeeper {self.hosts} closed the connection (the session expired, or "
+                    "the server went away)"
+                )
             self._buf += chunk
 
     def _read_frame(self) -> bytes:

@@ -33,6 +33,7 @@ from jobs.options.units import parse_percentage, parse_rate
 from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
     DEFAULT_READ_RATE,
+    DEFAULT_SESSION_TIMEOUT,
     AuditConfig,
     summary_line,
 )
@@ -77,6 +78,14 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
     )
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
+    from jobs.options.zookeeper import add_session_timeout_argument
+
+    add_session_timeout_argument(
+        parser,
+        default=DEFAULT_SESSION_TIMEOUT,
+        effect="a pause of the audit longer than this expires its session, and the run fails "
+        "instead of recording what it read across the gap",
+    )
     parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
     parser.add_argument(
@@ -142,7 +151,9 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
     try:
         # One session for every step this process runs (cluster check, racks, scan,
         # registrations, accounting, re-reads); Spark tasks open their own from the locator.
-        session = open_store(config.zk, auth=config.zk_auth)
+        session = open_store(
+            config.zk, auth=config.zk_auth, session_timeout=config.zk_session_timeout
+        )
     except Exception as exc:  # no session, no run: one line, exit 2, nothing recorded
         log.debug("audit could not start", exc_info=True)
         print(f"audit: {one_line(exc)}", file=sys.stderr)

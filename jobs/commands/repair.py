@@ -31,6 +31,7 @@ from bklib.meta.model import DigestType
 from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
 from jobs.options.units import parse_duration, parse_rate
+from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.executor import (
     add_executor_arguments,
     choose_executor,
@@ -90,11 +91,8 @@ def add_repair_arguments(
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
     )
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
-    parser.add_argument(
-        "--zk-session-timeout",
-        type=parse_duration,
-        default=10.0,
-        help="worker ZooKeeper session timeout: how soon a dead worker's locks are freed",
+    add_session_timeout_argument(
+        parser, default=10.0, effect="how soon a dead worker's locks are freed"
     )
     parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     parser.add_argument(

@@ -21,6 +21,7 @@ from typing import Any
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
 from jobs.runtime.messages import one_line
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
@@ -93,12 +94,8 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="wait this long before repairing a single lost bookie (default: BookKeeper's "
         "underreplication/lostBookieRecoveryDelay znode, else 0)",
     )
-    parser.add_argument(
-        "--zk-session-timeout",
-        type=parse_duration,
-        default=10.0,
-        help="ZooKeeper session timeout: how soon a killed leader is replaced and its locks "
-        "are freed",
+    add_session_timeout_argument(
+        parser, default=10.0, effect="how soon a killed leader is replaced and its locks are freed"
     )
     parser.add_argument(
         "--grace-period",

@@ -7,7 +7,7 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,8 @@ from bklib.audit.engine import (
 )
 from bklib.audit.model import Finding, LedgerView
 from bklib.meta.registration import list_bookies
-from bklib.meta.stores import StoreTarget, store_session
+from bklib.meta.stores import MetadataStore, StoreTarget, store_session
+from bklib.meta.stores.session_guard import SessionGuard
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.runs.audit_run import log_metadata, run_status
 from jobs.runs.placement import (
@@ -182,6 +183,13 @@ class LocalAudit:
         """Settle the run's counts and status, and return its per-run tables' rows
         (fragments, ledgers, bookies); ``first_seen`` gives each finding's first detection
         (by ``(ledger_id, segment_first_entry_id, bookie_id)``), else this run's start."""
+        return [(table, list(rows)) for table, rows in self.row_sources(first_seen)]
+
+    def row_sources(
+        self, first_seen: Mapping[tuple[int, int, str], datetime]
+    ) -> list[tuple[str, Iterable[dict[str, Any]]]]:
+        """:meth:`rows`, with the ledgers table's rows made as they are consumed: one row per
+        ledger, so a million of them are never held as dicts at once (:meth:`load`)."""
         run = self.run
         run.counts.update(summarize(under_replication(self.findings)))
         run.counts.update(final_placement_counts(self.findings, run.counts))
@@ -196,7 +204,7 @@ class LocalAudit:
             }
             for f in self.findings
         ]
-        ledgers = [{"run_id": run.run_id, **v.as_row()} for v in self.ledgers]
+        ledgers = ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers)
         bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
         return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
 
@@ -205,7 +213,7 @@ class LocalAudit:
         cfg, run = self.config, self.run
         t0 = time.monotonic()
         wh = cfg.warehouse
-        tables = self.rows(delta.first_detections(wh))
+        tables = self.row_sources(delta.first_detections(wh))
         # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
         # audit_runs, which makes the run visible, only once all three are committed.
         with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
@@ -227,14 +235,19 @@ class LocalAudit:
         return run
 
     def run_all(self) -> RunRecord:
-        """scan, check, recheck, load (after making sure every table can take the rows)."""
+        """scan, check, recheck, load (after making sure every table can take the rows).
+        A run whose store session expired meanwhile fails before it records anything
+        (:class:`~bklib.meta.stores.session_guard.SessionLost`)."""
         delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
         t0 = time.monotonic()
-        with paused_gc():
+        session = self.store if isinstance(self.store, MetadataStore) else None
+        with paused_gc(), SessionGuard(session) as guard:
             self.scan()
+            guard.check("the metadata scan")
             self.check()
             self.placement()
             self.recheck()
+            guard.check("the check")  # the last moment before anything is recorded
             run = self.load()
         # The span Java's Auditor times in "Completed checkAllLedgers in N milliSeconds"
         # (its client's start to the last mark), for comparisons without start-up.

@@ -22,7 +22,7 @@ from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
 from bklib.meta.zkbudget import DEFAULT_REQUEST_RATE, set_request_rate
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
-from jobs.options.units import parse_request_rate
+from jobs.options.units import parse_duration, parse_request_rate
 from jobs.options.zookeeper_security import (
     ZkSecurityArgsError,
     add_zk_security_arguments,
@@ -33,6 +33,7 @@ __all__ = [
     "SECRET_DESTS",
     "ConnectionArgsError",
     "add_connection_arguments",
+    "add_session_timeout_argument",
     "forget_redactions",
     "read_secret_file",
     "redact_in_logs",
@@ -93,6 +94,19 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
             help="file holding the ledger password (or $BKAUDIT_PASSWORD)",
         )
     return parser
+
+
+def add_session_timeout_argument(
+    parser: argparse.ArgumentParser, *, default: float, effect: str
+) -> None:
+    """``--zk-session-timeout`` for a command that holds ZooKeeper sessions; ``effect`` says
+    what the timeout decides for that command."""
+    parser.add_argument(
+        "--zk-session-timeout",
+        type=parse_duration,
+        default=default,
+        help=f"ZooKeeper session timeout: {effect} (default {default:g}s)",
+    )
 
 
 def read_secret_file(path: str, flag: str) -> str:

@@ -18,7 +18,7 @@ from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args
 from jobs.runs.placement import placement_note
 
-__all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
+__all__ = ["DEFAULT_SESSION_TIMEOUT", "AuditConfig", "log_metadata", "run_status", "summary_line"]
 
 DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
@@ -27,6 +27,10 @@ DEFAULT_LEDGERS_PER_TASK = 50_000
 DEFAULT_READ_RATE = 100e6
 """Bytes/s one audit task (or the watch's scheduled audits) reads from one bookie unless
 ``--read-rate`` says otherwise (:class:`bklib.audit.checker.CheckSettings`)."""
+
+
+DEFAULT_SESSION_TIMEOUT = 30.0
+"""Seconds an audit's ZooKeeper sessions survive a silent client (``--zk-session-timeout``)."""
 
 
 @dataclass
@@ -38,6 +42,7 @@ class AuditConfig:
     check: str = Check.REPLICAS
     ledgers_root: str = DEFAULT_LEDGERS_ROOT
     zk_auth: ZkAuth = None
+    zk_session_timeout: float = DEFAULT_SESSION_TIMEOUT
     scan_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     ledgers_per_task: int = DEFAULT_LEDGERS_PER_TASK
     fetch: CheckSettings = field(default_factory=CheckSettings)
@@ -63,6 +68,7 @@ class AuditConfig:
             check=args.check,
             ledgers_root=args.ledgers_root,
             zk_auth=args.zk_auth,
+            zk_session_timeout=getattr(args, "zk_session_timeout", DEFAULT_SESSION_TIMEOUT),
             scan_in_flight=args.scan_in_flight,
             ledgers_per_task=args.ledgers_per_task,
             fetch=CheckSettings(

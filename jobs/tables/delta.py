@@ -57,6 +57,7 @@ __all__ = [
     "latest_run",
     "open_table",
     "read_rows",
+    "rows_to_arrow",
     "run_dates",
     "schema_version",
     "set_schema_version",
@@ -485,9 +486,31 @@ def append_rows(
     day the run started) fills rows that do not carry one (see :func:`with_run_date`).
     Concurrent appends, ours or Spark's, never conflict on data: a lost commit race is
     retried."""
-    schema = TABLE_SCHEMAS[name]
-    data = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
-    return append_arrow(warehouse, name, data, run_date=run_date)
+    return append_arrow(
+        warehouse, name, rows_to_arrow(rows, TABLE_SCHEMAS[name]), run_date=run_date
+    )
+
+
+ROWS_PER_BATCH = 65_536
+"""Rows converted to Arrow at a time by :func:`rows_to_arrow`."""
+
+
+def rows_to_arrow(
+    rows: Iterable[Mapping[str, Any]], schema: pa.Schema, per_batch: int = ROWS_PER_BATCH
+) -> pa.Table:
+    """``rows`` as an Arrow table in ``schema``, converted ``per_batch`` rows at a time: a
+    lazy ``rows`` (a million ledgers' rows) never exists whole as Python dicts, only as
+    Arrow's compact columns."""
+    batches: list[pa.RecordBatch] = []
+    chunk: list[dict[str, Any]] = []
+    for r in rows:
+        chunk.append(r if isinstance(r, dict) else dict(r))
+        if len(chunk) >= per_batch:
+            batches.append(pa.RecordBatch.from_pylist(chunk, schema=schema))
+            chunk = []
+    if chunk or not batches:
+        batches.append(pa.RecordBatch.from_pylist(chunk, schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | None = None) -> int:

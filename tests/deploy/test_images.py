@@ -24,6 +24,7 @@ from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import audit_cluster
 from tests.bookie_helpers import wait_for_no_znode
 from tests.deploy.images import (
+    ARCHIVED,
     ARCHIVES,
     IMAGES,
     VERSION,
@@ -76,6 +77,11 @@ def test_cli_runs_in_each_image_as_non_root_with_oci_labels(images: None, name: 
         "bkaudit-spark": ["/opt/bkaudit/bin/bkaudit-spark-entrypoint"],
     }
     assert config["Entrypoint"] == entrypoint[name] and config["StopSignal"] == "SIGTERM"
+
+
+@pytest.mark.parametrize("name", ARCHIVED)
+def test_make_image_saves_the_image_as_an_oci_archive(images: None, name: str) -> None:
+    ref = image(name)
     # make image's archive holds this very image, as an OCI layout
     archive = ARCHIVES / f"{name}-{VERSION}.oci.tar"
     image_id = podman("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()

@@ -3,6 +3,7 @@ what every caller above ``bklib.meta.stores`` relies on."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -217,3 +218,44 @@ def test_empty_mark_directories_are_pruned_only_where_it_is_atomic(
     # ZooKeeper refuses to delete a non-empty parent atomically, so BookKeeper prunes; on Oxia
     # a mark created between the listing and the delete would be orphaned, so Pulsar keeps it.
     assert (meta_store.exists(parent) is None) == meta_store.prunes_safely
+
+
+def test_bulk_reads_after_a_silence_longer_than_the_session(store_locator: str) -> None:
+    # A long check between the scan and the re-read of flagged ledgers: the pipelined reads'
+    # session sends no pings meanwhile, so it is reopened, not found expired.
+    with open_store(store_locator, timeout=15, session_timeout=2) as store:
+        for i in range(20):
+            store.create(f"/quiet/k{i:02d}", f"v{i}".encode(), parents=True)
+        keys = [f"/quiet/k{i:02d}" for i in range(20)]
+        assert [g.data for g in store.get_many(keys)] == [f"v{i}".encode() for i in range(20)]
+        time.sleep(3.5)
+        assert [g.data for g in store.get_many(keys)] == [f"v{i}".encode() for i in range(20)]
+
+
+def test_a_run_whose_session_expired_is_stopped_by_its_guard(zk_chroot: str) -> None:
+    from kazoo.client import KazooClient
+
+    from bklib.meta.stores.session_guard import SessionGuard, SessionLost
+    from bklib.meta.stores.zookeeper import ZooKeeperStore
+
+    with open_store(zk_chroot, timeout=15, session_timeout=4) as store:
+        assert isinstance(store, ZooKeeperStore)
+        with SessionGuard(store) as guard:
+            guard.check("the metadata scan")  # a live session: nothing to say
+            # Closing a second connection that shares the session id expires the session.
+            ghost = KazooClient(hosts=zk_chroot, client_id=store.client.client_id)
+            ghost.start()
+            ghost.stop()
+            ghost.close()
+            deadline = time.monotonic() + 30
+            while not guard.lost:
+                assert time.monotonic() < deadline, "the session never expired"
+                with contextlib.suppress(StoreUnavailable):
+                    store.exists("/")  # provokes the server's SESSIONEXPIRED
+                time.sleep(0.1)
+            with pytest.raises(SessionLost) as info:
+                guard.check("the check")
+        # kazoo has a new session: the store works, but the run that lost it stays failed.
+        assert store.children("/") is not None
+    message = str(info.value)
+    assert "\n" not in message and zk_chroot in message and "expired during the check" in message

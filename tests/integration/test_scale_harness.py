@@ -1,11 +1,19 @@
 """The scale bench's small variant, as a test of correctness (the figures are in bench/scale.py):
 a seeded plan on a bookie farm, one identity lost and entries damaged on another; the audits
-find exactly what the plan and the damage list say, the repair leaves nothing to find, and a
-stalled identity is unknown, never missing.
+find exactly what the plan and the damage list say, the repair leaves nothing to find, a
+stalled identity is unknown, never missing, and an audit whose ZooKeeper session expires in the
+middle of its scan fails with one line and records nothing as completed.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +29,7 @@ from bklib.testing.zkclient import connect
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.bookie_helpers import wait_for_no_znode
-from tests.cli_helpers import bkaudit
+from tests.cli_helpers import REPO, bkaudit, error_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -169,3 +177,48 @@ def test_a_stalled_identity_is_unreachable_never_missing(
     on_stalled = {(lid, f) for lid, f, _, _ in found}
     assert holding and holding <= on_stalled, sorted(holding - on_stalled)[:5]
     assert run["status"] == RunStatus.COMPLETED_WITH_ERRORS, run
+
+
+def test_a_session_expired_mid_scan_fails_the_run_and_records_nothing_completed(
+    cluster: ScaleCluster, tmp_path: Path
+) -> None:
+    wh = tmp_path / "warehouse"
+    # A slow scan (the budget: 250 reads/s, so about 12 s for the plan) and a short session, so
+    # a pause of the process (a GC pause, a frozen VM) outlives its sessions mid-scan.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "audit", "--zk", cluster.zk, "--warehouse", str(wh),
+         "--check", "lost", "--executor", "local", "--zk-rate", "250",
+         "--zk-session-timeout", "2s"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "BKAUDIT_PROGRESS": "lines"},
+    )  # fmt: skip
+    lines: list[str] = []
+    scanning = threading.Event()
+
+    def follow() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            got = re.search(rf"metadata scan: (\d+)/{LEDGERS} ledgers", line)
+            if got and 0 < int(got.group(1)) < LEDGERS:
+                scanning.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        assert scanning.wait(60), "".join(lines)[-3000:]
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # more than twice the session timeout: ZooKeeper expires both sessions
+        proc.send_signal(signal.SIGCONT)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "".join(lines))
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = error_lines(done)
+    assert "FAILED" in line and "expired" in line, line
+    assert "Traceback" not in done.stderr
+    runs = delta.read_rows(str(wh), AUDIT_RUNS)
+    assert [r["status"] for r in runs] == [RunStatus.FAILED], runs

@@ -89,10 +89,13 @@ class ZooKeeperStore(MetadataStore):
 
     kind = "zookeeper"
 
-    def __init__(self, client: KazooClient, hosts: str, auth: ZkAuth = None) -> None:
+    def __init__(
+        self, client: KazooClient, hosts: str, auth: ZkAuth = None, session_timeout: float = 30.0
+    ) -> None:
         self.client = client
         self.hosts = hosts
         self.auth = auth
+        self.session_timeout = session_timeout  # seconds; the pipelined reads' session too
         self._listeners: dict[StateListener, Callable[[Any], None]] = {}
         self._lock = threading.Lock()
         self._bulk: BulkReader | None = None
@@ -184,6 +187,11 @@ class ZooKeeperStore(MetadataStore):
             return
         try:
             reader = self._bulk
+            if reader is not None and reader.may_have_expired():
+                # It sends no pings between calls: after a long check, reopen rather than
+                # find the session expired by the server (reads hold no session state).
+                reader.close()
+                reader = self._bulk = None
             if reader is None:
                 reader = self._bulk = self._open_bulk()
             try:
@@ -198,7 +206,9 @@ class ZooKeeperStore(MetadataStore):
             self._bulk_lock.release()
 
     def _open_bulk(self) -> BulkReader:
-        reader = BulkReader(self.hosts, auth=self.auth)
+        reader = BulkReader(
+            self.hosts, auth=self.auth, session_timeout_ms=int(self.session_timeout * 1000)
+        )
         try:
             reader.connect()
         except ZKError as exc:
@@ -277,7 +287,7 @@ def connect_zookeeper(
             raise
         except ZKError as exc:
             raise StoreUnavailable(exc.reason, path=exc.path) from exc
-    return ZooKeeperStore(client, hosts, auth)
+    return ZooKeeperStore(client, hosts, auth, session_timeout=session)
 
 
 def as_store(zk: MetadataStore | KazooClient) -> MetadataStore:
