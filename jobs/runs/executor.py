@@ -39,10 +39,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BYTES_PER_LEDGER = 4608
+BYTES_PER_LEDGER = 3072
 """Memory the local executor needs per ledger (metadata, answers, findings), rounded up: a
-lost audit of a million ledgers peaked at 4,189 MiB, 4.4 KB a ledger (docs/benchmarks.md,
-"At production size, continued")."""
+lost audit of a million ledgers peaked at 2,513 MB, 2.5 KB a ledger, once its ledgers table
+was converted to Arrow in batches (docs/benchmarks.md, "The first million, continued")."""
 
 DEFAULT_LOCAL_MAX_LEDGERS = 50_000
 DEFAULT_LOCAL_MAX_BYTES = 2 * 1024**3
