@@ -100,11 +100,19 @@ def _string(s: str) -> bytes:
     return _INT.pack(len(b)) + b
 
 
+DEFAULT_SESSION_TIMEOUT = 30.0
+"""Seconds a session of ours lives on after its client goes silent, unless told otherwise."""
+
+
 class BulkReader:
     """A short-lived ZooKeeper session for reading many znodes fast. Not thread-safe."""
 
     def __init__(
-        self, hosts: str, *, auth: ZkAuth = None, session_timeout_ms: int = 30_000
+        self,
+        hosts: str,
+        *,
+        auth: ZkAuth = None,
+        session_timeout_ms: int = int(DEFAULT_SESSION_TIMEOUT * 1000),
     ) -> None:
         self.servers, self.chroot = parse_connect_string(hosts)
         self.hosts = hosts

@@ -28,12 +28,12 @@ from typing import Any
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
 from jobs.options.units import parse_percentage, parse_rate
 from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
     DEFAULT_READ_RATE,
-    DEFAULT_SESSION_TIMEOUT,
     AuditConfig,
     summary_line,
 )

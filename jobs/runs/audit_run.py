@@ -13,12 +13,13 @@ from bklib.audit.placement import PlacementRule
 from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
 from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args
 from jobs.runs.placement import placement_note
 
-__all__ = ["DEFAULT_SESSION_TIMEOUT", "AuditConfig", "log_metadata", "run_status", "summary_line"]
+__all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
 
 DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
@@ -27,10 +28,6 @@ DEFAULT_LEDGERS_PER_TASK = 50_000
 DEFAULT_READ_RATE = 100e6
 """Bytes/s one audit task (or the watch's scheduled audits) reads from one bookie unless
 ``--read-rate`` says otherwise (:class:`bklib.audit.checker.CheckSettings`)."""
-
-
-DEFAULT_SESSION_TIMEOUT = 30.0
-"""Seconds an audit's ZooKeeper sessions survive a silent client (``--zk-session-timeout``)."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from kazoo.client import KazooClient
 
 from bklib.meta.stores import (
     BadVersion,
@@ -19,6 +20,8 @@ from bklib.meta.stores import (
     StoreUnavailable,
     open_store,
 )
+from bklib.meta.stores.session_guard import SessionGuard, SessionLost
+from bklib.meta.stores.zookeeper import ZooKeeperStore
 from bklib.testing.zkserver import free_port
 
 pytestmark = pytest.mark.integration
@@ -233,11 +236,6 @@ def test_bulk_reads_after_a_silence_longer_than_the_session(store_locator: str) 
 
 
 def test_a_run_whose_session_expired_is_stopped_by_its_guard(zk_chroot: str) -> None:
-    from kazoo.client import KazooClient
-
-    from bklib.meta.stores.session_guard import SessionGuard, SessionLost
-    from bklib.meta.stores.zookeeper import ZooKeeperStore
-
     with open_store(zk_chroot, timeout=15, session_timeout=4) as store:
         assert isinstance(store, ZooKeeperStore)
         with SessionGuard(store) as guard:

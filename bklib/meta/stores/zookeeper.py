@@ -41,7 +41,7 @@ from bklib.meta.stores.base import (
     ValueRead,
 )
 from bklib.meta.zkaccess import ZkAuth, ZkSecurityError, new_client, start_client
-from bklib.meta.zkbulk import ZNONODE, BulkReader, GetResult
+from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT, ZNONODE, BulkReader, GetResult
 
 __all__ = ["ZooKeeperStore", "connect_zookeeper"]
 
@@ -90,7 +90,11 @@ class ZooKeeperStore(MetadataStore):
     kind = "zookeeper"
 
     def __init__(
-        self, client: KazooClient, hosts: str, auth: ZkAuth = None, session_timeout: float = 30.0
+        self,
+        client: KazooClient,
+        hosts: str,
+        auth: ZkAuth = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     ) -> None:
         self.client = client
         self.hosts = hosts
