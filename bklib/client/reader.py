@@ -80,6 +80,9 @@ class ClientContext:
     ``max_writebacks_in_flight``: recovery write-backs outstanding before reading pauses.
     ``max_ensemble_changes``: ensemble changes one writer or recovery may make before it gives
     up with WriteError (BookKeeper's ``maxNumEnsembleChanges``; None = unlimited, its default).
+    ``writable_source``: a blocking call that returns the writable bookies, where the caller
+    already keeps the registry (a repair task's cache); by default every ensemble change reads
+    it from ZooKeeper, one read per registered bookie.
     """
 
     store: LedgerStore
@@ -90,6 +93,7 @@ class ClientContext:
     recovery_read_batch_size: int = 1
     max_writebacks_in_flight: int = 1000
     max_ensemble_changes: int | None = None
+    writable_source: Callable[[], Sequence[str]] | None = None
 
     async def meta(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking metadata call (kazoo) in the loop's executor."""
@@ -102,6 +106,8 @@ class ClientContext:
 
     async def writable_bookies(self) -> list[str]:
         """Bookies currently registered as writable: the placement candidates."""
+        if self.writable_source is not None:
+            return list(await self.meta(self.writable_source))
         return await self.meta(writable_bookies, self.store.zk, self.store.root)
 
 

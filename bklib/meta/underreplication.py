@@ -11,6 +11,7 @@ import contextlib
 import logging
 import random
 import socket
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from bklib.meta.stores.zookeeper import as_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
+
+UR_HEX_LEVELS = 4
+"""Hex dir levels between ``underreplication/ledgers`` and a mark (:func:`paths.ur_ledger_path`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class UnderReplicationManager:
         self.base = paths.ur_base(self.root)
         # BookKeeper stores the worker's hostname in the lock, not a bookie id.
         self.worker_id = worker_id or socket.gethostname()
+        self._unpruned: set[str] = set()
+        self._unpruned_lock = threading.Lock()
 
     def ensure_layout(self) -> None:
         """Create the tree like the Java manager's constructor; reject unknown layouts."""
@@ -81,21 +87,27 @@ class UnderReplicationManager:
     def mark_underreplicated(self, ledger_id: int, missing: Sequence[str]) -> bool:
         """Publish ``missing`` replicas for a ledger, merging into an existing mark. Returns
         True if anything was written (a mark that already lists them all is left alone)."""
+        return self.mark(ledger_id, missing)[0]
+
+    def mark(self, ledger_id: int, missing: Sequence[str]) -> tuple[bool, int]:
+        """:meth:`mark_underreplicated`, also returning the mark's version after it: a repair
+        takes its lock with that version (:meth:`try_acquire_marked`), so that a re-mark by
+        anyone else before the repair ends keeps the mark."""
         path = paths.ur_ledger_path(self.root, ledger_id)
         while True:
             try:
                 # Parents first only when missing: makepath costs a round trip per level on
                 # every mark, and a lost bookie is marked on hundreds of ledgers at once.
-                self.meta.create(path, encode_ur_ledger(list(missing), _now_ms()))
+                stat = self.meta.create(path, encode_ur_ledger(list(missing), _now_ms()))
                 log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
-                return True
+                return True, stat.version
             except KeyExists:
                 pass
             except KeyNotFound:
                 # No parent yet, or a worker pruned an empty hex parent meanwhile (as
                 # BookKeeper's marker does on NONODE: create again).
                 with contextlib.suppress(KeyNotFound):  # pruned while making it: again
-                    self.meta.ensure_path(path.rsplit("/", 1)[0])
+                    self._make_dirs(path.rsplit("/", 1)[0])
                 continue
             try:
                 data, stat = self.meta.get(path)
@@ -104,13 +116,28 @@ class UnderReplicationManager:
             replicas, _ = decode_ur_ledger(data)
             added = [b for b in missing if b not in replicas]
             if not added:
-                return False
+                return False, stat.version
             try:
-                self.meta.set(path, encode_ur_ledger(replicas + added, _now_ms()), stat.version)
+                stat = self.meta.set(
+                    path, encode_ur_ledger(replicas + added, _now_ms()), stat.version
+                )
                 log.debug("ledger %d: under-replication mark now also lists %s", ledger_id, added)
-                return True
+                return True, stat.version
             except (BadVersion, KeyNotFound):
                 continue
+
+    def _make_dirs(self, path: str) -> None:
+        """Create the hex dir ``path`` and, only where missing, its parents. Bottom up: the
+        leaf dir is each ledger's own (its id's low 16 bits) and its parent is usually there,
+        so a mark costs one create for its dir, not a check of every level."""
+        try:
+            self.meta.create(path)
+        except KeyExists:
+            return
+        except KeyNotFound:
+            self._make_dirs(path.rsplit("/", 1)[0])
+            with contextlib.suppress(KeyExists):
+                self.meta.create(path)
 
     def get(self, ledger_id: int) -> UnderReplicatedLedger | None:
         path = paths.ur_ledger_path(self.root, ledger_id)
@@ -153,6 +180,11 @@ class UnderReplicationManager:
         """Take the ledger's ephemeral lock; None if someone (a Java ReplicationWorker or
         another job) holds it. The mark's version is remembered for ``mark_replicated``."""
         mark = self.meta.exists(paths.ur_ledger_path(self.root, ledger_id))
+        return self.try_acquire_marked(ledger_id, mark.version if mark is not None else None)
+
+    def try_acquire_marked(self, ledger_id: int, mark_version: int | None) -> UrLock | None:
+        """:meth:`try_acquire` for a caller that knows the mark's version (it just wrote or
+        read the mark: :meth:`mark`), without reading it again."""
         try:
             self.meta.create(
                 paths.ur_lock_path(self.root, ledger_id),
@@ -162,7 +194,7 @@ class UnderReplicationManager:
             )
         except KeyExists:
             return None
-        return UrLock(ledger_id, mark.version if mark is not None else None)
+        return UrLock(ledger_id, mark_version)
 
     def poll_ledger_to_rereplicate(self) -> UrLock | None:
         """A ReplicationWorker's acquire: random walk of the hex levels, skipping locked
@@ -196,34 +228,55 @@ class UnderReplicationManager:
         with contextlib.suppress(KeyNotFound):
             self.meta.delete(paths.ur_lock_path(self.root, lock.ledger_id))
 
-    def mark_replicated(self, lock: UrLock) -> bool:
+    def mark_replicated(self, lock: UrLock, *, prune: bool = True) -> bool:
         """Delete the mark only if its version is the one seen when the lock was taken (a
         re-mark meanwhile survives), prune empty hex dirs, release the lock. Returns True if
-        the mark was removed."""
+        the mark was removed.
+
+        ``prune=False`` prunes the ledger's own dir now and leaves the three shared levels
+        above it for :meth:`prune_cleared`: a repair clears many marks under one parent, and
+        trying that parent after each would cost a refused delete per ledger."""
         path = paths.ur_ledger_path(self.root, lock.ledger_id)
         removed = False
         try:
             if lock.mark_version is not None:
                 self.meta.delete(path, lock.mark_version)
                 removed = True
-                parent = path.rsplit("/", 1)[0]
-                # Pulsar's manager never prunes; on a store that cannot prune atomically a
-                # concurrent mark under this parent would vanish from every listing.
-                for _ in range(4 if self.meta.prunes_safely else 0):
-                    try:
-                        stat = self.meta.exists(parent)
-                        if stat is None:
-                            break
-                        self.meta.delete(parent, stat.version)
-                    except (NotEmpty, KeyNotFound, BadVersion):
-                        break
-                    parent = parent.rsplit("/", 1)[0]
+                leaf = path.rsplit("/", 1)[0]
+                if prune:
+                    self._prune_up(leaf, UR_HEX_LEVELS)
+                elif self._prune_up(leaf, 1):
+                    with self._unpruned_lock:
+                        self._unpruned.add(leaf.rsplit("/", 1)[0])
         except BadVersion:
             log.info("ledger %d: re-marked while being repaired; mark kept", lock.ledger_id)
         except KeyNotFound:
             pass
         finally:
             self.release(lock)
+        return removed
+
+    def prune_cleared(self) -> int:
+        """Prune the shared hex dirs that :meth:`mark_replicated` left (``prune=False``)
+        where they are empty now; returns how many were removed."""
+        with self._unpruned_lock:
+            parents, self._unpruned = self._unpruned, set()
+        return sum(self._prune_up(p, UR_HEX_LEVELS - 1) for p in sorted(parents))
+
+    def _prune_up(self, parent: str, levels: int) -> int:
+        """Delete ``parent`` and then its own parents, up to ``levels`` hex levels, while each
+        is empty (ZooKeeper refuses to delete a znode with children, so no check is needed
+        first); returns how many went."""
+        # Pulsar's manager never prunes; on a store that cannot prune atomically a
+        # concurrent mark under this parent would vanish from every listing.
+        removed = 0
+        for _ in range(levels if self.meta.prunes_safely else 0):
+            try:
+                self.meta.delete(parent)
+            except (NotEmpty, KeyNotFound):
+                break
+            removed += 1
+            parent = parent.rsplit("/", 1)[0]
         return removed
 
     # ---- flags -------------------------------------------------------------------------------

@@ -117,21 +117,27 @@ class LedgerRepairer:
         self.chooser = TargetChooser(rng or random.Random(), racks=dict(racks or {}))
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._refreshing: dict[str, threading.Lock] = {}
         self._limiter: RateLimiter | None = None
 
     # ---- cluster view --------------------------------------------------------------------------
 
     def _cached(self, key: str, read: Callable[[], T]) -> T:
         """``read()``, remembered for ``registry_ttl`` seconds (cluster state every ledger
-        asks for: registrations, the disable flag)."""
+        asks for: registrations, the disable flag). One thread reads when it expires; the
+        others wait for its answer rather than each reading it again (the registry is a
+        read per bookie)."""
         with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
-                return hit[1]  # type: ignore[no-any-return]
-        value = read()
-        with self._lock:
-            self._cache[key] = (time.monotonic(), value)
-        return value
+            refresh = self._refreshing.setdefault(key, threading.Lock())
+        with refresh:
+            with self._lock:
+                hit = self._cache.get(key)
+                if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
+                    return hit[1]  # type: ignore[no-any-return]
+            value = read()
+            with self._lock:
+                self._cache[key] = (time.monotonic(), value)
+            return value
 
     @contextlib.contextmanager
     def choosing(self) -> Iterator[TargetChooser]:
@@ -144,6 +150,16 @@ class LedgerRepairer:
     def registry(self) -> BookieRegistry:
         """Registered bookies, cached for ``registry_ttl`` seconds."""
         return self._cached("registry", lambda: list_bookies(self.store.zk, self.store.root))
+
+    def writable_ids(self) -> list[str]:
+        """Sorted writable bookies from :meth:`registry`: the candidates of the ensemble
+        changes that recovery makes (``ClientContext.writable_source``)."""
+        return sorted(self.registry().writable)
+
+    def _context(self, pool: BookieClientPool) -> ClientContext:
+        """A client context whose ensemble changes take their candidates from the cached
+        registry, not from a fresh read of every registration per ledger."""
+        return ClientContext(self.store, pool, writable_source=self.writable_ids)
 
     def _replication_enabled(self) -> bool:
         """``underreplication/disable`` absent; re-checked at most every ``registry_ttl``."""
@@ -165,6 +181,14 @@ class LedgerRepairer:
                 weights=weights,
                 ledger_id=md.ledger_id,
             )
+
+    def finish(self) -> None:
+        """End of a batch: prune the under-replication dirs the cleared marks left empty
+        (:meth:`~bklib.meta.underreplication.UnderReplicationManager.prune_cleared`), once
+        per dir instead of once per ledger."""
+        pruned = self.urm.prune_cleared()
+        if pruned:
+            log.debug("pruned %d empty under-replication dirs", pruned)
 
     # ---- entry point ---------------------------------------------------------------------------
 
@@ -229,8 +253,8 @@ class LedgerRepairer:
         if s.dry_run:
             return self._plan_only(req, md)
         named = sorted(req.all_bad & md.bookies())
-        self.urm.mark_underreplicated(lid, named)
-        lock = self.urm.try_acquire(lid)
+        _, mark_version = self.urm.mark(lid, named)
+        lock = self.urm.try_acquire_marked(lid, mark_version)
         if lock is None:
             holder = self.urm.lock_holder(lid)
             return [
@@ -243,7 +267,7 @@ class LedgerRepairer:
             actions, complete = self._repair_locked(req)
         finally:
             if complete:
-                self.urm.mark_replicated(lock)
+                self.urm.mark_replicated(lock, prune=False)
             else:
                 self.urm.release(lock)
         return actions
@@ -297,7 +321,7 @@ class LedgerRepairer:
             return req
         if self.settings.dry_run:
             return [Action(lid, ActionKind.CLEAR_MARK, ActionStatus.PLANNED).finish()]
-        lock = self.urm.try_acquire(lid)
+        lock = self.urm.try_acquire_marked(lid, mark.version)
         if lock is None:
             holder = self.urm.lock_holder(lid)
             return [
@@ -305,7 +329,7 @@ class LedgerRepairer:
                     lid, ActionKind.SKIP, ActionStatus.LOCKED, error=f"lock held by {holder}"
                 ).finish()
             ]
-        removed = self.urm.mark_replicated(lock)
+        removed = self.urm.mark_replicated(lock, prune=False)
         log.debug("ledger %d: fully replicated now; mark %s", lid, "cleared" if removed else "kept")
         status = ActionStatus.DONE if removed else ActionStatus.SKIPPED
         return [Action(lid, ActionKind.CLEAR_MARK, status).finish()]
@@ -315,9 +339,9 @@ class LedgerRepairer:
         mark = self.urm.get(md.ledger_id)
         if mark is None or set(mark.missing_replicas) & md.bookies():
             return
-        lock = self.urm.try_acquire(md.ledger_id)
+        lock = self.urm.try_acquire_marked(md.ledger_id, mark.version)
         if lock is not None:
-            self.urm.mark_replicated(lock)
+            self.urm.mark_replicated(lock, prune=False)
 
     # ---- under the lock ------------------------------------------------------------------------
 
@@ -405,7 +429,7 @@ class LedgerRepairer:
         pwd, dt = self.credentials(md)
 
         async def run(pool: BookieClientPool) -> int:
-            ctx = ClientContext(self.store, pool)
+            ctx = self._context(pool)
             return (await LedgerReader.open(ctx, md.ledger_id, password=pwd, digest_type=dt)).lac
 
         try:
@@ -419,7 +443,7 @@ class LedgerRepairer:
         log.debug("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
 
         async def run(pool: BookieClientPool) -> LedgerMetadata:
-            ctx = ClientContext(self.store, pool)
+            ctx = self._context(pool)
             return await recover_ledger(ctx, md.ledger_id, password=pwd, digest_type=dt)
 
         return self.client.run(run)

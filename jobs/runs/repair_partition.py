@@ -71,7 +71,10 @@ def repair_partition(
                         return []
                     return [a.as_row() for a in repairer.repair(req)]
 
-                yield from pool.map(one, reqs)
+                try:
+                    yield from pool.map(one, reqs)
+                finally:
+                    repairer.finish()
     finally:
         zk.close()
 

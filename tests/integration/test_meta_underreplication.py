@@ -110,3 +110,38 @@ def test_concurrent_marks_and_clears_in_shared_parents_never_fail(zk, urm):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         assert sorted(pool.map(worker, range(40))) == list(range(40))
     assert list(urm.list_underreplicated()) == []
+
+
+def test_a_repair_batch_prunes_the_emptied_dirs_once_at_its_end(zk, urm):
+    # A repair clears many marks under one hex parent: the dirs stay until prune_cleared,
+    # and a dir that still holds someone else's mark is kept.
+    for lid in (1, 2, 70000):
+        written, version = urm.mark(lid, ["x:1"])
+        assert written and version == 0
+        lock = urm.try_acquire_marked(lid, version)
+        assert lock is not None and urm.mark_replicated(lock, prune=False)
+        assert urm.get(lid) is None and urm.lock_holder(lid) is None
+    urm.mark_underreplicated(3, ["y:1"])  # another worker's mark beside 1 and 2
+    top = "/ledgers/underreplication/ledgers/0000/0000"
+    assert sorted(zk.get_children(top)) == ["0000", "0001"]  # 70000 is 0x11170
+    assert zk.get_children(f"{top}/0000") == ["0003"]
+    assert zk.get_children(f"{top}/0001") == []
+    # Each ledger's own leaf went with its mark; 70000's parent held nothing else.
+    assert urm.prune_cleared() == 1
+    assert zk.get_children(top) == ["0000"]
+    assert zk.get_children(f"{top}/0000") == ["0003"]
+    assert urm.prune_cleared() == 0  # nothing left to prune
+    assert [m.ledger_id for m in urm.list_underreplicated()] == [3]
+
+
+def test_a_lock_taken_with_the_markers_version_keeps_a_re_mark(urm):
+    # The repair marks, an auditor re-marks with another bookie before the lock, and the
+    # repair's clear must not delete the bookie it did not repair.
+    _, version = urm.mark(11, ["x:1"])
+    assert urm.mark(11, ["x:1"]) == (False, version)  # nothing new: the same version
+    urm.mark_underreplicated(11, ["y:1"])
+    lock = urm.try_acquire_marked(11, version)
+    assert lock is not None
+    assert not urm.mark_replicated(lock, prune=False)
+    got = urm.get(11)
+    assert got is not None and got.missing_replicas == ("x:1", "y:1")
