@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps image airflow chromium venv bytecode demo bench-metadata clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps image airflow chromium venv bytecode demo bench-metadata bench-scale clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -113,6 +113,18 @@ demo: venv java-deps bytecode
 
 bench-metadata: venv java-deps
 	$(PY) bench/metadata_scan.py
+
+## bkaudit at production size on the scale harness (docs/scale.md): SCALE_LEDGERS ledgers on 100
+## bookie identities, each check and the repair on both executors, figures appended to
+## SCALE_JSON; then the executors' crossover table and chart (docs/executors.md) from them.
+## `make test` runs the 3,000-ledger variant as a test of correctness.
+SCALE_LEDGERS ?= 100000
+SCALE_CHECKS ?= lost,sample
+SCALE_JSON ?= bench-scale.jsonl
+bench-scale: venv java-deps
+	$(PY) bench/scale.py --ledgers $(SCALE_LEDGERS) --bookies 100 --executors local,spark \
+		--checks $(SCALE_CHECKS) --repair --repair-executors local,spark --json $(SCALE_JSON)
+	$(PY) bench/executor_crossover.py $(SCALE_JSON)
 
 clean:
 	rm -rf $(VENV) .venv-airflow .venv-airflow2 .pytest_cache .ruff_cache build *.egg-info

@@ -5,8 +5,11 @@ planned ledgers seeded through pipelined creates. Then, as separate processes, e
 wall time, CPU (user + system, every process of its tree: the Spark driver JVM and its Python
 workers included), peak RSS of each process, and the requests ZooKeeper received (``mntr``):
 
-- ``audit --check lost`` with each executor of ``--executors``;
-- one identity stopped, then ``audit --check lost`` and ``rereplicate`` (``--repair``), local;
+- ``audit --check C`` for each check of ``--checks`` (default ``lost``) with each executor of
+  ``--executors``;
+- with ``--repair``, for each executor of ``--repair-executors`` (default local): another
+  identity stopped, then ``audit --check lost`` and ``rereplicate`` on that executor (each
+  executor repairs a different identity's ledgers, about the same number);
 - ``listunderreplicated`` on the warehouse (exit 1: it lists findings);
 - with ``--zk-rates``, the local lost audit again under each ``--zk-rate``.
 
@@ -14,7 +17,8 @@ A latency probe reads one znode every 10 ms on its own session through every com
 reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
-        [--repair] [--zk-rates 0,20000,10000] [--json FILE]
+        [--checks lost,sample] [--repair [--repair-executors local,spark]]
+        [--zk-rates 0,20000,10000] [--json FILE]
 
 Figures go to docs/benchmarks.md with the command that produced them.
 """
@@ -61,6 +65,11 @@ class Measured:
     exit_code: int
     probe: dict[str, float] = field(default_factory=dict)
     """What another ZooKeeper client saw meanwhile (bklib/testing/scale/probe.py)."""
+    entries_read: int = 0
+    """Entries the farm served meanwhile: the command's reads (CPU per read = cpu_s / this)."""
+    peers_cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU the cluster's own processes (the farm, ZooKeeper) spent meanwhile, on the same
+    two cores: the floor they set under the command's wall time."""
     detail: dict[str, object] = field(default_factory=dict)
 
 
@@ -107,9 +116,23 @@ def zk_packets(zk: ZooKeeperServer) -> int:
 PROBE_PATH = f"/scale{DEFAULT_LEDGERS_ROOT}/LAYOUT"
 
 
+FARM: list[FarmClient] = []
+"""The farm, asked for the entries it served during each command."""
+
+PEERS: dict[str, psutil.Process] = {}
+"""The cluster's processes whose CPU each command is charged with: ``farm`` and ``zookeeper``."""
+
+
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
 def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
     """Run ``python -m jobs.cli ARGV`` and measure it, with a latency probe reading one znode
     every 10 ms on a session of its own."""
+    peers_before = {k: _cpu(p) for k, p in PEERS.items()}
+    read_before = FARM[0].entries_read() if FARM else 0
     with LatencyProbe(zk.connect_string, PROBE_PATH) as probe:
         before = zk_packets(zk)
         t0 = time.monotonic()
@@ -131,8 +154,11 @@ def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
     if proc.returncode != 0:
         print(f"{name}: exit {proc.returncode}\n{err[-3000:]}", file=sys.stderr)
     requests = zk_packets(zk) - before - seen.reads - seen.errors
+    peers = {k: round(_cpu(p) - peers_before[k], 2) for k, p in PEERS.items()}
+    entries_read = FARM[0].entries_read() - read_before if FARM else 0
     m = Measured(name, round(wall, 2), round(cpu, 2), peaks, requests, proc.returncode,
-                 {"p50_ms": seen.p50_ms, "p99_ms": seen.p99_ms, "max_ms": seen.max_ms})  # fmt: skip
+                 {"p50_ms": seen.p50_ms, "p99_ms": seen.p99_ms, "max_ms": seen.max_ms},
+                 peers_cpu_s=peers, entries_read=entries_read)  # fmt: skip
     print(json.dumps(asdict(m)), flush=True)
     del out
     return m
@@ -151,7 +177,10 @@ def cluster(
         kz.stop()
         t0 = time.monotonic()
         with running_farm(hosts, base / "farm", bookies=bookies, ledgers=ledgers,
-                          start_timeout=600) as (farm, _):  # fmt: skip
+                          start_timeout=600) as (farm, farm_proc):  # fmt: skip
+            assert zk.proc is not None
+            PEERS.update(farm=psutil.Process(farm_proc.pid), zookeeper=psutil.Process(zk.proc.pid))
+            FARM[:] = [farm]
             print(json.dumps({"farm_up_s": round(time.monotonic() - t0, 1)}), flush=True)
             before = zk_packets(zk)
             report = seed_ledgers(hosts, farm.plan, progress=_progress(ledgers))
@@ -178,7 +207,11 @@ def main() -> None:
     p.add_argument("--ledgers", type=int, default=100_000)
     p.add_argument("--bookies", type=int, default=100)
     p.add_argument("--executors", default="local,spark")
+    p.add_argument("--checks", default="lost", help="audit checks to run, comma-separated")
     p.add_argument("--repair", action="store_true", help="lose one identity and rereplicate")
+    p.add_argument(
+        "--repair-executors", default="local", help="rereplicate on each, comma-separated"
+    )
     p.add_argument(
         "--zk-rates",
         default="",
@@ -192,8 +225,10 @@ def main() -> None:
         with cluster(base, args.bookies, args.ledgers) as (zk, hosts, farm):
             common = ["--zk", hosts, "--read-timeout", "5"]
 
-            def lost(name: str, executor: str, wh: str, rate: str | None = None) -> Measured:
-                argv = ["audit", "--check", "lost", "--executor", executor, "--warehouse", wh]
+            def audit(
+                name: str, executor: str, wh: str, rate: str | None = None, check: str = "lost"
+            ) -> Measured:
+                argv = ["audit", "--check", check, "--executor", executor, "--warehouse", wh]
                 argv += ["--connect-timeout", "5"]
                 argv += ["--zk-rate", rate] if rate is not None else []
                 m = measure(name, [*argv, *common], zk)
@@ -204,23 +239,28 @@ def main() -> None:
                 results.append(m)
                 return m
 
-            for ex in filter(None, args.executors.split(",")):
-                lost(f"audit lost {ex}", ex, str(base / f"wh-{ex}"))
+            for check in filter(None, args.checks.split(",")):
+                for ex in filter(None, args.executors.split(",")):
+                    audit(f"audit {check} {ex}", ex, str(base / f"wh-{check}-{ex}"), check=check)
             for rate in filter(None, args.zk_rates.split(",")):
-                lost(f"audit lost local --zk-rate {rate}", "local", str(base / f"wh-r{rate}"), rate)
-            if args.repair:
-                wh = str(base / "wh-repair")
-                lose_one(hosts, farm)
-                lost("audit lost after a loss", "local", wh)
-                argv = ["rereplicate", "--executor", "local", "--grace-period", "0s"]
-                m = measure("rereplicate", [*argv, "--warehouse", wh, *common], zk)
+                wh = str(base / f"wh-r{rate}")
+                audit(f"audit lost local --zk-rate {rate}", "local", wh, rate)
+            for k, ex in enumerate(filter(None, args.repair_executors.split(","))):
+                if not args.repair:
+                    break
+                wh = str(base / f"wh-repair-{ex}")
+                lose_one(hosts, farm, k)
+                audit("audit lost after a loss", "local", wh)
+                argv = ["rereplicate", "--executor", ex, "--grace-period", "0s"]
+                m = measure(f"rereplicate {ex}", [*argv, "--warehouse", wh, *common], zk)
                 acts = delta.read_rows(wh, ACTIONS)
                 repaired = {a["ledger_id"] for a in acts if a["action"] == "METADATA_UPDATE"}
                 per_min = round(len(repaired) / m.wall_s * 60)
                 m.detail = {"ledgers_repaired": len(repaired), "ledgers_per_min": per_min}
                 results.append(m)
-                argv = ["listunderreplicated", "--warehouse", wh]
-                results.append(measure("listunderreplicated", argv, zk))
+                if k == 0:
+                    argv = ["listunderreplicated", "--warehouse", wh]
+                    results.append(measure("listunderreplicated", argv, zk))
     if args.json:
         with open(args.json, "a") as f:
             for m in results:
@@ -228,9 +268,10 @@ def main() -> None:
                 f.write(json.dumps(row) + "\n")
 
 
-def lose_one(hosts: str, farm: FarmClient) -> str:
-    """Stop the middle identity and wait until its registration is gone."""
-    victim = farm.bookies[len(farm.bookies) // 2]
+def lose_one(hosts: str, farm: FarmClient, k: int = 0) -> str:
+    """Stop the ``k``-th victim (the middle identity, then every seventh after it) and wait
+    until its registration is gone."""
+    victim = farm.bookies[(len(farm.bookies) // 2 + 7 * k) % len(farm.bookies)]
     farm.stop(victim)
     kz = connect(hosts)
     try:

@@ -106,5 +106,11 @@ def test_farm_identity_answers_as_the_python_bookie_holding_the_same_entries(
             both(RawClient.add_req(lid, lp.entries, body, key=MASTER_KEY, recovery=True))
             both(RawClient.read_req(lid, lp.entries))
             both(RawClient.add_req(lid, lp.entries + 1, body, key=WRONG_KEY, recovery=True))
+            # The benches' unit of work: entries served, not requests answered with an error.
+            lp = next(lp for lp in ledgers if lp.metadata.is_closed)
+            before = farm.entries_read()
+            f.call(RawClient.read_req(lp.ledger_id, lp.entries_on(bookie)[0]))
+            f.call(RawClient.read_req(unknown, 0))
+            assert farm.entries_read() == before + 1
     finally:
         real.stop()

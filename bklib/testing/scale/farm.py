@@ -176,7 +176,8 @@ class BookieFarm:
                 "bookies": {
                     b: {"stopped": i.stopped, "faults": [r.to_json() for r in i.faults.rules]}
                     for b, i in self.identities.items()
-                }
+                },
+                "entries_read": sum(i.storage.entries_read for i in self.identities.values()),
             }
 
         async def stop(cmd: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +246,10 @@ class FarmClient:
 
     def status(self) -> dict[str, Any]:
         return dict(self.admin.call("status")["bookies"])
+
+    def entries_read(self) -> int:
+        """Entries every identity has served so far (single and batch reads)."""
+        return int(self.admin.call("status")["entries_read"])
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -58,6 +58,8 @@ class PlannedStorage(Storage):
         self.damage: set[tuple[int, int]] = set(damage)
         self.ledgers: dict[int, LedgerState] = PlannedLedgers(self)
         self._ledger = lru_cache(maxsize=2048)(plan.by_id)
+        self.entries_read = 0
+        """Entries this identity has served (single and batch reads): a bench's unit of work."""
 
     def lock(self) -> None:
         """The farm holds its directory's lock."""
@@ -98,6 +100,7 @@ class PlannedStorage(Storage):
 
     def read_from(self, state: LedgerState, entry_id: int) -> bytes:
         """As Storage.read_from; planned entries are computed."""
+        self.entries_read += 1
         eid = state.max_entry if entry_id == -1 else entry_id
         if state.entries.get(eid) == PLANNED:
             plan = self.ledger_plan(state.ledger_id)
