@@ -176,7 +176,7 @@ def _run_with(
             requested,
             ledgers=plan.expected,
             work_bytes=0,
-            limits=limits_from_args(args),
+            limits=limits_from_args(args, config.check),
             what="audit",
         )
     except LocalTooBigError as exc:

@@ -25,7 +25,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from bklib.states import Executor
+from bklib.states import Check, Executor
 from jobs.options.units import parse_size
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "LocalTooBigError",
     "add_executor_arguments",
     "choose_executor",
+    "default_local_max_ledgers",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,25 @@ BYTES_PER_LEDGER = 3072
 lost audit of a million ledgers peaked at 2,513 MB, 2.5 KB a ledger, once its ledgers table
 was converted to Arrow in batches (docs/benchmarks.md, "The first million, continued")."""
 
-DEFAULT_LOCAL_MAX_LEDGERS = 50_000
+DEFAULT_LOCAL_MAX_LEDGERS = 1_000_000
+"""``auto``'s switch to Spark for work that reads metadata only (the lost check, whatif,
+blastradius) and for repairs: on one 2-core machine the local executor finished first at every
+size measured, up to a million ledgers, in 2.5 GB (docs/executors.md, "Where `auto` switches").
+Above that nothing was measured, and its state keeps growing."""
+
+DEFAULT_LOCAL_MAX_LEDGERS_READING = 50_000
+"""The same for the checks that read the bookies (``Check.READS_ENTRIES``): Spark's two task
+slots read in parallel, and it caught up with the local executor between 50,000 and 100,000
+ledgers of the sample check (docs/executors.md, "Where `auto` switches")."""
+
+
+def default_local_max_ledgers(check: str | None = None) -> int:
+    """``--local-max-ledgers``'s default for an audit of ``check`` (None: other commands)."""
+    if check in Check.READS_ENTRIES:
+        return DEFAULT_LOCAL_MAX_LEDGERS_READING
+    return DEFAULT_LOCAL_MAX_LEDGERS
+
+
 DEFAULT_LOCAL_MAX_BYTES = 2 * 1024**3
 
 
@@ -153,8 +172,9 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local-max-ledgers",
         type=int,
-        default=DEFAULT_LOCAL_MAX_LEDGERS,
-        help="auto: more ledgers than this run on Spark",
+        default=None,
+        help=f"auto: more ledgers than this run on Spark (default {DEFAULT_LOCAL_MAX_LEDGERS:,}; "
+        f"{DEFAULT_LOCAL_MAX_LEDGERS_READING:,} for the checks that read the bookies)",
     )
     parser.add_argument(
         "--local-max-bytes",
@@ -170,10 +190,12 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def limits_from_args(args: argparse.Namespace) -> LocalLimits:
-    """The :class:`LocalLimits` the flags of :func:`add_executor_arguments` describe."""
+def limits_from_args(args: argparse.Namespace, check: str | None = None) -> LocalLimits:
+    """The :class:`LocalLimits` the flags of :func:`add_executor_arguments` describe, for an
+    audit of ``check`` (None: other commands)."""
+    given = args.local_max_ledgers
     return LocalLimits(
-        max_ledgers=args.local_max_ledgers,
+        max_ledgers=default_local_max_ledgers(check) if given is None else given,
         max_bytes=args.local_max_bytes,
         memory_limit=args.local_memory_limit,
     )

@@ -6,13 +6,15 @@ import argparse
 
 import pytest
 
-from bklib.states import Executor
+from bklib.states import Check, Executor
 from jobs.options.units import parse_size
 from jobs.runs.executor import (
     BYTES_PER_LEDGER,
     LocalLimits,
     LocalTooBigError,
+    add_executor_arguments,
     choose_executor,
+    limits_from_args,
 )
 
 LIMITS = LocalLimits(max_ledgers=1000, max_bytes=10_000_000, memory_limit=100 * BYTES_PER_LEDGER)
@@ -90,3 +92,42 @@ def test_parse_size() -> None:
     for bad in ("lots", "-1MB", "1XB"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_size(bad)
+
+
+@pytest.mark.parametrize(
+    ("check", "argv", "want"),
+    [
+        (Check.LOST, [], 1_000_000),  # metadata only: local was faster up to a million
+        (None, [], 1_000_000),  # repair, whatif, blastradius
+        (Check.SAMPLE, [], 50_000),  # bookie reads: Spark caught up between 50k and 100k
+        (Check.REPLICAS, [], 50_000),
+        (Check.DEEP, [], 50_000),
+        (Check.SAMPLE, ["--local-max-ledgers", "7"], 7),  # the flag wins for every check
+        (Check.LOST, ["--local-max-ledgers", "7"], 7),
+    ],
+)
+def test_local_max_ledgers_defaults_by_what_the_work_reads(
+    check: str | None, argv: list[str], want: int
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_executor_arguments(parser)
+    limits = limits_from_args(parser.parse_args(argv), check)
+    assert limits.max_ledgers == want
+    memory = LocalLimits(want, limits.max_bytes, memory_limit=2 * want * BYTES_PER_LEDGER)
+    assert (
+        choose_executor(
+            Executor.AUTO, ledgers=want, work_bytes=0, limits=memory, what="audit", have_spark=True
+        ).executor
+        == Executor.LOCAL
+    )
+    assert (
+        choose_executor(
+            Executor.AUTO,
+            ledgers=want + 1,
+            work_bytes=0,
+            limits=memory,
+            what="audit",
+            have_spark=True,
+        ).executor
+        == Executor.SPARK
+    )
