@@ -245,9 +245,8 @@ def main() -> None:
             for rate in filter(None, args.zk_rates.split(",")):
                 wh = str(base / f"wh-r{rate}")
                 audit(f"audit lost local --zk-rate {rate}", "local", wh, rate)
-            for k, ex in enumerate(filter(None, args.repair_executors.split(","))):
-                if not args.repair:
-                    break
+            repairs = filter(None, args.repair_executors.split(",")) if args.repair else []
+            for k, ex in enumerate(repairs):
                 wh = str(base / f"wh-repair-{ex}")
                 lose_one(hosts, farm, k)
                 audit("audit lost after a loss", "local", wh)

@@ -127,17 +127,26 @@ class LedgerRepairer:
         asks for: registrations, the disable flag). One thread reads when it expires; the
         others wait for its answer rather than each reading it again (the registry is a
         read per bookie)."""
+
+        def fresh() -> tuple[bool, Any]:
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
+                return True, hit[1]
+            return False, None
+
+        found, value = fresh()  # the common case: no refresh lock taken
+        if found:
+            return value  # type: ignore[no-any-return]
         with self._lock:
             refresh = self._refreshing.setdefault(key, threading.Lock())
         with refresh:
-            with self._lock:
-                hit = self._cache.get(key)
-                if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
-                    return hit[1]  # type: ignore[no-any-return]
-            value = read()
-            with self._lock:
-                self._cache[key] = (time.monotonic(), value)
-            return value
+            found, value = fresh()  # another thread refreshed it while this one waited
+            if not found:
+                value = read()
+                with self._lock:
+                    self._cache[key] = (time.monotonic(), value)
+            return value  # type: ignore[no-any-return]
 
     @contextlib.contextmanager
     def choosing(self) -> Iterator[TargetChooser]:
