@@ -7,19 +7,26 @@ read and parse every ledger (``bklib.meta.scan.scan_directories``: on ZooKeeper 
 pipelined bulk reader with ``--in-flight`` reads outstanding, on Oxia one range scan per
 directory). Parse alone is measured once.
 
+On ZooKeeper the scan runs once per ``--zk-reads`` mode: ``multi`` (the reader's default: fifty
+getData to a multiRead request, ZooKeeper 3.6+) and ``each`` (one getData request per znode,
+as against an older server), each with the CPU this process and the ZooKeeper server spent.
+
     .venv/bin/python bench/metadata_scan.py [--store zookeeper|oxia|both] [--ledgers 100000]
-        [--in-flight 500]
+        [--in-flight 500] [--zk-reads multi,each]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import random
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import psutil
 
 from bklib.meta.cluster import MetadataDriver
 from bklib.meta.model import LedgerMetadata, Segment
@@ -76,14 +83,30 @@ def seed(store: LedgerStore, n: int, in_flight: int) -> None:
             f.result()
 
 
-def measure(kind: str, meta: MetadataStore, ledgers: int, in_flight: int) -> float:
-    """Seed, then list + scan; returns the list+scan rate (ledgers/s)."""
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def measure(
+    kind: str,
+    meta: MetadataStore,
+    ledgers: int,
+    in_flight: int,
+    server: psutil.Process | None = None,
+    seeded: bool = False,
+) -> float:
+    """Seed (unless ``seeded``), then list + scan; returns the list+scan rate (ledgers/s).
+    With ``server``, also the CPU per ledger of this process and of the server."""
     store = LedgerStore(meta)
-    store.init_cluster(driver=MetadataDriver.PULSAR)
-    t = time.perf_counter()
-    seed(store, ledgers, in_flight)
-    seed_s = time.perf_counter() - t
-    print(f"[{kind}] seeded {ledgers} ledgers in {seed_s:.1f}s ({ledgers / seed_s:,.0f}/s)")
+    if not seeded:
+        store.init_cluster(driver=MetadataDriver.PULSAR)
+        t = time.perf_counter()
+        seed(store, ledgers, in_flight)
+        seed_s = time.perf_counter() - t
+        print(f"[{kind}] seeded {ledgers} ledgers in {seed_s:.1f}s ({ledgers / seed_s:,.0f}/s)")
+    me = psutil.Process(os.getpid())
+    cpu0 = (_cpu(me), _cpu(server) if server else 0.0)
 
     t = time.perf_counter()
     dirs = store.leaf_dirs()
@@ -98,6 +121,10 @@ def measure(kind: str, meta: MetadataStore, ledgers: int, in_flight: int) -> flo
     print(f"[{kind}] scan (read+parse): {ok} in {scan_s:.2f}s ({ok / scan_s:,.0f} ledgers/s)")
     rate = ledgers / (list_s + scan_s)
     print(f"[{kind}] list+scan: {rate:,.0f} ledgers/s")
+    if server is not None:
+        ours, theirs = _cpu(me) - cpu0[0], _cpu(server) - cpu0[1]
+        print(f"[{kind}] CPU per ledger (list+scan): this process {ours / ledgers * 1e6:.0f} µs, "
+              f"the server {theirs / ledgers * 1e6:.0f} µs")  # fmt: skip
     return rate
 
 
@@ -106,18 +133,29 @@ def main() -> None:
     ap.add_argument("--store", choices=["zookeeper", "oxia", "both"], default="both")
     ap.add_argument("--ledgers", type=int, default=100_000)
     ap.add_argument("--in-flight", type=int, default=500)
+    ap.add_argument("--zk-reads", default="multi,each", help="ZooKeeper read modes, in order")
     args = ap.parse_args()
     kinds = ["zookeeper", "oxia"] if args.store == "both" else [args.store]
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds:
             base = Path(tmp) / kind
             if kind == "zookeeper":
-                with ZooKeeperServer(base) as zk, open_store(zk.connect_string) as meta:
-                    measure(kind, meta, args.ledgers, args.in_flight)
-                    blobs = [
-                        meta.get(LedgerStore(meta).path_for(i))[0]
-                        for i in range(min(20_000, args.ledgers))
-                    ]
+                with ZooKeeperServer(base) as zk:
+                    assert zk.proc is not None
+                    server = psutil.Process(zk.proc.pid)
+                    for n, mode in enumerate(args.zk_reads.split(",")):
+                        with open_store(zk.connect_string) as meta:
+                            assert isinstance(meta, ZooKeeperStore)
+                            list(meta.get_many(["/ledgers/LAYOUT"]))  # opens the bulk reader
+                            assert meta._bulk is not None
+                            meta._bulk.multi_read = mode == "multi"
+                            name = f"{kind}, {'multiRead' if mode == 'multi' else 'getData each'}"
+                            measure(name, meta, args.ledgers, args.in_flight, server, n > 0)
+                    with open_store(zk.connect_string) as meta:
+                        blobs = [
+                            meta.get(LedgerStore(meta).path_for(i))[0]
+                            for i in range(min(20_000, args.ledgers))
+                        ]
             else:
                 with OxiaServer(base, shards=3) as ox, open_store(ox.locator()) as meta:
                     measure(kind, meta, args.ledgers, args.in_flight)

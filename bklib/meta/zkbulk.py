@@ -8,6 +8,12 @@ the ZooKeeper client protocol (connect, digest auth, SASL, getData, ping) over o
 socket, TLS-wrapped for a secure port, with many requests in flight, and reaches several times
 that rate. See docs/benchmarks.md. The scale harness seeds a million ledger znodes through the
 same pipeline (create).
+
+On ZooKeeper 3.6 and later the reads go :data:`READS_PER_MULTI` to a ``multiRead`` request
+(``OpCode.multiRead``, ``ZooKeeper.multi`` of ``Op.getData``): one request instead of fifty
+costs the server, which shares the cores with everything else, far less CPU per read
+(docs/benchmarks.md). A server that does not know the opcode answers UNIMPLEMENTED and closes
+the session; the reader then reconnects and reads znode by znode.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain, islice
+from typing import TypeVar
 
 from bklib.errors import ZKError
 from bklib.meta.zkaccess import ZkAccess, ZkAuth, ZkSasl, ZkSecurityError, probe_tls
@@ -30,6 +38,8 @@ log = logging.getLogger(__name__)
 OP_CREATE = 1
 OP_GET_DATA = 4
 OP_PING = 11
+OP_MULTI_READ = 22
+OP_ERROR = -1
 OP_AUTH = 100
 OP_SASL = 102
 XID_PING = -2
@@ -38,6 +48,7 @@ XID_WATCH = -1
 
 ZOK = 0
 ZCONNECTIONLOSS = -4
+ZUNIMPLEMENTED = -6
 ZNONODE = -101
 ZNODEEXISTS = -110
 ZNOAUTH = -102
@@ -46,6 +57,7 @@ ZAUTHFAILED = -115
 ZSESSIONCLOSEDREQUIRESASLAUTH = -124
 ERROR_NAMES = {
     ZCONNECTIONLOSS: "CONNECTIONLOSS",
+    ZUNIMPLEMENTED: "UNIMPLEMENTED",
     ZNONODE: "NONODE",
     ZNODEEXISTS: "NODEEXISTS",
     ZNOAUTH: "NOAUTH",
@@ -59,6 +71,13 @@ SESSION_ERRORS = frozenset({ZSESSIONEXPIRED, ZCONNECTIONLOSS, ZAUTHFAILED})
 _REPLY_HEADER = struct.Struct(">iqi")
 _STAT = struct.Struct(">qqqqiiiqiiq")
 _INT = struct.Struct(">i")
+_MULTI_HEADER = struct.Struct(">i?i")  # MultiHeader: type, done, err
+
+READS_PER_MULTI = 50
+"""getData operations per multiRead request. Fifty ledgers' metadata is tens of kilobytes,
+far under any server's buffer limits; ten such requests fill the scan's default window."""
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,8 @@ class BulkReader:
         self._buf = bytearray()
         self._xid = 0
         self._last_send = 0.0
+        self.multi_read: bool | None = None
+        """Whether the server takes multiRead requests; None until the first bulk read."""
 
     def __enter__(self) -> BulkReader:
         self.connect()
@@ -259,29 +280,81 @@ class BulkReader:
     # ---- reads -------------------------------------------------------------------------------
 
     def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[GetResult]:
-        """getData for every path, in order, with up to ``max_in_flight`` outstanding.
+        """getData for every path, in order, with up to ``max_in_flight`` reads outstanding.
         Connection problems raise ZKError; per-znode errors (NONODE...) come back in ``err``."""
-        requests = ((path, OP_GET_DATA, _string(self.chroot + path) + b"\x00") for path in paths)
+        if self.multi_read is False:
+            yield from self._get_each(paths, max_in_flight)
+            return
+        batches = _batches(paths, READS_PER_MULTI)
+        if self.multi_read is None:
+            first = next(batches, None)
+            if first is None:
+                return
+            answered = self._probe_multi_read(first)
+            if answered is None:  # an older server: one getData per znode from now on
+                yield from self._get_each(chain(first, chain.from_iterable(batches)), max_in_flight)
+                return
+            yield from answered
+        yield from self._get_batched(batches, max_in_flight)
+
+    def _get_each(self, paths: Iterable[str], max_in_flight: int) -> Iterator[GetResult]:
+        requests = ((path, OP_GET_DATA, _string(self.chroot + path) + b"\x00", 1) for path in paths)
         for path, err, frame in self._pipeline(requests, max_in_flight):
             yield GetResult(path, None, None, err) if err != ZOK else _get_result(path, frame)
 
+    def _multi_request(self, batch: list[str]) -> tuple[list[str], int, bytes, int]:
+        body = b"".join(_GET_DATA_OP + _string(self.chroot + p) + b"\x00" for p in batch)
+        return batch, OP_MULTI_READ, body + _MULTI_END, len(batch)
+
+    def _get_batched(self, batches: Iterable[list[str]], max_in_flight: int) -> Iterator[GetResult]:
+        requests = (self._multi_request(batch) for batch in batches)
+        for batch, err, frame in self._pipeline(requests, max_in_flight):
+            if err != ZOK:  # the request as a whole (NOAUTH on none of them: per read)
+                yield from (GetResult(p, None, None, err) for p in batch)
+            else:
+                yield from _multi_results(batch, frame)
+
+    def _probe_multi_read(self, batch: list[str]) -> list[GetResult] | None:
+        """Read ``batch`` in one multiRead; None when the server does not take the request
+        (it answers UNIMPLEMENTED and closes the session), after reconnecting."""
+        try:
+            results = list(self._get_batched([batch], len(batch)))
+        except ZKError as exc:
+            log.info("ZooKeeper %s dropped a multiRead (%s); reading znode by znode", self.hosts,
+                     exc.reason)  # fmt: skip
+            results = []
+        if results and results[0].err != ZUNIMPLEMENTED:
+            self.multi_read = True
+            return results
+        if results:
+            log.info("ZooKeeper %s has no multiRead (before 3.6); reading znode by znode",
+                     self.hosts)  # fmt: skip
+        self.multi_read = False
+        self.close()
+        self.connect()
+        return None
+
     def _pipeline(
-        self, requests: Iterable[tuple[str, int, bytes]], max_in_flight: int
-    ) -> Iterator[tuple[str, int, bytes]]:
-        """Send ``(path, opcode, body)`` requests with up to ``max_in_flight`` outstanding and
-        yield ``(path, error code, reply frame)`` in order. Session errors raise ZKError."""
+        self, requests: Iterable[tuple[K, int, bytes, int]], max_in_flight: int
+    ) -> Iterator[tuple[K, int, bytes]]:
+        """Send ``(key, opcode, body, operations)`` requests with up to ``max_in_flight``
+        operations outstanding (at least one request) and yield ``(key, error code, reply
+        frame)`` in order. Each operation draws a token of the request budget: a multiRead of
+        fifty reads counts fifty. Session errors raise ZKError."""
         if self.sock is None:
             self.connect()
-        pending: deque[tuple[int, str]] = deque()
+        pending: deque[tuple[int, K, int]] = deque()
+        held: list[tuple[K, int, bytes, int]] = []
         it = iter(requests)
         exhausted = False
         ping_every = self.session_timeout_ms / 3000.0
         # Refill when half the window has drained: one send of many requests, not one send
         # per reply (a send costs about as much as parsing a reply), and still half in flight.
         low_water = max_in_flight // 2
+        in_flight = 0
         while True:
-            if not exhausted and len(pending) <= low_water:
-                exhausted = self._send_batch(it, pending, max_in_flight)
+            if not exhausted and in_flight <= low_water:
+                exhausted, in_flight = self._send_batch(it, held, pending, in_flight, max_in_flight)
             if not pending:
                 return
             if time.monotonic() - self._last_send > ping_every:
@@ -290,49 +363,61 @@ class BulkReader:
             xid, _, err = _REPLY_HEADER.unpack_from(frame)
             if xid in (XID_PING, XID_WATCH, XID_AUTH):
                 continue
-            exp_xid, path = pending.popleft()
+            exp_xid, key, ops = pending.popleft()
+            in_flight -= ops
             if xid != exp_xid:
                 raise ZKError(f"ZooKeeper reply out of order: xid {xid}, expected {exp_xid}")
             if err in SESSION_ERRORS:
-                raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=path)
-            yield path, err, frame
+                raise ZKError(f"ZooKeeper session failed: {ERROR_NAMES[err]}", path=str(key))
+            yield key, err, frame
 
     def _send_batch(
         self,
-        requests: Iterator[tuple[str, int, bytes]],
-        pending: deque[tuple[int, str]],
+        requests: Iterator[tuple[K, int, bytes, int]],
+        held: list[tuple[K, int, bytes, int]],
+        pending: deque[tuple[int, K, int]],
+        in_flight: int,
         max_in_flight: int,
-    ) -> bool:
+    ) -> tuple[bool, int]:
         """Pipeline, in one send, as many of the next requests as the budget grants, up to
-        ``max_in_flight`` pending; True when ``requests`` is exhausted."""
-        # The budget grants what it holds now; with nothing in flight, wait for one token
-        # (waiting with replies pending would only delay reading them).
+        ``max_in_flight`` operations pending; returns whether ``requests`` is exhausted and the
+        operations now in flight. A request the grant does not cover waits in ``held``."""
+        # The budget grants what it holds now; with nothing in flight, wait for the tokens of
+        # one request (waiting with replies pending would only delay reading them).
         budget = request_budget()
-        room = budget.take_up_to(max_in_flight - len(pending))
-        if room == 0 and not pending:
-            budget.acquire()
-            room = 1
-        batch = []
+        room = budget.take_up_to(max(max_in_flight - in_flight, 0))
+        batch: list[bytes] = []
         exhausted = False
-        while room > 0:
-            room -= 1
-            try:
-                path, opcode, body = next(requests)
-            except StopIteration:
-                exhausted = True
-                room += 1  # this grant was not used
-                break
+        while True:
+            if held:
+                request = held.pop()
+            else:
+                try:
+                    request = next(requests)
+                except StopIteration:
+                    exhausted = True
+                    break
+            key, opcode, body, ops = request
+            if ops > room:
+                if pending or batch:
+                    held.append(request)
+                    break
+                for _ in range(ops - room):
+                    budget.acquire()
+                room = ops
+            room -= ops
             xid = self._next_xid()
             payload = struct.pack(">ii", xid, opcode) + body
             batch.append(_INT.pack(len(payload)) + payload)
-            pending.append((xid, path))
+            pending.append((xid, key, ops))
+            in_flight += ops
         if room > 0:
-            budget.refund(room)
+            budget.refund(room)  # these grants were not used
         if batch:
             assert self.sock is not None
             self.sock.sendall(b"".join(batch))
             self._last_send = time.monotonic()
-        return exhausted
+        return exhausted, in_flight
 
 
 class BulkWriter(BulkReader):
@@ -349,9 +434,10 @@ class BulkWriter(BulkReader):
         """Create every ``(path, data)`` as a persistent znode, in order, and yield each path
         with its error code (``ZOK``, ``ZNODEEXISTS``, ``ZNONODE`` for a missing parent...)."""
         requests = (
-            (path, OP_CREATE, _string(self.chroot + path) + _buffer(data) + _OPEN_ACL + _PERSISTENT)
+            (path, OP_CREATE, _string(self.chroot + path) + _buffer(data) + _OPEN_ACL + _PERSISTENT,
+             1)
             for path, data in nodes
-        )
+        )  # fmt: skip
         for path, err, _frame in self._pipeline(requests, max_in_flight):
             yield path, err
 
@@ -365,12 +451,51 @@ _OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _string("world") + _string("anyone")
 _PERSISTENT = _INT.pack(0)
 
 
+# A multiRead's operation header (MultiHeader: getData, not done, no error) and its end marker.
+_GET_DATA_OP = _MULTI_HEADER.pack(OP_GET_DATA, False, -1)
+_MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
+
+
+def _batches(paths: Iterable[str], n: int) -> Iterator[list[str]]:
+    it = iter(paths)
+    while batch := list(islice(it, n)):
+        yield batch
+
+
 def _get_result(path: str, frame: bytes) -> GetResult:
     """A successful getData reply: the data, then the Stat."""
-    off = _REPLY_HEADER.size
+    return _get_data_at(path, frame, _REPLY_HEADER.size)[0]
+
+
+def _get_data_at(path: str, frame: bytes, off: int) -> tuple[GetResult, int]:
+    """The GetDataResponse at ``off`` of ``frame`` (data, then Stat), and the offset after it."""
     n = _INT.unpack_from(frame, off)[0]
     off += 4
     data = frame[off : off + n] if n >= 0 else b""
     off += max(n, 0)
     _, _, ctime, mtime, version, cversion, _, owner, _, nchild, _ = _STAT.unpack_from(frame, off)
-    return GetResult(path, data, Stat(ctime, mtime, version, cversion, owner, nchild), 0)
+    stat = Stat(ctime, mtime, version, cversion, owner, nchild)
+    return GetResult(path, data, stat, 0), off + _STAT.size
+
+
+def _multi_results(batch: list[str], frame: bytes) -> Iterator[GetResult]:
+    """A multiRead reply (MultiResponse): for each read, a header and then its GetDataResponse,
+    or an error code for that znode alone; a done header ends it. A reply that does not
+    answer every path of ``batch`` raises ZKError: no read is taken as missing."""
+    off = _REPLY_HEADER.size
+    for path in batch:
+        if len(frame) < off + _MULTI_HEADER.size:
+            raise ZKError(f"ZooKeeper multiRead reply ended before {path}", path=path)
+        op, done, err = _MULTI_HEADER.unpack_from(frame, off)
+        off += _MULTI_HEADER.size
+        if done:
+            raise ZKError(f"ZooKeeper multiRead reply ended before {path}", path=path)
+        if op == OP_GET_DATA:
+            got, off = _get_data_at(path, frame, off)
+            yield got
+        elif op == OP_ERROR:
+            code = _INT.unpack_from(frame, off)[0]
+            off += 4
+            yield GetResult(path, None, None, code or err)
+        else:
+            raise ZKError(f"ZooKeeper multiRead answered {path} with opcode {op}", path=path)

@@ -1,0 +1,65 @@
+"""The bulk reader's multiRead against a real ZooKeeper (3.9): the same answers as one getData
+per znode, in order, across batch boundaries, with each znode's error kept to that znode, and
+far fewer requests for the server."""
+
+from __future__ import annotations
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
+
+from bklib.meta.zkbulk import READS_PER_MULTI, ZNOAUTH, ZNONODE, BulkReader
+from bklib.testing.zkserver import ZooKeeperServer, four_letter_word
+
+pytestmark = pytest.mark.integration
+
+
+def _packets(server: ZooKeeperServer) -> int:
+    for line in four_letter_word(server.host, server.port, b"mntr").decode().splitlines():
+        key, _, value = line.partition("\t")
+        if key == "zk_packets_received":
+            return int(value)
+    raise AssertionError("no zk_packets_received in mntr")
+
+
+def test_multiread_answers_as_one_getdata_each(
+    zk: KazooClient, zk_chroot: str, zk_server: ZooKeeperServer
+) -> None:
+    zk.ensure_path("/m")
+    paths = []
+    for i in range(2 * READS_PER_MULTI + 23):
+        path = f"/m/n{i:03d}"
+        paths.append(path)
+        if i in (READS_PER_MULTI - 1, READS_PER_MULTI, 2 * READS_PER_MULTI):
+            continue  # missing, on each side of a batch boundary
+        zk.create(path, b"x" * (i % 7) * 100)  # empty data too
+        if i % 5 == 0:
+            zk.set(path, b"changed")
+    zk.create("/m/secret", b"s", acl=[make_digest_acl("bk", "pw", all=True)])
+    paths.insert(7, "/m/secret")
+
+    try:
+        with BulkReader(zk_chroot) as multi:
+            before = _packets(zk_server)
+            got = list(multi.get_many(paths, max_in_flight=120))
+            sent = _packets(zk_server) - before
+            assert multi.multi_read is True
+        with BulkReader(zk_chroot) as each:
+            each.multi_read = False
+            expected = list(each.get_many(paths, max_in_flight=7))
+    finally:
+        zk.add_auth("digest", "bk:pw")  # the chroot's wipe cannot list what it cannot read
+        zk.delete("/m/secret")
+
+    assert got == expected
+    assert [g.path for g in got] == paths
+    by_path = {g.path: g for g in got}
+    assert by_path["/m/secret"].err == ZNOAUTH and by_path["/m/secret"].data is None
+    for i in (READS_PER_MULTI - 1, READS_PER_MULTI, 2 * READS_PER_MULTI):
+        assert by_path[f"/m/n{i:03d}"].err == ZNONODE
+    five = by_path["/m/n005"]
+    assert five.err == 0 and five.data == b"changed" and five.stat is not None
+    assert five.stat.version == 1
+    assert by_path["/m/n007"].data == b"" and by_path["/m/n006"].data == b"x" * 600
+    # 124 reads in three multiRead requests (plus the reader's own connect and close).
+    assert sent <= 3 + 2, sent
