@@ -70,12 +70,37 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return add_connection_arguments(parser)
 
 
+FRAGMENT_COLUMNS = (
+    "ledger_id", "segment_first_entry_id", "segment_last_entry_id", "bookie_id", "reason",
+    "missing_entries", "unknown_entries", "severity", "min_replicas", "ledger_state",
+    "first_detected_at", "error", "topic", "component",
+)  # fmt: skip
+"""The fragment columns the listing prints; missing_ranges and the rest stay on disk."""
+ACTION_COLUMNS = ("ledger_id", "run_id", "mode", "action", "status", "error", "started_at")
+"""The action columns :func:`repair_status` and the listing's repair notes use."""
+
+
 def _fmt_range(first: int, last: int | None) -> str:
     return f"[{first}, {'LAC?' if last is None else last}]"
 
 
-def _fragment_line(f: dict[str, Any], repair: tuple[str, dict[str, Any]] | None) -> str:
-    """One fragment of the report, with what the repairs since the audit did to its ledger."""
+def _repair_note(repair: tuple[str, dict[str, Any]] | None) -> str | None:
+    """What the repairs since the audit did to a ledger, as the listing says it."""
+    if repair is None:
+        return None
+    status, last = repair
+    why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
+    return (
+        f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
+        f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
+    )
+
+
+def _fragment_line(
+    f: dict[str, Any], note: str | None, stamps: dict[Any, str] | None = None
+) -> str:
+    """One fragment of the report, with ``note`` (:func:`_repair_note`) on its ledger;
+    ``stamps`` caches the formatted detection times (a run's fragments share a few)."""
     detail = [
         f"\tMissingReplica : {f['bookie_id']}",
         f"segment {_fmt_range(f['segment_first_entry_id'], f['segment_last_entry_id'])}",
@@ -89,17 +114,18 @@ def _fragment_line(f: dict[str, Any], repair: tuple[str, dict[str, Any]] | None)
         detail.append(f"{f['severity']} (min replicas {f['min_replicas']})")
     if f.get("ledger_state"):
         detail.append(f["ledger_state"])
-    if f.get("first_detected_at"):
-        detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
+    seen = f.get("first_detected_at")
+    if seen:
+        text = stamps.get(seen) if stamps is not None else None
+        if text is None:
+            text = f"since {seen:%Y-%m-%d %H:%M:%S}"
+            if stamps is not None:
+                stamps[seen] = text
+        detail.append(text)
     if f.get("error"):
         detail.append(f"({f['error']})")
-    if repair is not None:
-        status, last = repair
-        why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
-        detail.append(
-            f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
-            f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
-        )
+    if note is not None:
+        detail.append(note)
     return "  ".join(detail)
 
 
@@ -121,10 +147,12 @@ def format_report(
     by_ledger: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for f in fragments:
         by_ledger[f["ledger_id"]].append(f)
+    stamps: dict[Any, str] = {}
     for lid in sorted(by_ledger):
         rows = sorted(by_ledger[lid], key=lambda f: (f["segment_first_entry_id"], f["bookie_id"]))
         lines.append(f"{lid}")
-        lines.extend(_fragment_line(f, repairs.get(lid)) for f in rows)
+        note = _repair_note(repairs.get(lid))
+        lines.extend(_fragment_line(f, note, stamps) for f in rows)
     for e in errors:
         lines.append(
             f"unreadable metadata: ledger {e['ledger_id']} at {e['znode_path']}: {e['error']}"
@@ -244,14 +272,21 @@ def list_underreplicated(
         # summary and the HTML report show them; this listing is Java's, of missing replicas.
         frags = [
             f
-            for f in delta.run_fragments(warehouse, run["run_id"], filters)
+            for f in delta.run_fragments(warehouse, run, filters, columns=FRAGMENT_COLUMNS)
             if f["reason"] != Reason.PLACEMENT_VIOLATION
         ]
         # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
-        errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run["run_id"])
+        errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run)
         wanted = sorted({f["ledger_id"] for f in frags})
+        # Only the repairs since the audit count (repair_status), so older ones are not read.
+        since = [("started_at", ">=", run["started_at"])]
         actions = (
-            delta.read_rows(warehouse, ACTIONS, filters=[("ledger_id", "in", wanted)])
+            delta.read_rows(
+                warehouse,
+                ACTIONS,
+                columns=ACTION_COLUMNS,
+                filters=[("ledger_id", "in", wanted), *since],
+            )
             if wanted
             else []
         )

@@ -88,7 +88,7 @@ def collect_triage(
     run = delta.latest_run(warehouse)
     if run is None:
         raise RuntimeError(f"no completed audit run in {warehouse}")
-    frags = delta.run_fragments(warehouse, run["run_id"])
+    frags = delta.run_fragments(warehouse, run)
     by_ledger: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for f in frags:
         by_ledger[f["ledger_id"]].append(f)

@@ -120,7 +120,7 @@ def findings_missing(warehouse: str) -> tuple[Findings, str]:
     run = delta.latest_run(warehouse)
     if run is None:
         raise UsageError(f"no completed audit run in {warehouse}")
-    frags = delta.run_fragments(warehouse, run["run_id"])
+    frags = delta.run_fragments(warehouse, run)
     wanted = sorted({f["ledger_id"] for f in frags})
     actions = []
     if wanted and delta.table_exists(warehouse, ACTIONS):

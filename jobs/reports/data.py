@@ -1,32 +1,35 @@
 """The report's data: the Delta tables read through delta-rs (no JVM), run through the
 queries of :mod:`jobs.reports.queries` into small Python lists (:class:`ReportData`), which
 :mod:`jobs.reports.page` renders. Only the columns and partitions the page shows are read
-(docs/operations.md).
+(docs/operations.md); the long history (every repair action, the charted runs' fragments) is
+counted in Arrow by :mod:`jobs.reports.arrow_queries`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from bklib.states import ActionKind, PulsarFinding
+from jobs.reports import arrow_queries
 from jobs.reports.pulsar import latest_pulsar_check, orphans_per_namespace
 from jobs.reports.queries import (
     DEFAULT_RUNS,
     SEVERITIES,
+    STUCK_STATUSES,
     Row,
     affected_topics,
     choose_bucket_seconds,
     findings_with_repair_status,
-    finished_span_seconds,
     fragments_per_bookie,
     latest_blast_radius,
     latest_triage,
     recent_runs,
-    repair_throughput,
-    severity_over_runs,
     stuck_ledgers,
     worst_findings,
 )
@@ -101,15 +104,6 @@ class ReportData:
     pulsar_dangling: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _stream_rows(
-    warehouse: str, name: str, columns: Sequence[str], filters: Sequence[tuple[str, str, Any]]
-) -> Iterator[Row]:
-    """Rows batch by batch, so a long history is never all Python dicts at once."""
-    table = delta.read_arrow(warehouse, name, columns=columns, filters=filters)
-    for batch in table.to_batches():
-        yield from batch.to_pylist()
-
-
 def collect_report_data(
     warehouse: str,
     *,
@@ -124,41 +118,37 @@ def collect_report_data(
     if run is None:
         return None
     data = ReportData(warehouse, run, datetime.now(timezone.utc), title=title)
-    actions = None
+    # Actions and past fragments stay Arrow (jobs.reports.arrow_queries): a month of audits
+    # and repairs at a million ledgers is millions of rows; only what the page shows is Python.
+    repairs = None
     if delta.table_exists(warehouse, ACTIONS):
-        actions = [
-            a
-            for a in delta.read_rows(warehouse, ACTIONS, columns=_ACTION_COLUMNS_READ)
-            if a["action"] not in ActionKind.NOT_LEDGER_REPAIRS
-        ]
+        table = delta.read_arrow(warehouse, ACTIONS, columns=_ACTION_COLUMNS_READ)
+        not_repairs = pa.array(sorted(ActionKind.NOT_LEDGER_REPAIRS), pa.string())
+        repairs = table.filter(pc.invert(pc.is_in(table.column("action"), not_repairs)))
         data.has_actions = True
     if delta.table_exists(warehouse, FRAGMENTS):
-        latest = delta.read_rows(
-            warehouse,
-            FRAGMENTS,
-            columns=_FINDING_COLUMNS_READ,
-            filters=[("run_id", "=", run["run_id"])],
-        )
+        latest = delta.run_fragments(warehouse, run, columns=_FINDING_COLUMNS_READ)
         data.per_bookie = fragments_per_bookie(latest)
         history = delta.read_rows(
             warehouse, AUDIT_RUNS, columns=["run_id", "started_at", "check", "status"]
         )
         # Only the charted runs' partitions are read.
         charted = [r["run_id"] for r in recent_runs(history, runs)]
-        frags: Iterable[Row] = ()
-        if charted:
-            frags = _stream_rows(
-                warehouse,
-                FRAGMENTS,
-                ["run_id", "ledger_id", "severity"],
-                [("run_id", "in", charted)],
-            )
-        data.over_runs = severity_over_runs(history, frags, runs)
+        columns = ["run_id", "ledger_id", "severity"]
+        empty = pa.table({c: pa.array([], pa.string()) for c in columns})
+        wanted = [("run_id", "in", charted)]
+        frags = (
+            delta.read_arrow(warehouse, FRAGMENTS, columns=columns, filters=wanted)
+            if charted
+            else empty
+        )
+        data.over_runs = arrow_queries.severity_over_runs(history, frags, runs)
         data.findings_total = len(latest)
         data.topics = affected_topics(latest)
         # Worst first, so a truncated table still shows what matters.
+        shown = worst_findings(latest, max_findings)
         data.findings = findings_with_repair_status(
-            worst_findings(latest, max_findings), actions, run["started_at"]
+            shown, _repairs_of(repairs, shown, run["started_at"]), run["started_at"]
         )
     else:
         data.over_runs = [
@@ -178,8 +168,25 @@ def collect_report_data(
         data.pulsar_check = check
         data.pulsar_namespaces = orphans_per_namespace(findings)
         data.pulsar_dangling = [f for f in findings if f["kind"] == PulsarFinding.DANGLING]
-    if actions is not None:
-        data.bucket_seconds = choose_bucket_seconds(float(finished_span_seconds(actions)))
-        data.throughput = repair_throughput(actions, data.bucket_seconds)
-        data.stuck = stuck_ledgers(actions)
+    if repairs is not None:
+        span = arrow_queries.finished_span_seconds(repairs)
+        data.bucket_seconds = choose_bucket_seconds(float(span))
+        data.throughput = arrow_queries.repair_throughput(repairs, data.bucket_seconds)
+        latest_each = arrow_queries.latest_action_per_ledger(repairs)
+        stuck = pa.array(STUCK_STATUSES, pa.string())
+        data.stuck = stuck_ledgers(
+            delta.arrow_rows(latest_each.filter(pc.is_in(latest_each.column("status"), stuck)))
+        )
     return data
+
+
+def _repairs_of(
+    repairs: pa.Table | None, findings: Sequence[Mapping[str, Any]], since: datetime
+) -> list[Row] | None:
+    """The repair actions :func:`findings_with_repair_status` weighs for ``findings``: those
+    of their ledgers that started at ``since`` or later (repair_status ignores the rest)."""
+    if repairs is None:
+        return None
+    ids = pa.array(sorted({f["ledger_id"] for f in findings}), pa.int64())
+    mine = repairs.filter(pc.is_in(repairs.column("ledger_id"), ids))
+    return delta.arrow_rows(mine.filter(pc.greater_equal(mine.column("started_at"), since)))

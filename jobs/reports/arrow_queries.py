@@ -1,0 +1,165 @@
+"""The report's queries over a long history, computed in Arrow.
+
+A warehouse with a month of daily audits of a million ledgers holds millions of fragment
+and action rows. Turned into Python dicts, they alone would take the report past a minute. These
+functions give exactly what their plain-Python twins in :mod:`jobs.reports.queries` give, from
+Arrow tables (as :func:`jobs.tables.delta.read_arrow` returns them); only the few rows the page
+shows become Python values. ``tests/unit/test_report_arrow_queries.py`` holds each to its twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bklib.states import ActionKind, ActionStatus
+from jobs.reports.queries import SEVERITIES, Row, recent_runs
+
+__all__ = [
+    "finished_span_seconds",
+    "latest_action_per_ledger",
+    "repair_throughput",
+    "severity_over_runs",
+]
+
+_ZERO_IF_EMPTY = pc.ScalarAggregateOptions(min_count=0)
+"""A sum over nothing but nulls is 0, as ``x or 0`` summed in Python."""
+
+
+def _epoch_seconds(ts: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whole seconds since the epoch, rounded down (``math.floor`` of the Python twin)."""
+    micros = ts.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return pc.floor(pc.divide(micros.cast(pa.float64()), 1e6)).cast(pa.int64())
+
+
+def finished_span_seconds(actions: pa.Table) -> int:
+    """:func:`jobs.reports.queries.finished_span_seconds` of these actions."""
+    finished = actions.column("finished_at")
+    if finished.null_count == len(finished):
+        return 0
+    secs = pc.min_max(_epoch_seconds(finished)).as_py()
+    return int(secs["max"] - secs["min"])
+
+
+def repair_throughput(actions: pa.Table, bucket_seconds: int) -> list[Row]:
+    """:func:`jobs.reports.queries.repair_throughput` of these actions: finished COPY actions
+    per ``bucket_seconds`` of finished_at, aggregated in Arrow."""
+    done = actions.filter(
+        pc.and_(
+            pc.and_(
+                pc.equal(actions.column("action"), ActionKind.COPY),
+                pc.equal(actions.column("status"), ActionStatus.DONE),
+            ),
+            pc.is_valid(actions.column("finished_at")),
+        )
+    )
+    if done.num_rows == 0:
+        return []
+    secs = _epoch_seconds(done.column("finished_at"))
+    bucket = pc.multiply(pc.floor(pc.divide(secs.cast(pa.float64()), bucket_seconds)),
+                         bucket_seconds).cast(pa.int64())  # fmt: skip
+    grouped = (
+        pa.table(
+            {
+                "bucket": bucket,
+                "entries_copied": done.column("entries_copied"),
+                "bytes_copied": done.column("bytes_copied"),
+            }
+        )
+        .group_by("bucket")
+        .aggregate(
+            [
+                ("bucket", "count"),
+                ("entries_copied", "sum", _ZERO_IF_EMPTY),
+                ("bytes_copied", "sum", _ZERO_IF_EMPTY),
+            ]
+        )
+        .sort_by("bucket")
+    )
+    return [
+        {
+            "bucket_start": datetime.fromtimestamp(start, tz=timezone.utc),
+            "copies": copies,
+            "entries_copied": entries,
+            "bytes_copied": nbytes,
+            "bytes_per_second": nbytes / float(bucket_seconds),
+        }
+        for start, copies, entries, nbytes in zip(
+            grouped.column("bucket").to_pylist(),
+            grouped.column("bucket_count").to_pylist(),
+            grouped.column("entries_copied_sum").to_pylist(),
+            grouped.column("bytes_copied_sum").to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def latest_action_per_ledger(actions: pa.Table) -> pa.Table:
+    """Each ledger's most recent action, by the rule of ``jobs.reports.queries._latest``:
+    latest coalesce(finished_at, started_at), then latest started_at, and among full ties the
+    first row of ``actions``. One row per ledger, in ``actions``' columns."""
+    if actions.num_rows == 0:
+        return actions
+    order = pa.table(
+        {
+            "ledger_id": actions.column("ledger_id"),
+            "recency": pc.coalesce(actions.column("finished_at"), actions.column("started_at")),
+            "started_at": actions.column("started_at"),
+            "row": pa.array(range(actions.num_rows), pa.int64()),
+        }
+    )
+    # Arrow's sort is stable; "row" ascending makes the first of a full tie come first.
+    ranked = order.sort_by(
+        [("ledger_id", "ascending"), ("recency", "descending"), ("started_at", "descending"),
+         ("row", "ascending")]
+    )  # fmt: skip
+    ids = ranked.column("ledger_id").combine_chunks()
+    first = pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+    keep = pa.concat_arrays([pa.array([True]), first.cast(pa.bool_())])
+    return actions.take(ranked.column("row").filter(keep))
+
+
+def severity_over_runs(
+    runs: Iterable[Mapping[str, Any]], fragments: pa.Table, limit: int
+) -> list[Row]:
+    """:func:`jobs.reports.queries.severity_over_runs` from an Arrow table of fragments
+    (run_id, ledger_id, severity), counted in Arrow."""
+    recent = recent_runs(runs, limit)
+    wanted = [r["run_id"] for r in recent]
+    frags = fragments.filter(pc.is_in(fragments.column("run_id"), pa.array(wanted, pa.string())))
+    per_sev: dict[str, dict[str, int]] = {rid: dict.fromkeys(SEVERITIES, 0) for rid in wanted}
+    total = dict.fromkeys(wanted, 0)
+    ledgers = dict.fromkeys(wanted, 0)
+    if frags.num_rows:
+        by_sev = frags.group_by(["run_id", "severity"]).aggregate(
+            [("run_id", "count", pc.CountOptions(mode="all"))]
+        )
+        for rid, sev, n in zip(
+            by_sev.column("run_id").to_pylist(),
+            by_sev.column("severity").to_pylist(),
+            by_sev.column("run_id_count").to_pylist(),
+            strict=True,
+        ):
+            if sev in per_sev[rid]:
+                per_sev[rid][sev] += n
+            total[rid] += n
+        distinct = frags.group_by("run_id").aggregate([("ledger_id", "count_distinct")])
+        for rid, n in zip(
+            distinct.column("run_id").to_pylist(),
+            distinct.column("ledger_id_count_distinct").to_pylist(),
+            strict=True,
+        ):
+            ledgers[rid] = n
+    return [
+        {
+            **r,
+            **per_sev[r["run_id"]],
+            "fragments": total[r["run_id"]],
+            "underreplicated_ledgers": ledgers[r["run_id"]],
+        }
+        for r in reversed(recent)
+    ]

@@ -1,0 +1,93 @@
+"""The report's Arrow queries (jobs.reports.arrow_queries) give what their plain-Python twins
+in jobs.reports.queries give, on the same rows: ties, nulls, buckets and runs included."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bklib.states import ActionKind, ActionStatus, Severity
+from jobs.reports import arrow_queries, queries
+from jobs.tables.delta import arrow_rows
+from jobs.tables.schema import ACTIONS_TABLE_SCHEMA
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+STATUSES = [ActionStatus.DONE, ActionStatus.FAILED, ActionStatus.WAITING_GRACE,
+            ActionStatus.NO_REPLICA, ActionStatus.SKIPPED]  # fmt: skip
+
+
+def _actions(n: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        # Few distinct times, so that ties on both keys are common.
+        started = T0 + timedelta(seconds=rng.choice([0, 1, 59, 60, 3599, 3600, 86400]))
+        finished = None if rng.random() < 0.2 else started + timedelta(
+            microseconds=rng.choice([0, 1, 999_999, 1_000_000, 60_000_000]))  # fmt: skip
+        rows.append({
+            "run_id": f"r{rng.randrange(4)}", "mode": "rereplicate", "audit_run_id": "a",
+            "ledger_id": rng.randrange(12), "segment_first_entry_id": 0,
+            "old_bookie": "b:1", "new_bookie": "b:2",
+            "action": rng.choice([ActionKind.COPY, ActionKind.COPY, ActionKind.METADATA_UPDATE]),
+            "entries_copied": None if rng.random() < 0.1 else rng.randrange(100),
+            "bytes_copied": None if rng.random() < 0.1 else rng.randrange(10_000),
+            "status": rng.choice(STATUSES), "error": f"e{i}", "started_at": started,
+            "finished_at": finished, "no_replica_entries": [i],
+        })  # fmt: skip
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ACTIONS_TABLE_SCHEMA)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_actions_queries_match_their_python_twins(seed: int) -> None:
+    rows = _actions(300, seed)
+    table = _table(rows)
+    as_read = arrow_rows(table)  # what the Python twins get from a read
+    span = queries.finished_span_seconds(as_read)
+    assert arrow_queries.finished_span_seconds(table) == span
+    for bucket in (60, 3600, 86400, queries.choose_bucket_seconds(span)):
+        assert arrow_queries.repair_throughput(table, bucket) == queries.repair_throughput(
+            as_read, bucket
+        )
+    latest = arrow_rows(arrow_queries.latest_action_per_ledger(table))
+    assert sorted(latest, key=lambda r: r["ledger_id"]) == [
+        dict(a) for _, a in sorted(queries._latest(as_read, lambda a: a["ledger_id"]).items())
+    ]
+    assert queries.stuck_ledgers(latest) == queries.stuck_ledgers(as_read)
+
+
+def test_empty_and_unfinished_actions() -> None:
+    empty = _table([])
+    assert arrow_queries.finished_span_seconds(empty) == 0
+    assert arrow_queries.repair_throughput(empty, 60) == []
+    assert arrow_queries.latest_action_per_ledger(empty).num_rows == 0
+    unfinished = [dict(r, finished_at=None) for r in _actions(5, 1)]
+    assert arrow_queries.finished_span_seconds(_table(unfinished)) == 0
+    assert arrow_queries.repair_throughput(_table(unfinished), 60) == []
+
+
+def test_severity_over_runs_matches_its_python_twin() -> None:
+    rng = random.Random(3)
+    runs = [
+        {"run_id": f"r{i}", "started_at": T0 + timedelta(hours=i), "check": "lost",
+         "status": rng.choice(["COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED"])}
+        for i in range(40)
+    ]  # fmt: skip
+    frags = [
+        {"run_id": f"r{rng.randrange(42)}", "ledger_id": rng.choice([None, *range(30)]),
+         "severity": rng.choice([*Severity.ALL, None, "OTHER"])}
+        for _ in range(2000)
+    ]  # fmt: skip
+    columns = [("run_id", pa.string()), ("ledger_id", pa.int64()), ("severity", pa.string())]
+    table = pa.Table.from_pylist(frags, schema=pa.schema(columns))
+    for limit in (0, 1, 5, 30, 50):
+        assert arrow_queries.severity_over_runs(runs, table, limit) == queries.severity_over_runs(
+            runs, frags, limit
+        )
