@@ -18,7 +18,10 @@ reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
         [--checks lost,sample] [--repair [--repair-executors local,spark]]
-        [--zk-rates 0,20000,10000] [--json FILE]
+        [--zk-rates 0,20000,10000] [--json FILE] [--keep-warehouse DIR] [--logs DIR]
+
+``--keep-warehouse`` copies the first repair's warehouse (two audit runs and a repair run) to
+DIR before the cluster goes: ``bench/warehouse_history.py`` grows it to 30 runs.
 
 Figures go to docs/benchmarks.md with the command that produced them.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,6 +123,9 @@ PROBE_PATH = f"/scale{DEFAULT_LEDGERS_ROOT}/LAYOUT"
 FARM: list[FarmClient] = []
 """The farm, asked for the entries it served during each command."""
 
+LOGS: list[Path] = []
+"""With ``--logs DIR``: the directory each command's stderr (its log) is saved to."""
+
 PEERS: dict[str, psutil.Process] = {}
 """The cluster's processes whose CPU each command is charged with: ``farm`` and ``zookeeper``."""
 
@@ -161,6 +168,9 @@ def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
                  peers_cpu_s=peers, entries_read=entries_read)  # fmt: skip
     print(json.dumps(asdict(m)), flush=True)
     del out
+    if LOGS:
+        LOGS[0].mkdir(parents=True, exist_ok=True)
+        (LOGS[0] / f"{name.replace(' ', '_')}.log").write_text(err)
     return m
 
 
@@ -218,7 +228,10 @@ def main() -> None:
         help="also run the local lost audit under each of these --zk-rate values (0: none)",
     )
     p.add_argument("--json", help="append the results to this file")
+    p.add_argument("--keep-warehouse", help="copy the first repair's warehouse here")
+    p.add_argument("--logs", help="save each command's log (its stderr) in this directory")
     args = p.parse_args()
+    LOGS[:] = [Path(args.logs)] if args.logs else []
     results: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="bkaudit-scale-") as tmp:
         base = Path(tmp)
@@ -260,6 +273,8 @@ def main() -> None:
                 if k == 0:
                     argv = ["listunderreplicated", "--warehouse", wh]
                     results.append(measure("listunderreplicated", argv, zk))
+                    if args.keep_warehouse:
+                        shutil.copytree(wh, args.keep_warehouse, dirs_exist_ok=True)
     if args.json:
         with open(args.json, "a") as f:
             for m in results:

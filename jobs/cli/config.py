@@ -114,7 +114,9 @@ def load_config(path: str | os.PathLike[str] | None) -> dict[str, dict[str, Any]
     if path is None:
         return {}
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        # libyaml's loader when PyYAML was built with it: every command reads this file.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        raw = yaml.load(Path(path).read_text(), Loader=loader) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
