@@ -38,6 +38,7 @@ from jobs.runs.placement import (
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.progress import track
 from jobs.tables import delta
+from jobs.tables.ledgers_arrow import ledgers_table
 from jobs.tables.runs import RunRecord, new_run_id
 from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS, run_day
 
@@ -213,14 +214,18 @@ class LocalAudit:
         cfg, run = self.config, self.run
         t0 = time.monotonic()
         wh = cfg.warehouse
-        tables = self.row_sources(delta.first_detections(wh))
+        day = run_day(run.started_at)
+        # The ledgers' rows are built as columns (a million dicts would take seconds).
+        tables = [t for t in self.row_sources(delta.first_detections(wh)) if t[0] != LEDGERS]
         # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
         # audit_runs, which makes the run visible, only once all three are committed.
         with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
             writes = [
-                pool.submit(delta.append_rows, wh, table, rows, run_date=run_day(run.started_at))
+                pool.submit(delta.append_rows, wh, table, rows, run_date=day)
                 for table, rows in tables
             ]
+            ledgers = ledgers_table(run.run_id, self.ledgers)
+            writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
             for w in writes:
                 w.result()
         run.finished_at = datetime.now(timezone.utc)
