@@ -625,7 +625,9 @@ def run_days(run: Mapping[str, Any]) -> list[date]:
     writer): each day from its start to its finish (or today), and the day its id names."""
     first = run_day(run["started_at"])
     end = run.get("finished_at") or datetime.now(timezone.utc)
-    days = {first + timedelta(days=n) for n in range((run_day(end) - first).days + 1)}
+    # At least the start's day, even with a finish stamped before it (a clock stepped back).
+    span = max((run_day(end) - first).days, 0)
+    days = {first + timedelta(days=n) for n in range(span + 1)}
     named = run_day_from_id(run["run_id"])
     return sorted(days | ({named} if named else set()))
 

@@ -35,3 +35,8 @@ def test_an_unfinished_run_reaches_today() -> None:
     assert days[0] == date(2026, 1, 1)
     assert days[-1] == datetime.now(timezone.utc).date()
     assert len(days) == (days[-1] - days[0]).days + 1
+
+
+def test_a_finish_stamped_before_the_start_still_names_the_start() -> None:
+    run = {"run_id": "r", "started_at": _at(27, 10), "finished_at": _at(26, 23)}
+    assert run_days(run) == [date(2026, 11, 27)]
