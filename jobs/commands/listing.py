@@ -98,11 +98,8 @@ def _repair_note(repair: tuple[str, dict[str, Any]] | None) -> str | None:
     )
 
 
-def _fragment_line(
-    f: dict[str, Any], note: str | None, stamps: dict[Any, str] | None = None
-) -> str:
-    """One fragment of the report, with ``note`` (:func:`_repair_note`) on its ledger;
-    ``stamps`` caches the formatted detection times (a run's fragments share a few)."""
+def _fragment_line(f: dict[str, Any], note: str | None) -> str:
+    """One fragment of the report, with ``note`` (:func:`_repair_note`) on its ledger."""
     detail = [
         f"\tMissingReplica : {f['bookie_id']}",
         f"segment {_fmt_range(f['segment_first_entry_id'], f['segment_last_entry_id'])}",
@@ -116,14 +113,8 @@ def _fragment_line(
         detail.append(f"{f['severity']} (min replicas {f['min_replicas']})")
     if f.get("ledger_state"):
         detail.append(f["ledger_state"])
-    seen = f.get("first_detected_at")
-    if seen:
-        text = stamps.get(seen) if stamps is not None else None
-        if text is None:
-            text = f"since {seen:%Y-%m-%d %H:%M:%S}"
-            if stamps is not None:
-                stamps[seen] = text
-        detail.append(text)
+    if f.get("first_detected_at"):
+        detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
     if f.get("error"):
         detail.append(f"({f['error']})")
     if note is not None:
@@ -149,12 +140,11 @@ def format_report(
     by_ledger: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for f in fragments:
         by_ledger[f["ledger_id"]].append(f)
-    stamps: dict[Any, str] = {}
     for lid in sorted(by_ledger):
         rows = sorted(by_ledger[lid], key=lambda f: (f["segment_first_entry_id"], f["bookie_id"]))
         lines.append(f"{lid}")
         note = _repair_note(repairs.get(lid))
-        lines.extend(_fragment_line(f, note, stamps) for f in rows)
+        lines.extend(_fragment_line(f, note) for f in rows)
     for e in errors:
         lines.append(
             f"unreadable metadata: ledger {e['ledger_id']} at {e['znode_path']}: {e['error']}"

@@ -135,13 +135,11 @@ def collect_report_data(
         # Only the charted runs' partitions are read.
         charted = [r["run_id"] for r in recent_runs(history, runs)]
         columns = ["run_id", "ledger_id", "severity"]
-        empty = pa.table({c: pa.array([], pa.string()) for c in columns})
-        wanted = [("run_id", "in", charted)]
-        frags = (
-            delta.read_arrow(warehouse, FRAGMENTS, columns=columns, filters=wanted)
-            if charted
-            else empty
-        )
+        if charted:
+            wanted = [("run_id", "in", charted)]
+            frags = delta.read_arrow(warehouse, FRAGMENTS, columns=columns, filters=wanted)
+        else:
+            frags = pa.table({c: pa.array([], pa.string()) for c in columns})
         data.over_runs = arrow_queries.severity_over_runs(history, frags, runs)
         data.findings_total = len(latest)
         data.topics = affected_topics(latest)
