@@ -202,7 +202,7 @@ class ZooKeeperServer:
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
                     "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,stat,srvr,mntr",
+                    "4lw.commands.whitelist=ruok,stat,srvr,mntr,cons",
                     "autopurge.purgeInterval=0",
                     *secure_cfg,
                 ]
