@@ -38,12 +38,14 @@ SPARK_LIST = """
 import sys
 from jobs.spark import load
 from jobs.spark.session import build_spark
+import pyarrow as pa
 from jobs.commands.listing import format_report
+from jobs.tables.schema import FRAGMENTS_TABLE_SCHEMA
 spark = build_spark("bench-list", overrides={"spark.ui.showConsoleProgress": "false"})
 wh = sys.argv[1]
 run = load.latest_run(spark, wh)
 frags = [r.asDict(recursive=True) for r in load.run_fragments(spark, wh, run["run_id"]).collect()]
-print(format_report(run, frags, []))
+print(format_report(run, pa.Table.from_pylist(frags, schema=FRAGMENTS_TABLE_SCHEMA), []))
 """
 
 

@@ -22,12 +22,18 @@ import logging
 import os
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from bklib.meta.zkaccess import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
-from bklib.repair.outcome import REPAIRED, RESOLVED, repair_status
+from bklib.repair.outcome import REPAIRED, RESOLVED
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity
+from jobs.reports.arrow_queries import repair_status_of
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 
@@ -79,89 +85,140 @@ FRAGMENT_COLUMNS = (
 )  # fmt: skip
 """The fragment columns the listing prints; missing_ranges and the rest stay on disk."""
 ACTION_COLUMNS = ("ledger_id", "run_id", "mode", "action", "status", "error", "started_at")
-"""The action columns :func:`repair_status` and the listing's repair notes use."""
+"""The action columns the repair status (:func:`repair_status_of`) and its notes use."""
 
 
-def _fmt_range(first: int, last: int | None) -> str:
-    return f"[{first}, {'LAC?' if last is None else last}]"
+def _text(fragments: pa.Table, name: str, *, falsy_is_null: bool = False) -> pa.ChunkedArray:
+    """Column ``name`` as the listing prints it (times to the second), null where absent:
+    an older table may lack the column. ``falsy_is_null``: "" and 0 print nothing, as
+    Python's ``if value:`` would have it."""
+    if name not in fragments.column_names:
+        return pa.chunked_array([pa.nulls(fragments.num_rows, pa.string())])
+    column = fragments[name]
+    if pa.types.is_timestamp(column.type):
+        whole = column.cast(pa.timestamp("s", tz=column.type.tz), safe=False)  # floor, as %S
+        return pc.strftime(whole, format="%Y-%m-%d %H:%M:%S")
+    if falsy_is_null:
+        falsy = "" if pa.types.is_string(column.type) else 0
+        column = pc.if_else(pc.equal(column, falsy), pa.scalar(None, column.type), column)
+    return column.cast(pa.string())
 
 
-def _repair_note(repair: tuple[str, dict[str, Any]] | None) -> str | None:
-    """What the repairs since the audit did to a ledger, as the listing says it."""
-    if repair is None:
-        return None
-    status, last = repair
-    why = f": {last['error']}" if status != REPAIRED and last.get("error") else ""
-    return (
-        f"repair since: {status}{why} ({last['mode']} {last['run_id']}, "
-        f"{last['started_at']:%Y-%m-%d %H:%M:%S})"
+@dataclass(frozen=True)
+class RepairsSince:
+    """What the repair runs since the audit left each ledger in (:func:`repair_status_of`):
+    its outcome, and the note the listing prints under it."""
+
+    outcomes: dict[int, str] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, decided: pa.Table) -> RepairsSince:
+        """From :func:`repair_status_of`'s table, the notes made over its columns."""
+        outcome = decided["outcome"]
+        error = _text(decided, "error", falsy_is_null=True)
+        why = pc.if_else(
+            pc.fill_null(pc.and_(pc.not_equal(outcome, REPAIRED), pc.is_valid(error)), False),
+            pc.binary_join_element_wise(": ", error, ""),
+            "",
+        )
+        note = pc.binary_join_element_wise(
+            "repair since: ", outcome, why, " (", decided["mode"], " ", decided["run_id"],
+            ", ", _text(decided, "started_at"), ")", "",
+        )  # fmt: skip
+        ids = decided["ledger_id"].to_pylist()
+        return cls(
+            dict(zip(ids, outcome.to_pylist(), strict=True)),
+            dict(zip(ids, note.to_pylist(), strict=True)),
+        )
+
+    def resolved(self, ledger_id: int) -> bool:
+        """Whether a repair since the audit left nothing to do for this ledger."""
+        return self.outcomes.get(ledger_id) in RESOLVED
+
+
+def _fragment_details(fragments: pa.Table) -> list[str]:
+    """Each fragment's line of the report (its ledger's repair note aside), in the table's
+    order, computed over the columns: a lost bookie among a million ledgers is 74,000
+    lines. A part whose value is null (or empty, where marked) is left out."""
+
+    def joined(*parts: Any) -> pa.ChunkedArray:  # null when any part is
+        return pc.binary_join_element_wise(*parts, "")
+
+    segment = joined(
+        "segment [",
+        _text(fragments, "segment_first_entry_id"),
+        ", ",
+        pc.coalesce(_text(fragments, "segment_last_entry_id"), "LAC?"),
+        "]",
     )
-
-
-def _fragment_line(f: dict[str, Any], note: str | None) -> str:
-    """One fragment of the report, with ``note`` (:func:`_repair_note`) on its ledger."""
-    detail = [
-        f"\tMissingReplica : {f['bookie_id']}",
-        f"segment {_fmt_range(f['segment_first_entry_id'], f['segment_last_entry_id'])}",
-        f["reason"],
-    ]
-    if f["missing_entries"] is not None:
-        detail.append(f"{f['missing_entries']} entries")
-    if f.get("unknown_entries"):
-        detail.append(f"{f['unknown_entries']} unknown")
-    if f["severity"]:
-        detail.append(f"{f['severity']} (min replicas {f['min_replicas']})")
-    if f.get("ledger_state"):
-        detail.append(f["ledger_state"])
-    if f.get("first_detected_at"):
-        detail.append(f"since {f['first_detected_at']:%Y-%m-%d %H:%M:%S}")
-    if f.get("error"):
-        detail.append(f"({f['error']})")
-    if note is not None:
-        detail.append(note)
-    return "  ".join(detail)
+    severity = joined(
+        _text(fragments, "severity", falsy_is_null=True),
+        " (min replicas ",
+        pc.coalesce(_text(fragments, "min_replicas"), "?"),
+        ")",
+    )
+    line = pc.binary_join_element_wise(
+        joined("\tMissingReplica : ", _text(fragments, "bookie_id")),
+        segment,
+        _text(fragments, "reason"),
+        joined(_text(fragments, "missing_entries"), " entries"),
+        joined(_text(fragments, "unknown_entries", falsy_is_null=True), " unknown"),
+        severity,
+        _text(fragments, "ledger_state", falsy_is_null=True),
+        joined("since ", _text(fragments, "first_detected_at")),
+        joined("(", _text(fragments, "error", falsy_is_null=True), ")"),
+        "  ",
+        null_handling="skip",
+    )
+    return list(line.to_pylist())
 
 
 def format_report(
     run: dict[str, Any],
-    fragments: list[dict[str, Any]],
+    fragments: pa.Table,
     errors: list[dict[str, Any]],
-    repairs: dict[int, tuple[str, dict[str, Any]]] | None = None,
+    repairs: RepairsSince | None = None,
 ) -> str:
-    """The report text for one run's fragments and unreadable znodes; ``repairs`` (from
-    :func:`repair_status`) says what happened to each ledger since."""
-    repairs = repairs or {}
+    """The report text for one run's fragments (a table of :data:`FRAGMENT_COLUMNS`) and
+    unreadable znodes; ``repairs`` says what happened to each ledger since."""
+    repairs = repairs or RepairsSince()
     lines = [
         f"audit run {run['run_id']}: check {run['check']}, {run['status']}, "
         f"finished {run['finished_at']:%Y-%m-%d %H:%M:%S} UTC, zk {run['zk']}"
         if run.get("finished_at")
         else f"audit run {run['run_id']}: check {run['check']}, {run['status']}"
     ]
-    by_ledger: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for f in fragments:
-        by_ledger[f["ledger_id"]].append(f)
-    for lid in sorted(by_ledger):
-        rows = sorted(by_ledger[lid], key=lambda f: (f["segment_first_entry_id"], f["bookie_id"]))
-        lines.append(f"{lid}")
-        note = _repair_note(repairs.get(lid))
-        lines.extend(_fragment_line(f, note) for f in rows)
+    ordered = fragments.sort_by(
+        [(k, "ascending") for k in ("ledger_id", "segment_first_entry_id", "bookie_id")]
+    )
+    ledger_ids: list[int] = ordered["ledger_id"].to_pylist()
+    previous: int | None = None
+    note: str | None = None
+    for lid, detail in zip(ledger_ids, _fragment_details(ordered), strict=True):
+        if lid != previous:
+            lines.append(f"{lid}")
+            note = repairs.notes.get(lid)
+            previous = lid
+        lines.append(detail if note is None else f"{detail}  {note}")
     for e in errors:
         lines.append(
             f"unreadable metadata: ledger {e['ledger_id']} at {e['znode_path']}: {e['error']}"
         )
-    if not by_ledger and not errors:
+    ledgers = set(ledger_ids)
+    if not ledgers and not errors:
         lines.append("no under-replicated ledgers")
     else:
-        label = Severity.worst(f["severity"] for f in fragments)
+        label = Severity.worst(_text(fragments, "severity").to_pylist())
         lines.append(
-            f"{len(by_ledger)} under-replicated ledgers, {len(fragments)} fragments, "
+            f"{len(ledgers)} under-replicated ledgers, {fragments.num_rows} fragments, "
             f"{len(errors)} unreadable znodes; worst severity {label}"
         )
-        repaired = [lid for lid in by_ledger if repairs.get(lid, ("",))[0] in RESOLVED]
+        repaired = [lid for lid in ledgers if repairs.resolved(lid)]
         if repaired:
             lines.append(
                 f"{len(repaired)} of these ledgers were repaired after this audit and "
-                f"{len(by_ledger) - len(repaired)} still need work; run `bkaudit audit` for a "
+                f"{len(ledgers) - len(repaired)} still need work; run `bkaudit audit` for a "
                 "current report"
             )
     return "\n".join(lines)
@@ -173,11 +230,11 @@ NO_TOPIC = "(no topic)"
 def format_by_topic(
     run: dict[str, Any],
     fragments: list[dict[str, Any]],
-    repairs: dict[int, tuple[str, dict[str, Any]]] | None = None,
+    repairs: RepairsSince | None = None,
 ) -> str:
     """The report grouped by Pulsar topic: per topic its ledgers, fragments, worst severity
     and how many ledgers are still unrepaired; ledgers without topic metadata last."""
-    repairs = repairs or {}
+    repairs = repairs or RepairsSince()
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in fragments:
         by_topic[f.get("topic") or NO_TOPIC].append(f)
@@ -193,7 +250,7 @@ def format_by_topic(
     for topic in sorted(by_topic, key=order):
         fs = by_topic[topic]
         ledgers = sorted({f["ledger_id"] for f in fs})
-        left = [lid for lid in ledgers if repairs.get(lid, ("",))[0] not in RESOLVED]
+        left = [lid for lid in ledgers if not repairs.resolved(lid)]
         components = sorted({f.get("component") or "-" for f in fs})
         lines.append(
             f"{topic}  {len(ledgers)} ledgers, {len(fs)} fragments, worst {worst(fs)}, "
@@ -239,6 +296,34 @@ def _is_missing_dir(warehouse: str) -> bool:
     return "://" not in local and not os.path.isdir(local)
 
 
+def _repairs_since(warehouse: str, run: dict[str, Any], ledger_ids: list[int]) -> RepairsSince:
+    """What the repairs since the audit did to these ledgers. Only the actions since count
+    (:func:`bklib.repair.outcome.repair_status`), so older ones are not read."""
+    if not ledger_ids or not delta.table_exists(warehouse, ACTIONS):
+        return RepairsSince()
+    actions = delta.read_arrow(
+        warehouse,
+        ACTIONS,
+        columns=ACTION_COLUMNS,
+        filters=[("ledger_id", "in", ledger_ids), ("started_at", ">=", run["started_at"])],
+    )
+    return RepairsSince.of(repair_status_of(actions, run["started_at"]))
+
+
+def _unloads(warehouse: str) -> list[dict[str, Any]]:
+    """Every topic unload on record (:func:`topics_awaiting_unload` reads them). A month of
+    daily repairs is tens of thousands of rows, whose times are only compared."""
+    if not delta.table_exists(warehouse, ACTIONS):
+        return []
+    unloads = delta.read_arrow(
+        warehouse,
+        ACTIONS,
+        columns=["action", "status", "topic", "started_at"],
+        filters=[("action", "=", ActionKind.UNLOAD_TOPIC)],
+    )
+    return delta.arrow_rows(unloads, keep_micros=True)
+
+
 def list_underreplicated(
     warehouse: str,
     *,
@@ -259,47 +344,29 @@ def list_underreplicated(
             what = f"run {run_id}" if run_id else "completed audit run"
             print(f"listunderreplicated: no {what} in {warehouse}", file=sys.stderr)
             return 2
-        filters = {"bookie_id": missing_replica} if missing_replica else None
-        # Placement violations are not under-replication (docs/placement.md): the audit's
-        # summary and the HTML report show them; this listing is Java's, of missing replicas.
-        frags = [
-            f
-            for f in delta.run_fragments(warehouse, run, filters, columns=FRAGMENT_COLUMNS)
-            if f["reason"] != Reason.PLACEMENT_VIOLATION
-        ]
-        # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
-        errors = [] if missing_replica else delta.run_metadata_errors(warehouse, run)
-        wanted = sorted({f["ledger_id"] for f in frags})
-        # Only the repairs since the audit count (repair_status), so older ones are not read.
-        since = [("started_at", ">=", run["started_at"])]
-        actions = (
-            delta.read_rows(
-                warehouse,
-                ACTIONS,
-                columns=ACTION_COLUMNS,
-                filters=[("ledger_id", "in", wanted), *since],
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="listing-read") as pool:
+            # The reads that need no fragment run beside the ones that do: Arrow's scans
+            # release the GIL, and a month of history makes each take a few tenths of a second.
+            unloads_read = pool.submit(_unloads, warehouse)
+            # Unreadable znodes name no bookie, so a per-bookie listing leaves them out.
+            errors_read = (
+                None if missing_replica else pool.submit(delta.run_metadata_errors, warehouse, run)
             )
-            if wanted
-            else []
-        )
-        repairs = repair_status(actions, run["started_at"])
-        unloads = (
-            delta.read_rows(
-                warehouse,
-                ACTIONS,
-                columns=["action", "status", "topic", "started_at"],
-                filters=[("action", "=", ActionKind.UNLOAD_TOPIC)],
-            )
-            if delta.table_exists(warehouse, ACTIONS)
-            else []
-        )
+            filters = {"bookie_id": missing_replica} if missing_replica else None
+            # Placement violations are not under-replication (docs/placement.md): the audit's
+            # summary and the HTML report show them; this listing is Java's, of missing replicas.
+            frags = delta.run_fragments_arrow(warehouse, run, filters, columns=FRAGMENT_COLUMNS)
+            frags = frags.filter(pc.not_equal(frags["reason"], Reason.PLACEMENT_VIOLATION))
+            repairs = _repairs_since(warehouse, run, pc.unique(frags["ledger_id"]).to_pylist())
+            errors = [] if errors_read is None else errors_read.result()
+            unloads = unloads_read.result()
         pulsar = _pulsar_by_topic(warehouse) if by_topic else None
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
         return 2
     if by_topic:
-        print(format_by_topic(run, frags, repairs), file=out or sys.stdout)
+        print(format_by_topic(run, delta.arrow_rows(frags), repairs), file=out or sys.stdout)
         if pulsar:
             print(pulsar, file=out or sys.stdout)
     else:
@@ -313,9 +380,7 @@ def list_underreplicated(
         )
         for topic in stale:
             print(f"  {operator_command(topic)}", file=out or sys.stdout)
-    left = {f["ledger_id"] for f in frags} - {
-        lid for lid, (status, _) in repairs.items() if status in RESOLVED
-    }
+    left = {lid for lid in frags["ledger_id"].to_pylist() if not repairs.resolved(lid)}
     return 1 if left or errors else 0
 
 

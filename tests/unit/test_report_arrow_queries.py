@@ -1,5 +1,6 @@
 """The report's Arrow queries (jobs.reports.arrow_queries) give what their plain-Python twins
-in jobs.reports.queries give, on the same rows: ties, nulls, buckets and runs included."""
+in jobs.reports.queries and bklib.repair.outcome give, on the same rows: ties, nulls, buckets
+and runs included."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from bklib.repair.outcome import repair_status
 from bklib.states import ActionKind, ActionStatus, Severity
 from jobs.reports import arrow_queries, queries
 from jobs.tables.delta import arrow_rows
@@ -91,3 +93,49 @@ def test_severity_over_runs_matches_its_python_twin() -> None:
         assert arrow_queries.severity_over_runs(runs, table, limit) == queries.severity_over_runs(
             runs, frags, limit
         )
+
+
+def _repair_rows(seed: int) -> list[dict[str, Any]]:
+    """Few ledgers, runs and start times: SKIPPED runs after REPAIRED ones, dry runs,
+    unloads (no bearing on repair status), rows before the audit and ties are common."""
+    rng = random.Random(seed)
+    statuses = [ActionStatus.DONE, ActionStatus.SKIPPED, ActionStatus.SKIPPED,
+                ActionStatus.PLANNED, ActionStatus.FAILED, ActionStatus.WAITING_GRACE]  # fmt: skip
+    actions = [ActionKind.COPY, ActionKind.METADATA_UPDATE, ActionKind.SKIP,
+               ActionKind.UNLOAD_TOPIC]  # fmt: skip
+    return [
+        {"run_id": f"r{rng.randrange(4)}", "mode": "rereplicate", "audit_run_id": "a",
+         "ledger_id": rng.randrange(6), "segment_first_entry_id": 0, "old_bookie": "b:1",
+         "new_bookie": "b:2", "action": rng.choice(actions), "status": rng.choice(statuses),
+         "error": rng.choice([None, "", f"e{i}"]),
+         "started_at": T0 + timedelta(seconds=rng.choice([-5, 0, 1, 2, 3, 4])),
+         "finished_at": None}
+        for i in range(rng.randrange(60))
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_repair_status_of_matches_its_python_twin(seed: int) -> None:
+    table = _table(_repair_rows(seed))
+    for since in (None, T0):
+        expected = repair_status(arrow_rows(table), since)
+        decided = arrow_rows(arrow_queries.repair_status_of(table, since))
+        assert {r["ledger_id"]: (r.pop("outcome"), r) for r in decided} == expected
+
+
+def test_repair_status_of_keeps_a_repair_that_later_runs_only_skip() -> None:
+    def act(run: str, status: str, second: int) -> dict[str, Any]:
+        started = T0 + timedelta(seconds=second)
+        return {"run_id": run, "mode": "rereplicate", "ledger_id": 7, "action": ActionKind.COPY,
+                "status": status, "error": None, "started_at": started}  # fmt: skip
+
+    repaired_then_skipped = [act("r1", ActionStatus.DONE, 1), act("r2", ActionStatus.SKIPPED, 2),
+                             act("r3", ActionStatus.SKIPPED, 3)]  # fmt: skip
+    failed_then_skipped = [act("r1", ActionStatus.FAILED, 1), act("r2", ActionStatus.SKIPPED, 2)]
+    for rows, outcome, run in (
+        (repaired_then_skipped, "REPAIRED", "r1"),
+        (failed_then_skipped, ActionStatus.SKIPPED, "r2"),
+    ):
+        decided = arrow_rows(arrow_queries.repair_status_of(pa.Table.from_pylist(rows), None))
+        assert [(d["outcome"], d["run_id"]) for d in decided] == [(outcome, run)]
+    assert arrow_queries.repair_status_of(_table([]), T0).num_rows == 0
