@@ -21,6 +21,7 @@ __all__ = [
     "LedgerView",
     "ReplicaReport",
     "SegmentSpan",
+    "named_bookies",
     "runs_from_rows",
     "runs_to_rows",
 ]
@@ -184,6 +185,13 @@ class LedgerView:
             "topic": self.topic,
             "component": self.component,
         }
+
+
+def named_bookies(views: Iterable[LedgerView]) -> set[str]:
+    """Every bookie some segment of a readable view names: with the registrations, what
+    tells a lost bookie. Walks the segments directly, without :meth:`LedgerView.bookies`'
+    ordered list per ledger (a scan has a million views)."""
+    return {b for v in views if v.ok for s in v.segments or () for b in s.ensemble}
 
 
 @dataclass(frozen=True)

@@ -95,15 +95,34 @@ def topic_of_managed_ledger(name: str) -> str | None:
 
 def decode_pulsar_metadata(custom: Mapping[str, bytes]) -> PulsarLedger:
     """Decode a ledger's custom metadata; a ledger Pulsar did not tag gives all-None fields."""
-    component = _text(custom.get(COMPONENT))
-    ml = _text(custom.get(MANAGED_LEDGER)) or _text(custom.get(LEGACY_MANAGED_LEDGER))
-    cursor = _text(custom.get(CURSOR)) or _text(custom.get(LEGACY_CURSOR))
+    values = tuple(map(custom.get, _PULSAR_KEYS))
+    try:
+        return _decode_pulsar(values)
+    except TypeError:  # an unhashable value (a bytearray) is decoded, not cached
+        return _decode_pulsar.__wrapped__(values)
+
+
+_PULSAR_KEYS = (
+    COMPONENT, MANAGED_LEDGER, LEGACY_MANAGED_LEDGER, CURSOR, LEGACY_CURSOR, COMPACTED_TOPIC,
+    LEGACY_COMPACTED_TOPIC, SCHEMA_ID, APPLICATION,
+)  # fmt: skip
+"""The custom metadata keys :func:`decode_pulsar_metadata` reads, in :func:`_decode_pulsar`'s
+order."""
+
+
+@functools.lru_cache(maxsize=65536)  # a topic's ledgers all carry the same values
+def _decode_pulsar(values: tuple[bytes | None, ...]) -> PulsarLedger:
+    """:func:`decode_pulsar_metadata` of the values of :data:`_PULSAR_KEYS`."""
+    raw = dict(zip(_PULSAR_KEYS, values, strict=True))
+    component = _text(raw[COMPONENT])
+    ml = _text(raw[MANAGED_LEDGER]) or _text(raw[LEGACY_MANAGED_LEDGER])
+    cursor = _text(raw[CURSOR]) or _text(raw[LEGACY_CURSOR])
     topic: str | None = None
     if ml is not None:
         topic = topic_of_managed_ledger(ml)
     if topic is None:
-        topic = _text(custom.get(COMPACTED_TOPIC)) or _text(custom.get(LEGACY_COMPACTED_TOPIC))
-    schema = _text(custom.get(SCHEMA_ID))
+        topic = _text(raw[COMPACTED_TOPIC]) or _text(raw[LEGACY_COMPACTED_TOPIC])
+    schema = _text(raw[SCHEMA_ID])
     if topic is None and schema is not None:
         topic = schema if "://" in schema else f"persistent://{schema}"
-    return PulsarLedger(component, topic, ml, cursor, schema, _text(custom.get(APPLICATION)))
+    return PulsarLedger(component, topic, ml, cursor, schema, _text(raw[APPLICATION]))

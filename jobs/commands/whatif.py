@@ -29,7 +29,7 @@ from typing import TextIO
 
 from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.engine import ScanPlan, scan_dirs
-from bklib.audit.model import LedgerView, runs_from_rows
+from bklib.audit.model import LedgerView, named_bookies, runs_from_rows
 from bklib.audit.whatif import (
     LedgerImpact,
     ScanCoverage,
@@ -176,7 +176,7 @@ def load_state(
     views = list(scan_dirs(zk_hosts, plan.dirs, auth=auth))
     account = plan.account(zk_hosts, scanned_per_directory(v.znode_path for v in views), root, auth)
     registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
-    named = {b for v in views if v.ok for b in v.bookies()}
+    named = named_bookies(views)
     registered = set(registry.all())
     state = ClusterState(
         views,

@@ -23,7 +23,7 @@ from bklib.audit.engine import (
     read_ledgers,
     scan_dirs,
 )
-from bklib.audit.model import Finding, LedgerView
+from bklib.audit.model import Finding, LedgerView, named_bookies
 from bklib.meta.registration import list_bookies
 from bklib.meta.stores import MetadataStore, StoreTarget, store_session
 from bklib.meta.stores.session_guard import SessionGuard
@@ -93,7 +93,7 @@ class LocalAudit:
         )
         with store_session(self.store, auth=cfg.zk_auth) as zk:
             registry = list_bookies(zk, cfg.ledgers_root)
-        named = {b for v in self.ledgers if v.ok for b in v.bookies()}
+        named = named_bookies(self.ledgers)
         self.bookies = bookie_rows(registry, named)
         counts.update(
             self.plan.account(
@@ -280,7 +280,7 @@ class LocalAudit:
             n, f = check.ledger(v)
             checked += n
             found.extend(f)
-        named = {b for v in self.ledgers if v.ok and v.is_closed for b in v.bookies()}
+        named = named_bookies(v for v in self.ledgers if v.is_closed)
         self.run.counts.update(
             placement_counts(checked, found, named, cfg.rack_document, cfg.placement_rule)
         )
