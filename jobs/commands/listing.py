@@ -12,7 +12,7 @@ warehouse, no completed run, unknown run id, unreadable table).
 The tables are read through delta-rs (:mod:`jobs.tables.delta`): no JVM, so the command
 answers in about a second for a small incident and runs where Spark is not installed. Only
 the run's own partitions are read, so a month of history does not slow it, and the report is
-made over Arrow columns: only the printed lines become Python strings (2.3–2.8 s for the
+made over Arrow columns: only the printed lines become Python strings (2.3 to 2.8 s for the
 74,000 fragments of a lost bookie among a million ledgers; docs/benchmarks.md).
 """
 
@@ -89,13 +89,13 @@ ACTION_COLUMNS = ("ledger_id", "run_id", "mode", "action", "status", "error", "s
 """The action columns the repair status (:func:`repair_status_of`) and its notes use."""
 
 
-def _text(fragments: pa.Table, name: str, *, falsy_is_null: bool = False) -> pa.ChunkedArray:
+def _text(table: pa.Table, name: str, *, falsy_is_null: bool = False) -> pa.ChunkedArray:
     """Column ``name`` as the listing prints it (times to the second), null where absent:
     an older table may lack the column. ``falsy_is_null``: "" and 0 print nothing, as
     Python's ``if value:`` would have it."""
-    if name not in fragments.column_names:
-        return pa.chunked_array([pa.nulls(fragments.num_rows, pa.string())])
-    column = fragments[name]
+    if name not in table.column_names:
+        return pa.chunked_array([pa.nulls(table.num_rows, pa.string())])
+    column = table[name]
     if pa.types.is_timestamp(column.type):
         whole = column.cast(pa.timestamp("s", tz=column.type.tz), safe=False)  # floor, as %S
         return pc.strftime(whole, format="%Y-%m-%d %H:%M:%S")

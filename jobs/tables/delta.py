@@ -242,16 +242,11 @@ def read_rows(
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def micros(moment: datetime) -> int:
-    """A UTC timestamp as Delta stores it: microseconds since the epoch."""
-    return (moment - _EPOCH) // timedelta(microseconds=1)
-
-
 def arrow_rows(table: pa.Table, *, keep_micros: bool = False) -> list[dict[str, Any]]:
     """``table.to_pylist()``, made column by column: pyarrow builds each time-zone-aware
     datetime through the time zone database (about 7 µs), where UTC microseconds need only an
     addition (about 1 µs). Tens of thousands of findings and actions carry timestamps.
-    ``keep_micros`` leaves UTC timestamps as microseconds (:func:`micros`), for rows whose
+    ``keep_micros`` leaves UTC timestamps as microseconds since the epoch, for rows whose
     times are only compared with each other."""
     if table.num_columns == 0:
         return list(table.to_pylist())
