@@ -21,7 +21,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -33,6 +34,7 @@ __all__ = [
     "RequestBudget",
     "request_budget",
     "set_request_rate",
+    "shared_budget",
 ]
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,24 @@ def set_request_rate(rate: float | None) -> RequestBudget:
     if rate is not None:
         log.info("ZooKeeper budget: %g requests/s from this process", rate)
     return _budget
+
+
+@contextmanager
+def shared_budget(parts: int) -> Iterator[float | None]:
+    """Inside the block this process keeps ``1/parts`` of its rate, and yields that share for
+    each helper process to take (:func:`set_request_rate`): the run's budget holds while
+    ``parts`` processes send requests at once. The requests granted count towards the
+    whole budget afterwards."""
+    global _budget
+    whole = _budget
+    share = None if whole.rate is None else whole.rate / parts
+    _budget = RequestBudget(share)
+    try:
+        yield share
+    finally:
+        whole.requests += _budget.requests
+        whole.waited += _budget.waited
+        _budget = whole
 
 
 class BudgetedKazooClient(KazooClient):  # type: ignore[misc]

@@ -4,12 +4,15 @@ written through delta-rs. Same steps and same rows as :mod:`jobs.spark.audit_job
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.classify import keep_still_current, summarize
@@ -25,9 +28,20 @@ from bklib.audit.engine import (
 )
 from bklib.audit.model import Finding, LedgerView, named_bookies
 from bklib.meta.registration import list_bookies
+from bklib.meta.store import LeafDir
 from bklib.meta.stores import MetadataStore, StoreTarget, store_session
 from bklib.meta.stores.session_guard import SessionGuard
+from bklib.meta.zkbudget import shared_budget
 from bklib.states import BookieState, Check, CountKey, Executor
+from jobs.local.scan_shard import (
+    SPLIT_MIN_LEDGERS,
+    UNREADABLE_SHOWN,
+    ScanShard,
+    ShardJob,
+    ShardScan,
+    split_dirs,
+    usable_cores,
+)
 from jobs.runs.audit_run import log_metadata, run_status
 from jobs.runs.placement import (
     PlacementPass,
@@ -40,7 +54,7 @@ from jobs.runtime.progress import track
 from jobs.tables import delta
 from jobs.tables.ledgers_arrow import ledgers_table
 from jobs.tables.runs import RunRecord, new_run_id
-from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS, run_day
+from jobs.tables.schema import AUDIT_RUNS, BOOKIES, FRAGMENTS, LEDGERS, RUN_DATE, run_day
 
 if TYPE_CHECKING:
     from jobs.runs.audit_run import AuditConfig
@@ -57,9 +71,22 @@ class LocalAudit:
     ``store`` the run's metadata session (default: one per step, from the locator)."""
 
     def __init__(
-        self, config: AuditConfig, plan: ScanPlan, store: StoreTarget | None = None
+        self,
+        config: AuditConfig,
+        plan: ScanPlan,
+        store: StoreTarget | None = None,
+        *,
+        split: bool | None = None,
     ) -> None:
         self.config = config
+        self.split = split
+        """Whether a lost check scans with a helper process (:mod:`jobs.local.scan_shard`);
+        None: from :data:`~jobs.local.scan_shard.SPLIT_MIN_LEDGERS` ledgers on two cores."""
+        self.shard: ScanShard | None = None
+        self.shard_ledgers: pa.Table | None = None
+        """The helper's rows of the ``ledgers`` table, once it has checked its half."""
+        self.own_ledgers: pa.Table | None = None
+        """This process's rows of the ``ledgers`` table, when built while the helper works."""
         self.plan = plan
         self.store: StoreTarget = store if store is not None else config.zk
         started = datetime.now(timezone.utc)
@@ -74,46 +101,67 @@ class LocalAudit:
         self.bookies: list[Any] = []
         self.findings: list[Finding] = []
 
+    def _helper_dirs(self) -> list[LeafDir]:
+        """The directories a helper process scans (none: this process scans them all)."""
+        cfg = self.config
+        wanted = self.split
+        if wanted is None:
+            wanted = self.plan.expected >= SPLIT_MIN_LEDGERS and usable_cores() >= 2
+        if not wanted or cfg.check != Check.LOST or cfg.rack_document is not None:
+            return []
+        parts = split_dirs(list(self.plan.dirs), 2)
+        return parts[1] if len(parts) == 2 else []
+
     def scan(self) -> None:
         """Read every ledger's metadata and the bookie registrations."""
         cfg, counts = self.config, self.run.counts
         t0 = time.monotonic()
-        self.ledgers = list(
-            track(
-                scan_dirs(
-                    self.store,
-                    self.plan.dirs,
-                    auth=cfg.zk_auth,
-                    max_in_flight=cfg.scan_in_flight,
-                ),
-                self.plan.expected,
-                "metadata scan",
-                logger=log,
+        helper_dirs = self._helper_dirs()
+        own = list(self.plan.dirs)[: len(self.plan.dirs) - len(helper_dirs)]
+        helper: ShardScan | None = None
+        with shared_budget(2 if helper_dirs else 1) as rate:
+            if helper_dirs:
+                self.shard = ScanShard(
+                    ShardJob(cfg.zk, helper_dirs, cfg.zk_auth, cfg.scan_in_flight, rate,
+                             self.run.run_id)
+                )  # fmt: skip
+            self.ledgers = list(
+                track(
+                    scan_dirs(self.store, own, auth=cfg.zk_auth, max_in_flight=cfg.scan_in_flight),
+                    sum(d.count for d in own),
+                    "metadata scan",
+                    logger=log,
+                )
             )
-        )
+            if self.shard is not None:
+                helper = self.shard.scanned()
         with store_session(self.store, auth=cfg.zk_auth) as zk:
             registry = list_bookies(zk, cfg.ledgers_root)
         named = named_bookies(self.ledgers)
-        self.bookies = bookie_rows(registry, named)
-        counts.update(
-            self.plan.account(
-                self.store,
-                scanned_per_directory(v.znode_path for v in self.ledgers),
-                cfg.ledgers_root,
-                cfg.zk_auth,
-            ).counts()
-        )
+        per_directory = scanned_per_directory(v.znode_path for v in self.ledgers)
         counts[CountKey.LEDGERS] = len(self.ledgers)
         counts[CountKey.METADATA_ERRORS] = sum(1 for v in self.ledgers if not v.ok)
         counts[CountKey.LEDGERS_NOT_CLOSED] = sum(
             1 for v in self.ledgers if v.ok and not v.is_closed
         )
+        unreadable = [(v.ledger_id, v.error) for v in self.ledgers if not v.ok][:UNREADABLE_SHOWN]
+        if helper is not None:
+            named |= helper.named
+            per_directory += helper.per_directory
+            counts[CountKey.LEDGERS] += helper.ledgers
+            counts[CountKey.METADATA_ERRORS] += helper.metadata_errors
+            counts[CountKey.LEDGERS_NOT_CLOSED] += helper.not_closed
+            unreadable = (unreadable + helper.unreadable)[:UNREADABLE_SHOWN]
+        self.bookies = bookie_rows(registry, named)
+        counts.update(
+            self.plan.account(self.store, per_directory, cfg.ledgers_root, cfg.zk_auth).counts()
+        )
         states = Counter(b.state for b in self.bookies)
         for s in BookieState.ALL:
             counts[CountKey.bookies(s)] = states.get(s, 0)
         log_metadata(counts, time.monotonic() - t0)
-        for v in [v for v in self.ledgers if not v.ok][:20]:
-            log.warning("unreadable ledger %d: %s", v.ledger_id, v.error)
+        for ledger_id, error in unreadable:
+            log.warning("unreadable ledger %d: %s", ledger_id, error)
 
     def check(self) -> None:
         """Run the configured check over every readable ledger."""
@@ -123,8 +171,16 @@ class LocalAudit:
         pairs: Counter[tuple[str, str]] = Counter()
         found: list[Finding] = []
         if cfg.check == Check.LOST:
+            if self.shard is not None:
+                self.shard.request_check(lost, cfg.check)  # the helper checks its half meanwhile
             for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
                 found.extend(f)
+            if self.shard is not None:
+                # This half's ledgers table is built while the helper builds its own.
+                self.own_ledgers = ledgers_table(self.run.run_id, self.ledgers)
+                helper_found, self.shard_ledgers = self.shard.checked()
+                found.extend(helper_found)  # its ledgers follow this process's, as do its rows
+                self.shard.close()
         else:
             from bklib.audit.engine import bookie_client_config
             from bklib.client.pool import SyncBookieClient
@@ -205,7 +261,15 @@ class LocalAudit:
             }
             for f in self.findings
         ]
-        ledgers = ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers)
+        ledgers = itertools.chain(
+            ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers),
+            (
+                {k: value for k, value in row.items() if k != RUN_DATE}
+                for row in delta.arrow_rows(self.shard_ledgers)
+            )
+            if self.shard_ledgers is not None
+            else (),
+        )
         bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
         return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
 
@@ -224,7 +288,11 @@ class LocalAudit:
                 pool.submit(delta.append_rows, wh, table, rows, run_date=day)
                 for table, rows in tables
             ]
-            ledgers = ledgers_table(run.run_id, self.ledgers)
+            ledgers = self.own_ledgers
+            if ledgers is None:
+                ledgers = ledgers_table(run.run_id, self.ledgers)
+            if self.shard_ledgers is not None:
+                ledgers = pa.concat_tables([ledgers, self.shard_ledgers])
             writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
             for w in writes:
                 w.result()
@@ -248,9 +316,13 @@ class LocalAudit:
         t0 = time.monotonic()
         session = self.store if isinstance(self.store, MetadataStore) else None
         with paused_gc(), SessionGuard(session) as guard:
-            self.scan()
-            guard.check("the metadata scan")
-            self.check()
+            try:
+                self.scan()
+                guard.check("the metadata scan")
+                self.check()
+            finally:
+                if self.shard is not None:
+                    self.shard.close()  # a failed run stops its helper too
             self.placement()
             self.recheck()
             guard.check("the check")  # the last moment before anything is recorded
@@ -258,6 +330,7 @@ class LocalAudit:
             # Recorded: the run's state goes before the collector's one pass at the end of
             # paused_gc, which would otherwise walk every ledger (seconds at a million).
             self.ledgers, self.findings, self.bookies = [], [], []
+            self.shard_ledgers = self.own_ledgers = None
         # The span Java's Auditor times in "Completed checkAllLedgers in N milliSeconds"
         # (its client's start to the last mark), for comparisons without start-up.
         log.info(

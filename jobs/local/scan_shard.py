@@ -1,0 +1,218 @@
+"""The local lost audit's second core: a helper process that scans and checks half the ledgers.
+
+One process decodes about 10,000 ledgers a second, so at a million ledgers the metadata scan
+is most of a lost audit, on one core of the machine (docs/benchmarks.md). From
+:data:`SPLIT_MIN_LEDGERS` up, a spawned helper scans the second half of the directories while
+the run's own process scans the first. The halves are contiguous in the plan's order, so the
+helper's findings and ``ledgers`` rows follow the run's own and every table comes out in the
+single process's order.
+
+The views stay in the helper: pickling a view back costs over a third of decoding it. The
+helper answers in two rounds instead:
+
+1. after its scan, :class:`ShardScan`: what the run needs of every view (the bookies they
+   name, the ledgers per directory, the counts, the first unreadable znodes);
+2. given the lost bookies (which need every view's bookies, hence the rounds), its findings
+   and its rows of the ``ledgers`` table as Arrow.
+
+Only the lost check is split: it reads metadata alone, where the other checks probe bookies
+from the views. The run's ZooKeeper budget is shared (:func:`bklib.meta.zkbudget.shared_budget`).
+Any failure of the helper (an unreachable store, an expired session, the process killed)
+fails the run: nothing it scanned counts as read.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import logging
+import multiprocessing
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pyarrow as pa
+
+from bklib.audit.accounting import scanned_per_directory
+from bklib.audit.engine import check_ledgers, scan_dirs
+from bklib.audit.model import Finding, LedgerView, named_bookies
+from bklib.errors import MetaStoreError
+from bklib.meta.store import LeafDir
+from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.zkbudget import set_request_rate
+from jobs.tables.ledgers_arrow import ledgers_table
+
+__all__ = [
+    "SPLIT_MIN_LEDGERS",
+    "UNREADABLE_SHOWN",
+    "ScanHelperError",
+    "ScanShard",
+    "ShardJob",
+    "ShardScan",
+    "split_dirs",
+    "usable_cores",
+]
+
+log = logging.getLogger("jobs.commands.audit")
+
+SPLIT_MIN_LEDGERS = 200_000
+"""From this many ledgers, a lost audit with two cores splits its scan. Below it, starting the
+helper (about a second) and its second round cost more than the half scan saves."""
+
+UNREADABLE_SHOWN = 20
+"""Unreadable znodes the run logs by name (as the single process does)."""
+
+
+class ScanHelperError(MetaStoreError):
+    """The helper process failed or died: the run fails, and names what the helper said."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which a container's cpuset limits),
+    else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def split_dirs(dirs: list[LeafDir], parts: int) -> list[list[LeafDir]]:
+    """``dirs`` cut into at most ``parts`` contiguous runs, each cut at the directory boundary
+    nearest its share of the ledgers (every run keeps at least one directory)."""
+    parts = min(parts, len(dirs))
+    total = sum(d.count for d in dirs)
+    ends = list(itertools.accumulate(d.count for d in dirs))  # ledgers up to each directory
+    bounds = [0]
+    for i in range(1, parts):
+        target = total * i / parts
+        last = len(dirs) - (parts - i)  # later runs keep a directory each
+        j = min(range(bounds[-1], last), key=lambda k: abs(ends[k] - target))
+        bounds.append(j + 1)
+    bounds.append(len(dirs))
+    return [dirs[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What the helper scans, and how."""
+
+    locator: str
+    dirs: list[LeafDir]
+    auth: ZkAuth
+    max_in_flight: int
+    rate: float | None
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """The first round's answer: what the run needs of the helper's views."""
+
+    named: set[str]
+    per_directory: Counter[str]
+    ledgers: int
+    metadata_errors: int
+    not_closed: int
+    unreadable: list[tuple[int, str | None]] = field(default_factory=list)
+
+
+def _serve(conn: Connection, job: ShardJob) -> None:
+    """The helper's life: scan, answer round 1, wait for the lost bookies, answer round 2."""
+    # As in the run's own process (jobs.runtime.gc_pause): the views are long-lived and
+    # acyclic, and the collector would walk them again and again as they pile up.
+    gc.disable()
+    try:
+        set_request_rate(job.rate)
+        views = list(
+            scan_dirs(job.locator, job.dirs, auth=job.auth, max_in_flight=job.max_in_flight)
+        )
+        conn.send(("scan", _summary(views)))
+        request = conn.recv()
+        if request[0] != "check":
+            return
+        _, lost, check = request
+        found = [f for _, _, fs in check_ledgers(views, lost, check) for f in fs]
+        table = ledgers_table(job.run_id, views)
+        views.clear()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        conn.send(("check", found, sink.getvalue().to_pybytes()))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back as one line
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _summary(views: list[LedgerView]) -> ShardScan:
+    return ShardScan(
+        named=named_bookies(views),
+        per_directory=scanned_per_directory(v.znode_path for v in views),
+        ledgers=len(views),
+        metadata_errors=sum(1 for v in views if not v.ok),
+        not_closed=sum(1 for v in views if v.ok and not v.is_closed),
+        unreadable=[(v.ledger_id, v.error) for v in views if not v.ok][:UNREADABLE_SHOWN],
+    )
+
+
+class ScanShard:
+    """The helper process, seen from the run: started on construction, scanning at once."""
+
+    def __init__(self, job: ShardJob) -> None:
+        ctx = multiprocessing.get_context("spawn")  # the run's process has threads
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, job), name="bkaudit-scan-helper")
+        self._proc.start()
+        child.close()
+        self.dirs = job.dirs
+        log.info(
+            "metadata scan: a helper process scans %d of the directories (%d ledgers)",
+            len(job.dirs),
+            sum(d.count for d in job.dirs),
+        )
+
+    def _answer(self, kind: str) -> tuple[Any, ...]:
+        try:
+            answer: tuple[Any, ...] = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise ScanHelperError(
+                f"the metadata scan helper exited (code {self._proc.exitcode}) before "
+                f"answering: {type(exc).__name__}"
+            ) from None
+        if answer[0] == "error":
+            raise ScanHelperError(f"the metadata scan helper failed: {answer[1]}")
+        if answer[0] != kind:
+            raise ScanHelperError(f"the metadata scan helper answered {answer[0]}, not {kind}")
+        return answer
+
+    def scanned(self) -> ShardScan:
+        """Round 1: wait for the helper's scan."""
+        summary: ShardScan = self._answer("scan")[1]
+        return summary
+
+    def request_check(self, lost: frozenset[str], check: str) -> None:
+        """Round 2 begins: the helper checks its ledgers against ``lost`` while the run
+        checks its own."""
+        self._conn.send(("check", lost, check))
+
+    def checked(self) -> tuple[list[Finding], pa.Table]:
+        """Round 2's answer: the helper's findings, and its ``ledgers`` rows."""
+        _, found, ipc = self._answer("check")
+        with pa.ipc.open_stream(pa.py_buffer(ipc)) as reader:
+            table = reader.read_all()
+        return found, table
+
+    def close(self) -> None:
+        """Stop the helper (at once, if it is still working: the run has failed)."""
+        try:
+            if self._proc.is_alive():
+                self._conn.send(("stop",))
+        except OSError:
+            pass
+        self._conn.close()
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join()

@@ -1,0 +1,107 @@
+"""The local lost audit with a helper process (jobs.local.scan_shard), on a bookie farm with one
+identity lost: the same rows and counts as the single process, and findings exact against the
+plan; a helper that cannot reach the store fails the run, with
+nothing recorded as COMPLETED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bklib.audit.engine import ScanPlan
+from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey, Reason, RunStatus
+from bklib.testing.scale.farm import FarmClient
+from bklib.testing.scale.harness import running_farm
+from bklib.testing.scale.seeder import seed_ledgers
+from bklib.testing.zkclient import connect
+from bklib.testing.zkserver import ZooKeeperServer
+from jobs.local.audit import LocalAudit
+from jobs.local.scan_shard import ScanHelperError, split_dirs
+from jobs.runs.audit_run import AuditConfig
+from jobs.tables import delta
+from jobs.tables.schema import BOOKIES, FRAGMENTS, LEDGERS
+from tests.bookie_helpers import wait_for_no_znode
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+N_LEDGERS = 2500
+N_BOOKIES = 12
+
+
+@pytest.fixture(scope="module")
+def lost_farm(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, FarmClient, str]]:
+    """A seeded farm whose sixth identity is lost: (connect string, farm, lost bookie)."""
+    base = tmp_path_factory.mktemp("split")
+    with (
+        zk_server.private_chroot("split") as zk,
+        running_farm(zk, base / "farm", bookies=N_BOOKIES, ledgers=N_LEDGERS) as (farm, _),
+    ):
+        assert seed_ledgers(zk, farm.plan).created == N_LEDGERS
+        victim = farm.bookies[5]
+        farm.stop(victim)
+        client = connect(zk)
+        try:
+            wait_for_no_znode(client, f"{DEFAULT_LEDGERS_ROOT}/available/{victim}")
+        finally:
+            client.stop()
+        yield zk, farm, victim
+
+
+def _run(zk: str, warehouse: Path, *, split: bool, helper_zk: str | None = None) -> Any:
+    config = AuditConfig(zk=helper_zk or zk, warehouse=str(warehouse), check=Check.LOST)
+    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
+    # The run's own scan reads through ``zk``; the helper opens ``config.zk``.
+    return LocalAudit(config, plan, zk, split=split).run_all()
+
+
+def _rows(warehouse: Path, table: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's rows without its own identity and times, in a stable order (a table's files
+    come back in any order)."""
+    drop = {"run_id", "run_date", "detected_at", "first_detected_at"}
+    rows = [
+        {k: v for k, v in row.items() if k not in drop}
+        for row in delta.read_rows(str(warehouse), table, filters=[("run_id", "=", run_id)])
+    ]
+    return sorted(rows, key=repr)
+
+
+def test_the_helper_gives_the_single_process_rows(
+    lost_farm: tuple[str, FarmClient, str], tmp_path: Path
+) -> None:
+    zk, farm, victim = lost_farm
+    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
+    halves = split_dirs(list(plan.dirs), 2)
+    assert len(halves) == 2 and all(halves), [len(h) for h in halves]
+
+    one = _run(zk, tmp_path / "one", split=False)
+    two = _run(zk, tmp_path / "two", split=True)
+    for run in (one, two):
+        assert run.status == RunStatus.COMPLETED, run.counts
+        assert run.counts[CountKey.LEDGERS] == N_LEDGERS
+    assert {k: v for k, v in two.counts.items()} == {k: v for k, v in one.counts.items()}
+    for table in (LEDGERS, FRAGMENTS, BOOKIES):
+        single = _rows(tmp_path / "one", table, one.run_id)
+        split = _rows(tmp_path / "two", table, two.run_id)
+        assert split == single, table
+    expected = {(lid, first) for lid, first in farm.plan.segments_naming(victim)}
+    found = {
+        (r["ledger_id"], r["segment_first_entry_id"])
+        for r in _rows(tmp_path / "two", FRAGMENTS, two.run_id)
+        if r["bookie_id"] == victim and r["reason"] == Reason.BOOKIE_LOST
+    }
+    assert found == expected and expected
+
+
+def test_a_helper_that_cannot_reach_the_store_fails_the_run(
+    lost_farm: tuple[str, FarmClient, str], tmp_path: Path
+) -> None:
+    zk, _, _ = lost_farm
+    with pytest.raises(ScanHelperError, match=r"helper failed: .*127\.0\.0\.1:1"):
+        _run(zk, tmp_path / "wh", split=True, helper_zk="127.0.0.1:1")
+    assert delta.latest_run(str(tmp_path / "wh")) is None  # nothing recorded as finished

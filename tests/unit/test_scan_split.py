@@ -1,0 +1,45 @@
+"""The pure parts of the local lost check's split scan: directories cut into contiguous halves
+of about equal ledger counts (jobs.local.scan_shard.split_dirs), and the run's ZooKeeper
+budget shared while two processes scan (bklib.meta.zkbudget.shared_budget)."""
+
+from __future__ import annotations
+
+from bklib.meta import zkbudget
+from bklib.meta.store import LeafDir
+from jobs.local.scan_shard import split_dirs
+
+
+def _dirs(*counts: int) -> list[LeafDir]:
+    return [LeafDir(f"/ledgers/00/{i:04d}", f"00{i:04d}", n) for i, n in enumerate(counts)]
+
+
+def test_halves_are_contiguous_and_about_equal() -> None:
+    dirs = _dirs(*([10_000] * 99), 3)
+    halves = split_dirs(dirs, 2)
+    assert [d for half in halves for d in half] == dirs  # the scan's order, cut once
+    sizes = [sum(d.count for d in half) for half in halves]
+    assert len(halves) == 2 and abs(sizes[0] - sizes[1]) <= 10_000, sizes
+
+
+def test_uneven_and_small_plans() -> None:
+    assert split_dirs(_dirs(5), 2) == [_dirs(5)]  # one directory: nothing to split
+    assert split_dirs([], 2) == []
+    halves = split_dirs(_dirs(1, 1, 1, 97), 2)
+    assert [len(h) for h in halves] == [3, 1]
+    assert len(split_dirs(_dirs(*([7] * 10)), 3)) == 3
+
+
+def test_the_budget_is_shared_then_restored_with_its_count() -> None:
+    whole = zkbudget.set_request_rate(1000.0)
+    try:
+        with zkbudget.shared_budget(2) as share:
+            assert share == 500.0
+            assert zkbudget.request_budget().rate == 500.0
+            assert zkbudget.request_budget().take_up_to(3) == 3
+        assert zkbudget.request_budget() is whole and whole.rate == 1000.0
+        assert whole.requests == 3
+        zkbudget.set_request_rate(None)
+        with zkbudget.shared_budget(2) as share:
+            assert share is None and zkbudget.request_budget().rate is None
+    finally:
+        zkbudget.set_request_rate(zkbudget.DEFAULT_REQUEST_RATE)
