@@ -123,7 +123,7 @@ class LocalAudit:
             if helper_dirs:
                 self.shard = ScanShard(
                     ShardJob(cfg.zk, helper_dirs, cfg.zk_auth, cfg.scan_in_flight, rate,
-                             self.run.run_id)
+                             self.run.run_id, ShardJob.current_logs())
                 )  # fmt: skip
             self.ledgers = list(
                 track(

@@ -23,6 +23,7 @@ fails the run: nothing it scanned counts as read.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import logging
@@ -42,6 +43,7 @@ from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
 from bklib.meta.zkaccess import ZkAuth
 from bklib.meta.zkbudget import set_request_rate
+from jobs.runtime.logs import is_verbose, log_format, setup_logging
 from jobs.tables.ledgers_arrow import ledgers_table
 
 __all__ = [
@@ -104,6 +106,14 @@ class ShardJob:
     max_in_flight: int
     rate: float | None
     run_id: str
+    logs: tuple[str, bool, str] = ("INFO", False, "text")
+    """The run's logging (level, verbose, format): the helper's warnings read as its own."""
+
+    @staticmethod
+    def current_logs() -> tuple[str, bool, str]:
+        """This process's logging, for a helper to copy."""
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        return str(level), is_verbose(), log_format()
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,8 @@ def _serve(conn: Connection, job: ShardJob) -> None:
     # As in the run's own process (jobs.runtime.gc_pause): the views are long-lived and
     # acyclic, and the collector would walk them again and again as they pile up.
     gc.disable()
+    level, verbose, fmt = job.logs
+    setup_logging(level, verbose=verbose, fmt=fmt)
     try:
         set_request_rate(job.rate)
         views = list(
@@ -141,7 +153,8 @@ def _serve(conn: Connection, job: ShardJob) -> None:
             writer.write_table(table)
         conn.send(("check", found, sink.getvalue().to_pybytes()))
     except BaseException as exc:  # noqa: BLE001 - everything goes back as one line
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):  # the run may have stopped listening
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 

@@ -1,7 +1,7 @@
 """The local lost audit with a helper process (jobs.local.scan_shard), on a bookie farm with one
-identity lost: the same rows and counts as the single process, and findings exact against the
-plan; a helper that cannot reach the store fails the run, with
-nothing recorded as COMPLETED.
+identity lost and a corrupt znode in the helper's half: the same rows and counts as the
+single process, and findings exact against the plan. A helper that cannot reach the store
+fails the run, with nothing recorded as COMPLETED.
 """
 
 from __future__ import annotations
@@ -78,18 +78,35 @@ def test_the_helper_gives_the_single_process_rows(
     plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
     halves = split_dirs(list(plan.dirs), 2)
     assert len(halves) == 2 and all(halves), [len(h) for h in halves]
-
-    one = _run(zk, tmp_path / "one", split=False)
-    two = _run(zk, tmp_path / "two", split=True)
+    # A corrupt znode in the helper's half: counted, and its row kept, as in one process.
+    client = connect(zk)
+    try:
+        leaf = halves[1][-1].path
+        corrupt = f"{leaf}/{sorted(client.get_children(leaf))[0]}"
+        original, _ = client.get(corrupt)
+        client.set(corrupt, b"BookieMetadataFormatVersion\t3\n\x05garbage")
+        try:
+            one = _run(zk, tmp_path / "one", split=False)
+            two = _run(zk, tmp_path / "two", split=True)
+        finally:
+            client.set(corrupt, original)
+    finally:
+        client.stop()
     for run in (one, two):
-        assert run.status == RunStatus.COMPLETED, run.counts
+        assert run.status == RunStatus.COMPLETED_WITH_ERRORS, run.counts
         assert run.counts[CountKey.LEDGERS] == N_LEDGERS
+        assert run.counts[CountKey.METADATA_ERRORS] == 1
     assert {k: v for k, v in two.counts.items()} == {k: v for k, v in one.counts.items()}
     for table in (LEDGERS, FRAGMENTS, BOOKIES):
         single = _rows(tmp_path / "one", table, one.run_id)
         split = _rows(tmp_path / "two", table, two.run_id)
         assert split == single, table
-    expected = {(lid, first) for lid, first in farm.plan.segments_naming(victim)}
+    rows = _rows(tmp_path / "two", LEDGERS, two.run_id)
+    unreadable = {r["ledger_id"] for r in rows if r["error"]}
+    assert len(unreadable) == 1
+    expected = {
+        (lid, first) for lid, first in farm.plan.segments_naming(victim) if lid not in unreadable
+    }
     found = {
         (r["ledger_id"], r["segment_first_entry_id"])
         for r in _rows(tmp_path / "two", FRAGMENTS, two.run_id)
