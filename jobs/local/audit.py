@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.classify import keep_still_current, summarize
 from bklib.audit.engine import (
     ScanPlan,
@@ -35,7 +34,6 @@ from bklib.meta.zkbudget import shared_budget
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.local.scan_shard import (
     SPLIT_MIN_LEDGERS,
-    UNREADABLE_SHOWN,
     ScanShard,
     ShardJob,
     ShardScan,
@@ -137,30 +135,23 @@ class LocalAudit:
                 helper = self.shard.scanned()
         with store_session(self.store, auth=cfg.zk_auth) as zk:
             registry = list_bookies(zk, cfg.ledgers_root)
-        named = named_bookies(self.ledgers)
-        per_directory = scanned_per_directory(v.znode_path for v in self.ledgers)
-        counts[CountKey.LEDGERS] = len(self.ledgers)
-        counts[CountKey.METADATA_ERRORS] = sum(1 for v in self.ledgers if not v.ok)
-        counts[CountKey.LEDGERS_NOT_CLOSED] = sum(
-            1 for v in self.ledgers if v.ok and not v.is_closed
-        )
-        unreadable = [(v.ledger_id, v.error) for v in self.ledgers if not v.ok][:UNREADABLE_SHOWN]
+        scanned = ShardScan.of(self.ledgers)
         if helper is not None:
-            named |= helper.named
-            per_directory += helper.per_directory
-            counts[CountKey.LEDGERS] += helper.ledgers
-            counts[CountKey.METADATA_ERRORS] += helper.metadata_errors
-            counts[CountKey.LEDGERS_NOT_CLOSED] += helper.not_closed
-            unreadable = (unreadable + helper.unreadable)[:UNREADABLE_SHOWN]
-        self.bookies = bookie_rows(registry, named)
+            scanned = scanned.plus(helper)
+        counts[CountKey.LEDGERS] = scanned.ledgers
+        counts[CountKey.METADATA_ERRORS] = scanned.metadata_errors
+        counts[CountKey.LEDGERS_NOT_CLOSED] = scanned.not_closed
+        self.bookies = bookie_rows(registry, scanned.named)
         counts.update(
-            self.plan.account(self.store, per_directory, cfg.ledgers_root, cfg.zk_auth).counts()
+            self.plan.account(
+                self.store, scanned.per_directory, cfg.ledgers_root, cfg.zk_auth
+            ).counts()
         )
         states = Counter(b.state for b in self.bookies)
         for s in BookieState.ALL:
             counts[CountKey.bookies(s)] = states.get(s, 0)
         log_metadata(counts, time.monotonic() - t0)
-        for ledger_id, error in unreadable:
+        for ledger_id, error in scanned.unreadable:
             log.warning("unreadable ledger %d: %s", ledger_id, error)
 
     def check(self) -> None:

@@ -118,7 +118,8 @@ class ShardJob:
 
 @dataclass(frozen=True)
 class ShardScan:
-    """The first round's answer: what the run needs of the helper's views."""
+    """What a run needs of a scanned half's views: the first round's answer, and this
+    process's own half, merged with :meth:`plus`."""
 
     named: set[str]
     per_directory: Counter[str]
@@ -126,6 +127,29 @@ class ShardScan:
     metadata_errors: int
     not_closed: int
     unreadable: list[tuple[int, str | None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, views: list[LedgerView]) -> ShardScan:
+        """The summary of ``views``."""
+        return cls(
+            named=named_bookies(views),
+            per_directory=scanned_per_directory(v.znode_path for v in views),
+            ledgers=len(views),
+            metadata_errors=sum(1 for v in views if not v.ok),
+            not_closed=sum(1 for v in views if v.ok and not v.is_closed),
+            unreadable=[(v.ledger_id, v.error) for v in views if not v.ok][:UNREADABLE_SHOWN],
+        )
+
+    def plus(self, other: ShardScan) -> ShardScan:
+        """Both halves, this one first (the scan's order)."""
+        return ShardScan(
+            named=self.named | other.named,
+            per_directory=self.per_directory + other.per_directory,
+            ledgers=self.ledgers + other.ledgers,
+            metadata_errors=self.metadata_errors + other.metadata_errors,
+            not_closed=self.not_closed + other.not_closed,
+            unreadable=(self.unreadable + other.unreadable)[:UNREADABLE_SHOWN],
+        )
 
 
 def _serve(conn: Connection, job: ShardJob) -> None:
@@ -140,7 +164,7 @@ def _serve(conn: Connection, job: ShardJob) -> None:
         views = list(
             scan_dirs(job.locator, job.dirs, auth=job.auth, max_in_flight=job.max_in_flight)
         )
-        conn.send(("scan", _summary(views)))
+        conn.send(("scan", ShardScan.of(views)))
         request = conn.recv()
         if request[0] != "check":
             return
@@ -153,21 +177,13 @@ def _serve(conn: Connection, job: ShardJob) -> None:
             writer.write_table(table)
         conn.send(("check", found, sink.getvalue().to_pybytes()))
     except BaseException as exc:  # noqa: BLE001 - everything goes back as one line
+        # Fail closed: an error sends no partial answer, only the error, and the run raises
+        # ScanHelperError on it (as on silence: a helper that dies answers EOF). Nothing the
+        # helper read counts, so an error can never shrink the audit or pass as clean.
         with contextlib.suppress(OSError):  # the run may have stopped listening
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
-
-
-def _summary(views: list[LedgerView]) -> ShardScan:
-    return ShardScan(
-        named=named_bookies(views),
-        per_directory=scanned_per_directory(v.znode_path for v in views),
-        ledgers=len(views),
-        metadata_errors=sum(1 for v in views if not v.ok),
-        not_closed=sum(1 for v in views if v.ok and not v.is_closed),
-        unreadable=[(v.ledger_id, v.error) for v in views if not v.ok][:UNREADABLE_SHOWN],
-    )
 
 
 class ScanShard:
