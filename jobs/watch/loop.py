@@ -264,6 +264,10 @@ class WatchService:
         if not w.connected:
             self._step_down(f"{w.zk.kind} disconnected")
             return self.cfg.poll_interval
+        # The cycle decides as of this instant, taken before ZooKeeper confirms the term: a
+        # process paused after the confirmation (SIGSTOP, a long GC, a frozen VM) must not
+        # wake up and count the pause towards a bookie's delay on a view of the old term.
+        as_of = time.monotonic()
         try:
             if not e.in_current_session():
                 # The session expired: our member died with it. Join again; whatever we knew
@@ -280,8 +284,12 @@ class WatchService:
             return self.cfg.poll_interval * 5
         try:
             if not self.leading:
+                # The take-over reads the whole cluster, so this cycle's check is long past:
+                # the term's first decisions wait for the next cycle's.
                 self._take_over()
-            wait = self._lead()
+                wait = 0.0
+            else:
+                wait = self._lead(as_of)
         except _Stopped as exc:
             log.info("watch: %s", exc)
             return 0.0
@@ -449,13 +457,14 @@ class WatchService:
         # create it from its own configuration.
         return float(snap.delay_znode or 0)
 
-    def _lead(self) -> float:
-        """One leader cycle; returns the sleep until the next thing is due."""
+    def _lead(self, as_of: float) -> float:
+        """One leader cycle deciding as of ``as_of`` (monotonic seconds, no later than the
+        cycle's leadership check); returns the sleep until the next thing is due."""
         assert self.watcher is not None
         cfg, m = self.cfg, self.metrics
         snap = self.watcher.snapshot()
         delay = self._delay(snap)
-        now = time.monotonic()
+        now = as_of
         became = self.tracker.observe(snap.available, now, delay)
         if became:
             log.info("watch: lost bookies due for repair: %s (delay %gs)", became, delay)
