@@ -11,6 +11,9 @@ workers included), peak RSS of each process, and the requests ZooKeeper received
   identity stopped, then ``audit --check lost`` and ``rereplicate`` on that executor (each
   executor repairs a different identity's ledgers, about the same number);
 - ``listunderreplicated`` on the warehouse (exit 1: it lists findings);
+- the commands of ``--commands`` on the warehouse of the first repair (else of the first lost
+  audit): ``whatif --bookie`` (one live identity, the audit's missing replicas counted as
+  gone), ``blastradius`` with each executor of ``--executors``, and ``report``;
 - with ``--zk-rates``, the local lost audit again under each ``--zk-rate``.
 
 A latency probe reads one znode every 10 ms on its own session through every command and
@@ -18,7 +21,8 @@ reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
         [--checks lost,sample] [--repair [--repair-executors local,spark]]
-        [--zk-rates 0,20000,10000] [--json FILE] [--keep-warehouse DIR] [--logs DIR]
+        [--zk-rates 0,20000,10000] [--commands whatif,blastradius,report] [--json FILE]
+        [--keep-warehouse DIR] [--logs DIR]
 
 ``--keep-warehouse`` copies the first repair's warehouse (two audit runs and a repair run) to
 DIR before the cluster goes: ``bench/warehouse_history.py`` grows it to 30 runs.
@@ -46,7 +50,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bklib.states import DEFAULT_LEDGERS_ROOT, CountKey  # noqa: E402
+from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey  # noqa: E402
 from bklib.testing.scale.farm import FarmClient  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
 from bklib.testing.scale.probe import LatencyProbe  # noqa: E402
@@ -227,6 +231,11 @@ def main() -> None:
         default="",
         help="also run the local lost audit under each of these --zk-rate values (0: none)",
     )
+    p.add_argument(
+        "--commands",
+        default=",".join(READ_ONLY_COMMANDS),
+        help="read-only commands to time on the audited warehouse, comma-separated (empty: none)",
+    )
     p.add_argument("--json", help="append the results to this file")
     p.add_argument("--keep-warehouse", help="copy the first repair's warehouse here")
     p.add_argument("--logs", help="save each command's log (its stderr) in this directory")
@@ -252,9 +261,13 @@ def main() -> None:
                 results.append(m)
                 return m
 
+            audited: str | None = None  # the warehouse the read-only commands read
             for check in filter(None, args.checks.split(",")):
                 for ex in filter(None, args.executors.split(",")):
-                    audit(f"audit {check} {ex}", ex, str(base / f"wh-{check}-{ex}"), check=check)
+                    wh = str(base / f"wh-{check}-{ex}")
+                    audit(f"audit {check} {ex}", ex, wh, check=check)
+                    if check == Check.LOST and audited is None:
+                        audited = wh
             for rate in filter(None, args.zk_rates.split(",")):
                 wh = str(base / f"wh-r{rate}")
                 audit(f"audit lost local --zk-rate {rate}", "local", wh, rate)
@@ -275,11 +288,54 @@ def main() -> None:
                     results.append(measure("listunderreplicated", argv, zk))
                     if args.keep_warehouse:
                         shutil.copytree(wh, args.keep_warehouse, dirs_exist_ok=True)
+                    audited = wh  # the repair's warehouse holds findings and actions
+            commands = [c for c in args.commands.split(",") if c]
+            unknown = set(commands) - set(READ_ONLY_COMMANDS)
+            if unknown:
+                raise SystemExit(f"--commands: unknown {sorted(unknown)}")
+            if commands:
+                if audited is None:
+                    audited = str(base / "wh-lost-local")
+                    audit("audit lost local", "local", audited)
+                executors = [ex for ex in args.executors.split(",") if ex]
+                live = farm.bookies[0]  # lose_one stops from the middle on
+                results += read_only(commands, audited, live, executors, base, zk, common)
     if args.json:
         with open(args.json, "a") as f:
             for m in results:
                 row = {"ledgers": args.ledgers, "bookies": args.bookies, **asdict(m)}
                 f.write(json.dumps(row) + "\n")
+
+
+READ_ONLY_COMMANDS = ("whatif", "blastradius", "report")
+
+
+def read_only(
+    commands: list[str],
+    wh: str,
+    bookie: str,
+    executors: list[str],
+    base: Path,
+    zk: ZooKeeperServer,
+    common: list[str],
+) -> list[Measured]:
+    """Time the read-only commands on ``wh``: ``whatif --bookie``, ``blastradius`` with each
+    executor (it writes its own table, nothing else), ``report``."""
+    out: list[Measured] = []
+    for name in commands:
+        if name == "whatif":
+            argv = ["whatif", "--bookie", bookie, "--warehouse", wh, "--max-ledgers", "20"]
+            out.append(measure("whatif --bookie", [*argv, *common[:2]], zk))
+        elif name == "blastradius":
+            for ex in executors:
+                argv = ["blastradius", "--executor", ex, "--warehouse", wh, *common[:2]]
+                out.append(measure(f"blastradius {ex}", argv, zk))
+        elif name == "report":
+            argv = ["report", "--warehouse", wh, "--out", str(base / "report.html")]
+            m = measure("report", argv, zk)
+            m.detail = {"html_bytes": (base / "report.html").stat().st_size}
+            out.append(m)
+    return out
 
 
 def lose_one(hosts: str, farm: FarmClient, k: int = 0) -> str:

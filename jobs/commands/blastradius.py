@@ -37,6 +37,7 @@ from jobs.commands.whatif import (
     load_state,
     read_cluster,
 )
+from jobs.runtime.cores import usable_cores
 from jobs.runtime.messages import one_line
 
 __all__ = [
@@ -80,7 +81,7 @@ def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
 
 def _processes() -> int:
     # One worker per core (at most 4); parallel_blast_radius forks only for big clusters.
-    return min(4, os.cpu_count() or 1)
+    return min(4, usable_cores())
 
 
 PARALLEL_MIN_LEDGERS = 100_000

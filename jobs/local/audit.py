@@ -38,7 +38,6 @@ from jobs.local.scan_shard import (
     ShardJob,
     ShardScan,
     split_dirs,
-    usable_cores,
 )
 from jobs.runs.audit_run import log_metadata, run_status
 from jobs.runs.placement import (
@@ -47,6 +46,7 @@ from jobs.runs.placement import (
     placement_counts,
     under_replication,
 )
+from jobs.runtime.cores import usable_cores
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.progress import track
 from jobs.tables import delta

@@ -8,7 +8,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
-import os
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from bklib.repair.requests import (
 from bklib.states import ActionStatus, Executor, Reason
 from jobs.runs.repair_partition import repair_partition, repair_partition_rows
 from jobs.runs.repair_run import log_done, log_start, stamp
+from jobs.runtime.cores import usable_cores
 from jobs.runtime.progress import Progress
 from jobs.tables import delta
 from jobs.tables.runs import new_run_id
@@ -158,7 +158,7 @@ class LocalRepair:
         if wanted:
             return max(1, min(wanted, ledgers))
         per = max(1, self.config.ledgers_in_flight)
-        return max(1, min(os.cpu_count() or 1, ledgers // per))
+        return max(1, min(usable_cores(), ledgers // per))
 
     def execute(self, reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
         """Repair ``reqs``; returns the action rows (also appended to

@@ -28,7 +28,6 @@ import gc
 import itertools
 import logging
 import multiprocessing
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -54,7 +53,6 @@ __all__ = [
     "ShardJob",
     "ShardScan",
     "split_dirs",
-    "usable_cores",
 ]
 
 log = logging.getLogger("jobs.commands.audit")
@@ -69,15 +67,6 @@ UNREADABLE_SHOWN = 20
 
 class ScanHelperError(MetaStoreError):
     """The helper process failed or died: the run fails, and names what the helper said."""
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which a container's cpuset limits),
-    else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def split_dirs(dirs: list[LeafDir], parts: int) -> list[list[LeafDir]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from bklib.meta.zkbudget import RATE_ENV, request_budget
+from jobs.runtime.cores import usable_cores
 from jobs.runtime.logs import is_verbose
 from jobs.spark.jars import DELTA_PACKAGE, bundled_jars
 
@@ -161,7 +162,8 @@ def task_slots(conf: Mapping[str, str]) -> int:
     master = conf.get("spark.master", "")
     m = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
     if m:
-        return (os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
+        # The JVM counts the cores its affinity allows, as usable_cores does.
+        return usable_cores() if m.group(1) == "*" else max(1, int(m.group(1)))
     if master == "local":
         return 1
     if conf.get("spark.default.parallelism", "").isdigit():
