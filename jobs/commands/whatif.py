@@ -53,6 +53,7 @@ from bklib.states import (
     Reason,
     Verdict,
 )
+from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.messages import one_line
 
 __all__ = [
@@ -173,7 +174,10 @@ def load_state(
     """Read the metadata, registrations, racks and (with ``warehouse``) the latest findings."""
     t0 = time.monotonic()
     plan = ScanPlan.read(zk_hosts, root, auth)
-    views = list(scan_dirs(zk_hosts, plan.dirs, auth=auth))
+    # Every view lives until the answer: the collector's full passes would rescan them over
+    # and over as the list grows (jobs/runtime/gc_pause.py); one pass after the scan instead.
+    with paused_gc():
+        views = list(scan_dirs(zk_hosts, plan.dirs, auth=auth))
     account = plan.account(zk_hosts, scanned_per_directory(v.znode_path for v in views), root, auth)
     registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
     named = named_bookies(views)
