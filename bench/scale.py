@@ -133,6 +133,9 @@ LOGS: list[Path] = []
 PEERS: dict[str, psutil.Process] = {}
 """The cluster's processes whose CPU each command is charged with: ``farm`` and ``zookeeper``."""
 
+READ_ONLY_COMMANDS = ("whatif", "blastradius", "report")
+"""What ``--commands`` may name: timed on the audited warehouse after the audits and repairs."""
+
 
 def _cpu(p: psutil.Process) -> float:
     t = p.cpu_times()
@@ -241,6 +244,10 @@ def main() -> None:
     p.add_argument("--logs", help="save each command's log (its stderr) in this directory")
     args = p.parse_args()
     LOGS[:] = [Path(args.logs)] if args.logs else []
+    commands = [c for c in args.commands.split(",") if c]
+    unknown = set(commands) - set(READ_ONLY_COMMANDS)
+    if unknown:  # before the cluster is seeded, not after
+        raise SystemExit(f"--commands: unknown {sorted(unknown)}")
     results: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="bkaudit-scale-") as tmp:
         base = Path(tmp)
@@ -289,25 +296,18 @@ def main() -> None:
                     if args.keep_warehouse:
                         shutil.copytree(wh, args.keep_warehouse, dirs_exist_ok=True)
                     audited = wh  # the repair's warehouse holds findings and actions
-            commands = [c for c in args.commands.split(",") if c]
-            unknown = set(commands) - set(READ_ONLY_COMMANDS)
-            if unknown:
-                raise SystemExit(f"--commands: unknown {sorted(unknown)}")
             if commands:
                 if audited is None:
                     audited = str(base / "wh-lost-local")
                     audit("audit lost local", "local", audited)
                 executors = [ex for ex in args.executors.split(",") if ex]
                 live = farm.bookies[0]  # lose_one stops from the middle on
-                results += read_only(commands, audited, live, executors, base, zk, common)
+                results += read_only(commands, audited, live, executors, base, zk, hosts)
     if args.json:
         with open(args.json, "a") as f:
             for m in results:
                 row = {"ledgers": args.ledgers, "bookies": args.bookies, **asdict(m)}
                 f.write(json.dumps(row) + "\n")
-
-
-READ_ONLY_COMMANDS = ("whatif", "blastradius", "report")
 
 
 def read_only(
@@ -317,7 +317,7 @@ def read_only(
     executors: list[str],
     base: Path,
     zk: ZooKeeperServer,
-    common: list[str],
+    hosts: str,
 ) -> list[Measured]:
     """Time the read-only commands on ``wh``: ``whatif --bookie``, ``blastradius`` with each
     executor (it writes its own table, nothing else), ``report``."""
@@ -325,10 +325,10 @@ def read_only(
     for name in commands:
         if name == "whatif":
             argv = ["whatif", "--bookie", bookie, "--warehouse", wh, "--max-ledgers", "20"]
-            out.append(measure("whatif --bookie", [*argv, *common[:2]], zk))
+            out.append(measure("whatif --bookie", [*argv, "--zk", hosts], zk))
         elif name == "blastradius":
             for ex in executors:
-                argv = ["blastradius", "--executor", ex, "--warehouse", wh, *common[:2]]
+                argv = ["blastradius", "--executor", ex, "--warehouse", wh, "--zk", hosts]
                 out.append(measure(f"blastradius {ex}", argv, zk))
         elif name == "report":
             argv = ["report", "--warehouse", wh, "--out", str(base / "report.html")]

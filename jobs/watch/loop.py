@@ -457,14 +457,13 @@ class WatchService:
         # create it from its own configuration.
         return float(snap.delay_znode or 0)
 
-    def _lead(self, as_of: float) -> float:
-        """One leader cycle deciding as of ``as_of`` (monotonic seconds, no later than the
+    def _lead(self, now: float) -> float:
+        """One leader cycle deciding as of ``now`` (monotonic seconds, taken before the
         cycle's leadership check); returns the sleep until the next thing is due."""
         assert self.watcher is not None
         cfg, m = self.cfg, self.metrics
         snap = self.watcher.snapshot()
         delay = self._delay(snap)
-        now = as_of
         became = self.tracker.observe(snap.available, now, delay)
         if became:
             log.info("watch: lost bookies due for repair: %s (delay %gs)", became, delay)
