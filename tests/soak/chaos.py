@@ -770,7 +770,13 @@ def converge(
 ) -> list[str]:
     """Audit + rereplicate (grace 0) until no metadata names a gone bookie, then recover every
     ledger still open (its writer is dead), then replicas audits + repairs until the audit
-    finds nothing. Returns problems (a run that never converged)."""
+    finds nothing and no under-replication mark is left. Returns problems (a run that never
+    converged).
+
+    A mark the chaos left (a job marked a ledger whose bookie's session had lapsed, then
+    waited out the grace period on the open ledger) is cleared only by a rereplicate that
+    verifies it on the healed cluster (``LedgerRequest.verify_mark``). So a clean audit alone
+    does not end the loop: the marks must be gone too."""
     problems: list[str] = []
     for r in range(rounds):
         named = ledgers_naming(cluster.store, gone)
@@ -793,13 +799,25 @@ def converge(
             text=True,
             timeout=120,
         )
-        tl.add("converge", "replicas", f"round {r}: listunderreplicated exit {listing.returncode}")
-        if listing.returncode == 0:
+        marked = marked_ledgers(cluster.zk)
+        tl.add(
+            "converge",
+            "replicas",
+            f"round {r}: listunderreplicated exit {listing.returncode}; marked {marked}",
+        )
+        if listing.returncode == 0 and not marked:
             break
         run_job(rereplicate_args(cluster.connect, warehouse, "--grace-period", "0s"), log)
     else:
-        problems.append(f"replicas audit never came back clean in {rounds} rounds")
+        problems.append(
+            f"replicas audit never came back clean with no mark left in {rounds} rounds"
+        )
     return problems
+
+
+def marked_ledgers(zk: KazooClient) -> list[int]:
+    """The ledgers BookKeeper's under-replication marks name."""
+    return [m.ledger_id for m in UnderReplicationManager(zk, ROOT).list_underreplicated()]
 
 
 def ledgers_naming(store: LedgerStore, gone: set[str]) -> list[int]:
@@ -981,7 +999,8 @@ async def replica_violations(
 
 def orphan_violations(zk: KazooClient, store: LedgerStore) -> list[str]:
     """With every job finished (and killed jobs' sessions long expired) no lock may remain;
-    with the replicas audit clean, every remaining mark is orphaned."""
+    after :func:`converge`'s clean replicas audit and its rereplicates' verification of every
+    mark, a mark that remains is orphaned."""
     urm = UnderReplicationManager(zk, ROOT)
     v = [f"orphaned lock {name} (session 0x{owner:x})" for name, owner in lock_owners(zk).items()]
     for mark in urm.list_underreplicated():
