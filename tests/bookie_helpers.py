@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -259,6 +260,19 @@ def wait_for_znode(zk: KazooClient, path: str, timeout: float = 30.0) -> bytes:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not event.wait(remaining):
             raise TimeoutError(f"znode {path} did not appear within {timeout}s")
+
+
+def wait_rule_hits(admin: Any, rule_id: int, hits: int, timeout: float = 10.0) -> None:
+    """Wait until the bookie's fault rule ``rule_id`` has applied to ``hits`` requests: the
+    requests it holds have reached the bookie (a fixed sleep may be too short under load)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = next(int(r["hits"]) for r in admin.faults() if r["id"] == rule_id)
+        if got >= hits:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fault rule {rule_id}: {got} of {hits} requests in {timeout}s")
+        time.sleep(0.02)
 
 
 def wait_for_no_znode(zk: KazooClient, path: str, timeout: float = 30.0) -> None:

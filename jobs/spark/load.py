@@ -55,6 +55,7 @@ from jobs.tables.schema import (
     run_day,
     run_day_from_id,
     storage_schema,
+    utc_today,
 )
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ def append_actions(spark: SparkSession, warehouse: str, rows: list[tuple[Any, ..
     dicts = [dict(zip(names, r, strict=True)) for r in rows]
     days = action_run_dates(dicts)
     full = [
-        (*r, days.get(d["run_id"]) or run_day_from_id(d["run_id"]) or date.today())
+        (*r, days.get(d["run_id"]) or run_day_from_id(d["run_id"]) or utc_today())
         for r, d in zip(rows, dicts, strict=True)
     ]
     df = spark.createDataFrame(full, ACTIONS_TABLE_SCHEMA)

@@ -43,6 +43,7 @@ from jobs.tables.schema import (
     run_day,
     run_day_from_id,
     storage_schema,
+    utc_today,
 )
 
 __all__ = [
@@ -490,7 +491,7 @@ def run_dates(
     run id's stamp, today."""
     run_ids = data.column("run_id")
     unique = pc.unique(run_ids)
-    today = datetime.now(timezone.utc).date()
+    today = utc_today()
     days: list[date] = []
     for rid in unique.to_pylist():
         day = (known or {}).get(rid)

@@ -41,6 +41,7 @@ __all__ = [
     "run_day",
     "run_day_from_id",
     "storage_schema",
+    "utc_today",
 ]
 
 AUDIT_RUNS = "audit_runs"
@@ -120,6 +121,12 @@ def run_day(ts: datetime) -> date:
     if ts.tzinfo is not None:
         ts = ts.astimezone(timezone.utc)
     return ts.date()
+
+
+def utc_today() -> date:
+    """Today's run day: the UTC day, as :func:`run_day` takes every run's (never the machine's
+    local day)."""
+    return datetime.now(timezone.utc).date()
 
 
 def run_day_from_id(run_id: str) -> date | None:

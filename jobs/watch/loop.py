@@ -541,7 +541,9 @@ class WatchService:
         run = self._load(job)
         self.schedule.ran(check, started)
         self.metrics.audits.labels(check, run.status).inc()
-        self.metrics.last_audit.labels(check).set(time.time())
+        # The run's own finished_at, so the gauge is the audit_runs row's figure (as the
+        # take-over's reading of the table sets it).
+        self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
         frags, ledgers = finding_counts(f.as_row() for f in job.findings)
         self.metrics.set_findings(check, frags, ledgers)
         log.info(

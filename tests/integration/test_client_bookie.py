@@ -34,7 +34,7 @@ from bklib.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bklib.meta.model import DigestType
-from tests.bookie_helpers import BookieProcess, wait_for_znode
+from tests.bookie_helpers import BookieProcess, wait_for_znode, wait_rule_hits
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +182,7 @@ def test_timeout_and_outstanding_request_when_the_bookie_is_killed(
                 client.add(bid, ledger, e, KEY, b)
             admin = proc.admin()
             # A bookie that never answers: timeout, the connection survives.
-            admin.add_fault("drop", ops=["READ_ENTRY"], ledger=ledger, entry=3)
+            rule = admin.add_fault("drop", ops=["READ_ENTRY"], ledger=ledger, entry=3)
             t0 = time.monotonic()
             with pytest.raises(BKTimeoutError) as ei:
                 client.read(bid, ledger, 3, timeout=0.5)
@@ -192,7 +192,7 @@ def test_timeout_and_outstanding_request_when_the_bookie_is_killed(
 
             # kill -9 with a request outstanding: the caller learns "unknown", not "missing".
             fut = client.submit(lambda p: p.read(bid, ledger, 3, timeout=30))
-            time.sleep(0.3)  # let the request reach the bookie before the crash
+            wait_rule_hits(admin, rule, 2)  # it reached the bookie before the crash
             proc.kill9()
             with pytest.raises(ConnectionLostError) as ei2:
                 fut.result(10)

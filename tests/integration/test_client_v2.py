@@ -22,7 +22,7 @@ from bklib.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
-from tests.bookie_helpers import BookieProcess
+from tests.bookie_helpers import BookieProcess, wait_rule_hits
 from tests.integration.test_client_bookie import (
     CONFIG,
     KEY,
@@ -164,7 +164,7 @@ def test_v2_timeouts_and_a_bookie_killed_mid_batch(
                 client.submit(lambda p: p.batch_read(bid, ledger, 5, 10, 0, timeout=30)),
                 client.submit(lambda p: p.batch_read(bid, ledger, 5, 2, 0, timeout=30)),
             ]
-            time.sleep(0.3)  # let the requests reach the bookie before the crash
+            wait_rule_hits(admin, rule, 3)  # the two reached the bookie before the crash
             proc.kill9()
             for fut in futs:
                 with pytest.raises(ConnectionLostError) as ei2:

@@ -79,7 +79,7 @@ def test_a_mark_left_while_a_bookie_was_down_is_cleared_once_it_is_back(
     c.sandbox.kill_bookie(b)
     c.sandbox.wait_unregistered(b)
     wh = tmp_path / "wh"
-    _run(c, wh)  # grace 30 s: WAITING_GRACE, and the mark is published
+    _run(c, wh, "--grace-period", "1h")  # WAITING_GRACE, and the mark is published
     assert [r["status"] for r in _actions(wh)] == [ActionStatus.WAITING_GRACE]
     assert urm.get(md.ledger_id) is not None
 

@@ -180,9 +180,10 @@ def test_killed_bookie_is_repaired_with_nothing_typed_and_metrics_match_tables(
             t0 = time.monotonic()
             c.sandbox.kill_bookie(victim)
             wait_for(lambda: repaired(c, ids, victim), 90, "repair", w)
-            took = time.monotonic() - t0
-            # The clean re-audit (the watch's latest lost audit) resolves the loss.
+            # The clean re-audit (the watch's latest lost audit) resolves the loss; the time
+            # to repair is recorded after it, so it is bounded by the time until then.
             wait_for(lambda: settled(w.metrics()), 30, "time to repair", w)
+            took = time.monotonic() - t0
             m = w.metrics()
             assert w.get("/healthz")[0] == 200 and w.get("/readyz")[0] == 200
         assert w.proc.returncode == 0, w.tail()
@@ -216,7 +217,7 @@ def test_killed_bookie_is_repaired_with_nothing_typed_and_metrics_match_tables(
     assert m["bkaudit_underreplication_marks"] == 0
     assert 0 < m["bkaudit_time_to_repair_seconds_sum"] <= took + 1
     assert m['bkaudit_last_audit_timestamp_seconds{check="lost"}'] == pytest.approx(
-        runs[-1]["finished_at"].timestamp(), abs=2
+        runs[-1]["finished_at"].timestamp(), abs=0.001
     )
     dones = [a for a in actions if a["status"] == "DONE"]
     assert m['bkaudit_repair_actions_total{action="COPY",status="DONE"}'] == len(copies)

@@ -130,10 +130,11 @@ def test_session_expired_while_paused_rejoins_and_does_not_act_on_the_old_view(
         before = {lid: c.store.read_ledger(lid).value for lid in ids}
         members = election_path("/ledgers")
         zk = c.store.zk
-        # A 1 s session (the server's minimum): the pause outlives it; a 3 s delay: the
-        # lost bookie becomes due while the process is paused.
+        # A 3 s session: the pause outlives it (and a 1 s one would drop its connection on
+        # any 0.4 s stall of a loaded machine, a step-down and an extra take-over before the
+        # pause); a 3 s delay: the lost bookie becomes due while the process is paused.
         with watching(
-            c.zk, wh, tmp_path, "w1", "--zk-session-timeout", "1s",
+            c.zk, wh, tmp_path, "w1", "--zk-session-timeout", "3s",
             "--lost-bookie-recovery-delay", "3s", "--spool-dir", str(tmp_path / "spool"),
         ) as w:  # fmt: skip
             w.wait_role("leader")
