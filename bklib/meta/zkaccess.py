@@ -45,6 +45,7 @@ from kazoo.security import ACL, CREATOR_ALL_ACL
 
 from bklib.errors import ZKError
 from bklib.meta.zkbudget import BudgetedKazooClient
+from bklib.meta.zkhandler import PollingHandler
 
 __all__ = [
     "JAAS_DIGEST_MODULE",
@@ -238,9 +239,14 @@ def new_client(
         # GSSAPI reads the client keytab from the environment (MIT krb5); an explicit
         # setting wins.
         os.environ.setdefault("KRB5_CLIENT_KTNAME", access.sasl.keytab)
-    # Every request of every session draws from the process's ZooKeeper budget (zkbudget).
+    # Every request of every session draws from the process's ZooKeeper budget (zkbudget),
+    # and its connection thread waits through one poll per wait (zkhandler).
     return BudgetedKazooClient(
-        hosts=hosts, timeout=timeout, read_only=read_only, **access.kazoo_kwargs()
+        hosts=hosts,
+        timeout=timeout,
+        read_only=read_only,
+        handler=PollingHandler(),
+        **access.kazoo_kwargs(),
     )
 
 
