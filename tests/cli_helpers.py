@@ -50,3 +50,22 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     lines = error_lines(proc)
     assert len(lines) == 1, proc.stderr
     return lines[0]
+
+
+def failure(proc: subprocess.CompletedProcess[str], *context: object) -> str:
+    """A failed command's account, for an assertion message: its arguments, its exit code,
+    ``context`` and the tails of its output. A string, because pytest cuts the repr of any
+    other message to a few hundred characters (a tuple of the outputs once lost why a Spark
+    driver's JVM had exited)."""
+    args = proc.args if isinstance(proc.args, str) else " ".join(map(str, proc.args))
+    return "\n".join(
+        [
+            f"$ {args}",
+            f"exit {proc.returncode}",
+            *map(str, context),
+            "--- stdout, the end ---",
+            (proc.stdout or "")[-3000:],
+            "--- stderr, the end ---",
+            (proc.stderr or "")[-6000:],
+        ]
+    )

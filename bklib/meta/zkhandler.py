@@ -3,8 +3,8 @@
 kazoo's :class:`~kazoo.handlers.threading.SequentialThreadingHandler` waits through
 ``kazoo.handlers.utils.selector_select``, which builds, registers and closes a new epoll
 selector on every call. Its connection thread waits about five times per request (the wake-up,
-the write, the reply's header and body), so those system calls and objects were a third of
-the client's CPU per request: 315-360 µs per ``get`` against 190-220 µs with one ``poll``
+the write, the reply's header and body), so those system calls and objects were a quarter to
+a third of the client's CPU per request: 341-519 µs against 249-372 µs with one ``poll``
 (docs/benchmarks.md, "kazoo's waits"). The repair's marks, locks and compare-and-sets and the
 watch's reads all go through kazoo; the scan's reads do not (:mod:`bklib.meta.zkbulk`).
 """
@@ -19,7 +19,7 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 
 __all__ = ["PollingHandler"]
 
-_READ_READY = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
+_READ_READY = select.POLLIN | select.POLLHUP | select.POLLERR
 _WRITE_READY = select.POLLOUT | select.POLLHUP | select.POLLERR
 
 
@@ -48,7 +48,7 @@ class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
         masks: dict[int, int] = {}
         for obj in rlist:
             fd = _fd(obj)
-            masks[fd] = masks.get(fd, 0) | select.POLLIN | select.POLLPRI
+            masks[fd] = masks.get(fd, 0) | select.POLLIN
         for obj in wlist:
             fd = _fd(obj)
             masks[fd] = masks.get(fd, 0) | select.POLLOUT

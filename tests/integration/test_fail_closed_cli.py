@@ -11,7 +11,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
 from bklib.testing.zkclient import connect
-from tests.cli_helpers import bkaudit, error_lines, one_error_line
+from tests.cli_helpers import bkaudit, error_lines, failure, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +129,7 @@ def test_recover_of_a_bookie_no_ensemble_names_warns(cluster: str, tmp_path: Pat
         "recover", "127.0.0.1:3811", "--zk", cluster, "--warehouse", str(tmp_path / "wh"),
         "--executor", "local",
     )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.returncode == 0, failure(proc)
     assert error_lines(proc) == [
         "recover: warning: no ledger's ensemble names bookie 127.0.0.1:3811; check the id "
         "(host:port as the bookie registers it)"

@@ -11,7 +11,7 @@ from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
 from bklib.testing.zkclient import connect
 from jobs.tables.delta import read_rows
-from tests.cli_helpers import bkaudit, one_error_line
+from tests.cli_helpers import bkaudit, failure, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def test_audit_through_a_metadata_service_uri(cluster: str, tmp_path: Path) -> N
         "audit", "--metadata-uri", _uri(cluster), "--warehouse", str(wh), "--check", "lost",
         "--executor", "local",
     )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.returncode == 0, failure(proc)
     (run,) = read_rows(str(wh), "audit_runs")
     assert run["status"] == "COMPLETED"
     assert run["counts"] and dict(run["counts"]).get("ledgers") == 1, run
@@ -91,7 +91,7 @@ def test_zk_auth_file_reads_an_acl_tree_and_stays_secret(cluster: str, tmp_path:
             "-v", "audit", "--zk", cluster, "--zk-auth-file", str(auth), "--warehouse", str(wh),
             "--check", "lost", "--executor", "local",
         )  # fmt: skip
-        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        assert proc.returncode == 0, failure(proc)
         assert SECRET not in proc.stdout and SECRET not in proc.stderr
         (run,) = read_rows(str(wh), "audit_runs")
         assert run["status"] == "COMPLETED"

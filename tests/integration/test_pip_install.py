@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import REPO, one_error_line
+from tests.cli_helpers import REPO, failure, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_demo_from_a_pip_install_tells_its_story(fresh_venv: Path, tmp_path: Pat
         fresh_venv, tmp_path, _env(fresh_venv, java=True),
         "demo", "--ledgers", "30", "--bookies", "4",
     )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.returncode == 0, failure(proc)
     assert "Traceback" not in proc.stderr
     assert "[5/9] bkaudit audit --check replicas --executor local (pyspark is not installed" in (
         proc.stdout

@@ -29,7 +29,7 @@ from bklib.testing.zkclient import connect
 from jobs.runs.pulsar_check import check_pulsar
 from jobs.tables.delta import read_rows
 from tests.audit_helpers import metadata
-from tests.cli_helpers import bkaudit, one_error_line
+from tests.cli_helpers import bkaudit, failure, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -161,12 +161,12 @@ def test_dangling_orphans_and_errors_then_orphans_delete(zk_chroot: str, tmp_pat
     args = ("orphans", "delete", "--zk", zk_chroot, "--warehouse", wh, "--older-than", "1d",
             "--delay", "0s")  # fmt: skip
     dry = bkaudit(*args, "--dry-run")
-    assert dry.returncode == 0, (dry.stdout, dry.stderr)
+    assert dry.returncode == 0, failure(dry)
     # --include-unowned refuses while a Pulsar key does not decode: it could name any ledger.
     unowned = bkaudit(*args, "--include-unowned")
     assert unowned.returncode == 2 and "could not be decoded" in unowned.stderr
     real = bkaudit(*args)
-    assert real.returncode == 0, (real.stdout, real.stderr)
+    assert real.returncode == 0, failure(real)
     zk = connect(zk_chroot)
     try:
         assert sorted(LedgerStore(zk).list_ledger_ids()) == [1, 4, 5, 7, 8, 11, 12, 13]

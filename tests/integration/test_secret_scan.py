@@ -19,7 +19,7 @@ from bklib.states import ActionStatus
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, TABLES
 from tests.audit_helpers import audit_cluster, metadata, write_ledger
-from tests.cli_helpers import bkaudit
+from tests.cli_helpers import bkaudit, failure
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_no_secret_in_outputs_tables_report_or_logs(tmp_path: Path, zk_chroot: s
         outputs.append(("report", _cli("report", "--warehouse", str(wh), "--out", str(html))))
 
         for name, proc in outputs:
-            assert proc.returncode == 0, (name, proc.stdout[-2000:], proc.stderr[-4000:])
+            assert proc.returncode == 0, failure(proc, name)
             leaks += _leaks(f"{name} stdout", proc.stdout)
             leaks += _leaks(f"{name} stderr", proc.stderr)
         # The run did what it should, so the scan below covers real rows.

@@ -22,7 +22,7 @@ from bklib.testing.oxiaserver import OxiaServer
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, BOOKIES, FRAGMENTS, LEDGERS
 from tests.audit_helpers import AuditCluster, audit_cluster, by_position
-from tests.cli_helpers import bkaudit
+from tests.cli_helpers import bkaudit, failure
 from tests.conftest import wipe_oxia
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def _build(c: AuditCluster) -> None:
 
 def _run(*args: str) -> str:
     proc = bkaudit(*args, timeout=300)
-    assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+    assert proc.returncode == 0, failure(proc)
     return proc.stdout
 
 

@@ -34,7 +34,7 @@ from jobs.tables.schema import TABLES
 from jobs.watch.election import LeaderElection
 from tests.audit_helpers import metadata, write_ledger
 from tests.bookie_helpers import BookieProcess, wait_for_no_znode, wait_for_znode
-from tests.cli_helpers import bkaudit, one_error_line
+from tests.cli_helpers import bkaudit, failure, one_error_line
 from tests.repair_helpers import assert_fully_replicated
 
 pytestmark = pytest.mark.integration
@@ -238,10 +238,10 @@ def test_bookies_register_audit_and_rereplicate_repair_with_creator_all_acls(
             flags += secure_zk.flags()
             # --check replicas also resolves bookie addresses through the secured session.
             audit = bkaudit("-v", "audit", *flags, "--check", "replicas")
-            assert audit.returncode == 0, (audit.stdout, audit.stderr)
+            assert audit.returncode == 0, failure(audit)
             assert "2 under-replicated" in audit.stdout, audit.stdout
             repair = bkaudit("-v", "rereplicate", *flags, "--grace-period", "0s")
-            assert repair.returncode == 0, (repair.stdout, repair.stderr)
+            assert repair.returncode == 0, failure(repair)
             for md in ledgers:
                 assert_fully_replicated(store, client, md.ledger_id, excluded=frozenset({b2}))
             actions = read_rows(str(wh), "replication_actions")

@@ -24,6 +24,7 @@ from jobs.commands.audit import run_audit
 from jobs.spark import load
 from tests.audit_helpers import audit_args, fragments_of
 from tests.audit_helpers import spark as spark  # the session fixture
+from tests.cli_helpers import failure
 from tests.interop.autorecovery_tools import write_story_ledgers
 from tests.interop.harness import REPO, JavaClient
 
@@ -94,7 +95,7 @@ def test_audit_and_rereplicate_java_cluster(
             timeout=600,
         )
         (tmp_path / "rereplicate.log").write_text(rerep.stdout + rerep.stderr)
-        assert rerep.returncode == 0, (rerep.stdout[-3000:], rerep.stderr[-5000:], c.logs())
+        assert rerep.returncode == 0, failure(rerep, c.logs())
 
         live = {j1, j2, j3}
         for lid, entries in data.items():

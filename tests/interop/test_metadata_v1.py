@@ -24,6 +24,7 @@ from bklib.meta.serde import metadata_header
 from jobs.commands.audit import run_audit
 from jobs.tables import delta
 from tests.audit_helpers import audit_args
+from tests.cli_helpers import failure
 from tests.interop.harness import REPO, JavaClient, b64, java_command, payloads, tail
 
 pytestmark = pytest.mark.interop
@@ -124,7 +125,7 @@ def test_v1_ledgers_repaired_by_bkaudit_stay_v1(
             timeout=600,
         )
         (tmp_path / "rereplicate.log").write_text(rerep.stdout + rerep.stderr)
-        assert rerep.returncode == 0, (rerep.stdout[-3000:], rerep.stderr[-5000:], c.logs())
+        assert rerep.returncode == 0, failure(rerep, c.logs())
 
         live = set(c.java_ids) - {victim_id}
         for lid, entries in data.items():

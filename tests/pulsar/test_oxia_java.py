@@ -24,7 +24,7 @@ from bklib.meta.underreplication import UnderReplicationManager
 from bklib.states import Check, RunStatus
 from jobs.tables import delta
 from jobs.tables.schema import FRAGMENTS
-from tests.cli_helpers import bkaudit
+from tests.cli_helpers import bkaudit, failure
 from tests.interop.autorecovery_tools import (
     AUTORECOVERY_RACE_CONF,
     Watch,
@@ -56,7 +56,7 @@ def oxia_java_client(
 
 def _cli(*args: str) -> str:
     proc = bkaudit(*args, timeout=300)
-    assert proc.returncode == 0, (args, proc.stdout[-3000:], proc.stderr[-5000:])
+    assert proc.returncode == 0, failure(proc)
     return proc.stdout
 
 
