@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from bklib.bookie.faults import AdminClient
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType
 from bklib.proto import protocol_pb2 as pb
@@ -262,12 +262,17 @@ def wait_for_znode(zk: KazooClient, path: str, timeout: float = 30.0) -> bytes:
             raise TimeoutError(f"znode {path} did not appear within {timeout}s")
 
 
-def wait_rule_hits(admin: Any, rule_id: int, hits: int, timeout: float = 10.0) -> None:
+def rule_hits(admin: AdminClient, rule_id: int) -> int:
+    """How many requests the bookie's fault rule ``rule_id`` matched so far."""
+    return next(int(r["hits"]) for r in admin.faults() if r["id"] == rule_id)
+
+
+def wait_rule_hits(admin: AdminClient, rule_id: int, hits: int, timeout: float = 10.0) -> None:
     """Wait until the bookie's fault rule ``rule_id`` has applied to ``hits`` requests: the
     requests it holds have reached the bookie (a fixed sleep may be too short under load)."""
     deadline = time.monotonic() + timeout
     while True:
-        got = next(int(r["hits"]) for r in admin.faults() if r["id"] == rule_id)
+        got = rule_hits(admin, rule_id)
         if got >= hits:
             return
         if time.monotonic() > deadline:

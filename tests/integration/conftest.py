@@ -30,7 +30,7 @@ from bklib.client.pool import BookieClientPool
 from bklib.client.reader import ClientContext
 from bklib.meta.store import LedgerStore
 from bklib.testing.zkserver import ZooKeeperServer
-from tests.bookie_helpers import BookieProcess, wait_for_znode
+from tests.bookie_helpers import BookieProcess, rule_hits, wait_for_znode
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ class Cluster:
 
     def hits(self, bookie_id: str, rule_id: int) -> int:
         """How many requests the rule matched so far."""
-        return next(int(r["hits"]) for r in self.admin(bookie_id).faults() if r["id"] == rule_id)
+        return rule_hits(self.admin(bookie_id), rule_id)
 
     def registration_path(self, bookie_id: str, readonly: bool = False) -> str:
         ro = "readonly/" if readonly else ""
