@@ -33,13 +33,14 @@ import functools
 import logging
 import random
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
 from bklib.availability import EntryRuns, from_entry_ids
 from bklib.availability import decode as decode_availability
+from bklib.client.operations import ReadResult
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.throttle import RateLimiter
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
@@ -567,6 +568,7 @@ class _EntryProbe:
         self.gate, self.limiter = bounds(bookie)  # the bookie's, shared with its other probes
         self.loop = asyncio.get_running_loop()
         self.runs = _RunBuilder()
+        self.range_starts: set[int] = set()  # the first id of each range read in groups
         self.bad: list[int] = []
         self.errors: list[str] = []
         self.held = self.unknown = self.missing = 0
@@ -578,6 +580,8 @@ class _EntryProbe:
     def record(self, x: int, body: bytes | None, exc: BaseException | None) -> None:
         """Count entry ``x``: missing on NoSuchEntry / NoSuchLedger only, unknown on any other
         failure or no body, else held (and, when deep, checked against its digest)."""
+        if x in self.range_starts:
+            self.runs.cut()
         if isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
             self.runs.add(x, "missing")
             self.missing += 1
@@ -603,6 +607,13 @@ class _EntryProbe:
         res = await self.pool.read(self.bookie, self.lid, x, timeout=self.timeout)
         await self.limiter.acquire(len(res.body))
         return res
+
+    async def many(self, ids: list[int]) -> list[ReadResult | BKError]:
+        """Read the ``ids`` one by one but as one request group (each its own answer or
+        error, in order), paying their bytes."""
+        outs = await self.pool.read_many(self.bookie, self.lid, ids, timeout=self.timeout)
+        await self.limiter.acquire(sum(len(r.body) for r in outs if isinstance(r, ReadResult)))
+        return outs
 
     async def batch(self, ids: list[int]) -> list[bytes]:
         """Batch-read the consecutive ``ids`` (the reply may stop short), paying its bytes."""
@@ -649,7 +660,18 @@ class _EntryProbe:
         if len(ids) == 1 and not isinstance(res, list):
             self.record(ids[0], res.body, None)
             return
+        if not self.batched:
+            self._take_many(ids, res)
+            return
         await self._take_batch(ids, list(res))
+
+    def _take_many(self, ids: list[int], outs: list[ReadResult | BKError]) -> None:
+        """Record each answer of a :meth:`many` group."""
+        for x, out in zip(ids, outs, strict=True):
+            if isinstance(out, ReadResult):
+                self.record(x, out.body, None)
+            else:
+                self.record(x, None, out)
 
     async def _take_batch(self, ids: list[int], got: list[bytes]) -> None:
         """Record a batch's bodies; the ids past where it stopped are read one by one (the
@@ -667,12 +689,11 @@ class _EntryProbe:
 
     async def _read_singles(self, ids: list[int]) -> None:
         """Read ``ids`` by pipelined single reads and record each answer, in order."""
-        singles = [(x, self.loop.create_task(self.one(x))) for x in ids]
-        for x, single in singles:
-            try:
-                self.record(x, (await single).body, None)
-            except BKError as exc:
-                self.record(x, None, exc)
+        try:
+            outs = await self.many(ids)
+        except BKError as exc:  # not one could be sent: the bookie is unavailable
+            outs = [exc] * len(ids)
+        self._take_many(ids, outs)
 
     # ---- the probe -----------------------------------------------------------------------------
 
@@ -681,10 +702,18 @@ class _EntryProbe:
         cancelled, what is still outstanding is cancelled and given back to the gate."""
         limit = max(1, self.settings.reads_in_flight)
         try:
-            for idx, first, last in plan:
-                await self.settle(0)
-                self.runs.cut()
-                for chunk in self._chunks(idx, first, last, rng, limit):
+            if self.batched:
+                for idx, first, last in plan:
+                    await self.settle(0)
+                    self.runs.cut()
+                    ids = self._stripe(idx, first, last, rng)
+                    for chunk in contiguous_chunks(ids, min(self.settings.batch_max_count, limit)):
+                        await self._send(chunk, limit)
+            else:
+                # Request groups span the ranges: a sample asks two or three ids of a range,
+                # and a group per range cost about as much as a request per id. Groups are half
+                # the window, so that one is sent while the other is answered.
+                for chunk in _groups(self._all_ranges(plan, rng), max(1, limit // 2)):
                     await self._send(chunk, limit)
             await self.settle(0)
         finally:
@@ -692,20 +721,25 @@ class _EntryProbe:
                 task.cancel()
                 self.gate.give(len(ids))
 
-    def _chunks(
-        self, idx: int, first: int, last: int, rng: random.Random | None, limit: int
-    ) -> Iterable[list[int]]:
-        """The requests of one planned range: its stripe's ids (the sample's, when sampling),
-        in batches of consecutive ids when the bookie serves batch reads, else one by one."""
+    def _stripe(self, idx: int, first: int, last: int, rng: random.Random | None) -> Iterable[int]:
+        """The ids of one planned range to read: its stripe's (the sample's, when sampling)."""
         e, wq = self.e, self.wq
-        ids: Iterable[int] = (
-            sample_stripe(idx, first, last, e, wq, self.settings.verify_percentage, rng)
-            if self.sample
-            else iter_stripe(idx, first, last, e, wq)
-        )
-        if self.batched:
-            return contiguous_chunks(ids, min(self.settings.batch_max_count, limit))
-        return ([x] for x in ids)
+        if self.sample:
+            return sample_stripe(idx, first, last, e, wq, self.settings.verify_percentage, rng)
+        return iter_stripe(idx, first, last, e, wq)
+
+    def _all_ranges(
+        self, plan: list[tuple[int, int, int]], rng: random.Random | None
+    ) -> Iterator[int]:
+        """Every planned range's ids, in order, noting where each range starts (the run
+        builder starts fresh runs there, see :meth:`record`)."""
+        for idx, first, last in plan:
+            start = True
+            for x in self._stripe(idx, first, last, rng):
+                if start:
+                    self.range_starts.add(x)
+                    start = False
+                yield x
 
     async def _send(self, chunk: list[int], limit: int) -> None:
         """Send one request once the bookie's gate lets its reads out, then take answers
@@ -713,7 +747,13 @@ class _EntryProbe:
         if not self.gate.try_take(len(chunk)):
             await self.settle(0)  # wait holding nothing (see _Gate)
             await self.gate.take(len(chunk))
-        task = self.loop.create_task(self.batch(chunk) if len(chunk) > 1 else self.one(chunk[0]))
+        task: asyncio.Task[Any]
+        if not self.batched:
+            task = self.loop.create_task(self.many(chunk))
+        else:
+            task = self.loop.create_task(
+                self.batch(chunk) if len(chunk) > 1 else self.one(chunk[0])
+            )
         self.window.append((chunk, task))
         self.in_flight += len(chunk)
         await self.settle(limit - 1)
@@ -740,11 +780,25 @@ class _EntryProbe:
         )
 
 
+def _groups(ids: Iterable[int], size: int) -> Iterator[list[int]]:
+    """``ids`` in lists of at most ``size``, in order."""
+    group: list[int] = []
+    for x in ids:
+        group.append(x)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 def _unread_as_held(
-    plan: Iterable[tuple[int, int, int]], missing: Iterable[int], unknown: Iterable[Run]
+    plan: Iterable[tuple[int, int, int]], missing: Collection[int], unknown: Collection[Run]
 ) -> tuple[Run, ...]:
     """The sample check's held runs: every id of the planned ranges except those read as
     missing or unknown (ids off the stripe are ignored by the classifier)."""
+    if not missing and not unknown:  # the usual answer: every planned id held
+        return tuple(EntryRuns((first, last) for _, first, last in plan).runs())
     absent = EntryRuns([*from_entry_ids(sorted(missing)).runs(), *unknown])
     out: list[Run] = []
     for _, first, last in plan:

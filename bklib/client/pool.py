@@ -278,6 +278,7 @@ class BookieClientPool:
     # on the v2 connection to bookies the pool speaks v2 to.
     add = _on_bookie(BookieConnection.add, BookieConnectionV2.add)
     read = _on_bookie(BookieConnection.read, BookieConnectionV2.read)
+    read_many = _on_bookie(BookieConnection.read_many, BookieConnectionV2.read_many)
     read_lac = _on_bookie(BookieConnection.read_lac)
     write_lac = _on_bookie(BookieConnection.write_lac)
     force_ledger = _on_bookie(BookieConnection.force_ledger)
@@ -561,6 +562,7 @@ class SyncBookieClient:
     # Each one blocks on the pool method of the same name; see _blocking for the wait bound.
     add = _blocking(BookieClientPool.add)
     read = _blocking(BookieClientPool.read)
+    read_many = _blocking(BookieClientPool.read_many)
     read_lac = _blocking(BookieClientPool.read_lac)
     write_lac = _blocking(BookieClientPool.write_lac)
     force_ledger = _blocking(BookieClientPool.force_ledger)

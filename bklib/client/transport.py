@@ -37,11 +37,12 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bklib.client.operations import ClientConfig
 from bklib.errors import (
     BKError,
+    BKTimeoutError,
     BookieHandleNotAvailableError,
     ClientClosedError,
     IncorrectParameterError,
@@ -69,6 +70,7 @@ __all__ = [
     "Pending",
     "PipelinedConnection",
     "RequestExpired",
+    "RequestGroup",
     "TlsConnectionLostError",
     "parse_response",
 ]
@@ -97,14 +99,79 @@ class TlsConnectionLostError(ConnectionLostError, BookieTlsError):
     Outcome unknown, like every ConnectionLostError; code is BookKeeper's SecurityException."""
 
 
+class Outcome(Protocol):
+    """Where a request's reply, deadline or failure lands: an asyncio future, or one
+    :class:`RequestGroup` slot. The first outcome set is the one kept."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+    def set_exception(self, exception: type | BaseException, /) -> None: ...
+
+
 @dataclass
 class Pending:
-    """One request awaiting its reply: the future its sender awaits, and the ledger and entry
-    every error about it names. Protocols subclass it to remember what the reply must match."""
+    """One request awaiting its reply: where its outcome goes, and the ledger and entry every
+    error about it names. Protocols subclass it to remember what the reply must match."""
 
-    future: asyncio.Future[Any]
+    future: Outcome
     ledger_id: int | None
     entry_id: int | None
+
+
+_UNSET: Any = object()
+
+
+class RequestGroup:
+    """The outcomes of several requests sent together, awaited as one future.
+
+    A request of its own costs its sender a task, a chain of coroutines and a future; a probe
+    reading a few hundred thousand entries one by one spent most of its CPU there. A group's
+    requests are registered, timed and failed one by one, as any request is (each slot is an
+    :class:`Outcome`), so a reply, an expired deadline or a lost connection settles exactly
+    its own slot; :attr:`future` completes when every slot is settled.
+    """
+
+    __slots__ = ("future", "left", "outcomes")
+
+    def __init__(self, n: int) -> None:
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.outcomes: list[Any] = [_UNSET] * n
+        self.left = n
+        if n == 0:
+            self.future.set_result(None)
+
+    def slot(self, index: int) -> _Slot:
+        """The :class:`Outcome` of request ``index``."""
+        return _Slot(self, index)
+
+    def _settle(self, index: int, outcome: Any) -> None:
+        if self.outcomes[index] is not _UNSET:
+            return
+        self.outcomes[index] = outcome
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(None)
+
+
+class _Slot:
+    """One request's place in a :class:`RequestGroup`; an exception is stored as its outcome."""
+
+    __slots__ = ("group", "index")
+
+    def __init__(self, group: RequestGroup, index: int) -> None:
+        self.group = group
+        self.index = index
+
+    def done(self) -> bool:
+        return self.group.outcomes[self.index] is not _UNSET
+
+    def set_result(self, result: Any, /) -> None:
+        self.group._settle(self.index, result)
+
+    def set_exception(self, exception: type | BaseException, /) -> None:
+        self.group._settle(self.index, exception)
 
 
 @dataclass
@@ -125,7 +192,7 @@ class Channel:
     out_bytes: int = 0
     flush_scheduled: bool = False
     # (deadline, future) of the requests in issue order, and the one timer expiring them.
-    deadlines: deque[tuple[float, asyncio.Future[Any]]] = field(default_factory=deque)
+    deadlines: deque[tuple[float, Outcome]] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     # v2 only: the tokens of requests that share an (operation, ledger, entry), in issue order,
     # since v2 replies carry no request id (Java queues them per key the same way).
@@ -552,6 +619,21 @@ class PipelinedConnection:
                 bookie=self.bookie_id,
             )
 
+    def _failed_slot(
+        self, out: Any, op_name: str, ledger_id: int, entry_id: int, timeout: float
+    ) -> BKError | None:
+        """The error a :class:`RequestGroup` slot ended with (its deadline passed, or the
+        connection failed it), as the request's own call would have raised it; None for a
+        reply, which the protocol reads."""
+        if isinstance(out, RequestExpired):
+            return BKTimeoutError(
+                f"{op_name} timed out after {timeout}s",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                bookie=self.bookie_id,
+            )
+        return out if isinstance(out, BKError) else None
+
     @staticmethod
     def _enqueue(
         ch: Channel, key: Any, pending: Pending, frame: bytes, timeout: float
@@ -660,7 +742,7 @@ def _expire_due(ch: Channel, when: float) -> None:
         ch.timer = asyncio.get_running_loop().call_at(first, _expire_due, ch, first)
 
 
-def _expire(fut: asyncio.Future[Any]) -> None:
+def _expire(fut: Outcome) -> None:
     if not fut.done():
         fut.set_exception(RequestExpired())
 

@@ -898,3 +898,134 @@ def test_cancelled_caller_leaves_nothing_outstanding(bookie: MockBookie) -> None
         await conn.close()
 
     run(scenario())
+
+
+# ---- read_many: one request group, each read its own answer ------------------------------------
+
+
+def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
+    bookie.entries.update({(4, 0): b"e0", (4, 2): b"e2"})
+    held_back: list[tuple[pb.Request, MockConn]] = []
+
+    async def handler(req: pb.Request, conn: MockConn) -> None:
+        r = req.readRequest
+        if r.entryId == 0:
+            held_back.append((req, conn))  # answered last: replies come in any order
+            return
+        if r.entryId == 3:
+            await conn.reply(response_for(req, pb.EFENCED))
+            return
+        await bookie.store_handler(req, conn)
+        if len(bookie.requests) == 4:
+            old, c = held_back[0]
+            await c.reply(response_for(old, body=b"e0", max_lac=5))
+
+    bookie.handler = handler
+
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, bookie.address, fast_config())
+        outs = await conn.read_many(4, [0, 1, 2, 3])
+        assert outs[0] == ReadResult(b"e0", 5)
+        assert isinstance(outs[1], NoSuchEntryError)
+        assert (outs[1].ledger_id, outs[1].entry_id, outs[1].bookie) == (4, 1, BOOKIE)
+        assert outs[2] == ReadResult(b"e2", 1)
+        # A status is the error read() would raise for it, naming its own entry.
+        assert isinstance(outs[3], LedgerFencedError) and outs[3].entry_id == 3
+        assert conn.outstanding == 0
+        assert await conn.read_many(4, []) == []
+        await conn.close()
+
+    run(scenario())
+    # One read request per id, each with its own txnId, as read() sends it.
+    reads = [r for r in bookie.requests if r.header.operation == pb.READ_ENTRY]
+    assert [r.readRequest.entryId for r in reads] == [0, 1, 2, 3]
+    assert len({r.header.txnId for r in reads}) == 4
+    assert not any(r.readRequest.HasField("flag") for r in reads)
+
+
+def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) -> None:
+    silent: list[tuple[pb.Request, MockConn]] = []
+
+    async def handler(req: pb.Request, conn: MockConn) -> None:
+        if req.readRequest.entryId == 1:
+            silent.append((req, conn))
+            return
+        await conn.reply(response_for(req, body=b"ok"))
+
+    bookie.handler = handler
+
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, bookie.address, fast_config(read_timeout=1.0))
+        t0 = time.monotonic()
+        outs = await conn.read_many(2, [0, 1, 2], timeout=0.3)
+        assert 0.28 <= time.monotonic() - t0 < 0.9  # the per-call timeout, not the configured
+        assert outs[0] == ReadResult(b"ok") and outs[2] == ReadResult(b"ok")
+        late = outs[1]
+        assert isinstance(late, BKTimeoutError) and late.code == -23
+        assert (late.ledger_id, late.entry_id, late.bookie) == (2, 1, BOOKIE)
+        assert conn.outstanding == 0 and conn.connected
+        # Its late reply is dropped; the connection keeps serving.
+        req, c = silent[0]
+        bookie.call(c.reply(response_for(req, body=b"late")))
+        assert await conn.read_many(2, [5]) == [ReadResult(b"ok")]
+        await conn.close()
+
+    run(scenario())
+    assert bookie.connections == 1
+
+
+def test_read_many_keeps_the_answers_read_before_the_connection_dropped(
+    bookie: MockBookie,
+) -> None:
+    async def handler(req: pb.Request, conn: MockConn) -> None:
+        if req.readRequest.entryId == 0:
+            await conn.reply(response_for(req, body=b"first"))
+        elif req.readRequest.entryId == 2:
+            await asyncio.sleep(0.2)  # the first answer is read before the crash
+            conn.close()
+
+    bookie.handler = handler
+
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, bookie.address, fast_config())
+        outs = await conn.read_many(6, [0, 1, 2])
+        assert outs[0] == ReadResult(b"first")
+        for x, out in zip([1, 2], outs[1:], strict=True):
+            # Unknown, never missing: the bookie may hold them.
+            assert isinstance(out, ConnectionLostError), out
+            assert not isinstance(out, (NoSuchEntryError, NoSuchLedgerError))
+            assert (out.ledger_id, out.entry_id, out.bookie) == (6, x, BOOKIE)
+        assert conn.outstanding == 0 and not conn.connected
+        await conn.close()
+
+    run(scenario())
+
+
+def test_read_many_raises_when_nothing_could_be_sent() -> None:
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, ("127.0.0.1", 1), fast_config(connect_timeout=0.5))
+        with pytest.raises(BookieHandleNotAvailableError) as ei:
+            await conn.read_many(8, [3, 4])
+        assert (ei.value.ledger_id, ei.value.entry_id, ei.value.bookie) == (8, 3, BOOKIE)
+        await conn.close()
+
+    run(scenario())
+
+
+def test_read_many_cancelled_leaves_nothing_outstanding(bookie: MockBookie) -> None:
+    async def handler(req: pb.Request, conn: MockConn) -> None:
+        return
+
+    bookie.handler = handler
+
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, bookie.address, fast_config())
+        task = asyncio.ensure_future(conn.read_many(1, [1, 2, 3]))
+        await wait_until(lambda: conn.outstanding == 3)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert conn.outstanding == 0 and conn.connected
+        await conn.close()
+
+    run(scenario())

@@ -14,7 +14,7 @@ import pytest
 
 from bklib.bookie.main import Bookie, BookieConfig
 from bklib.client.connection_v2 import BookieConnectionV2
-from bklib.client.operations import ClientConfig
+from bklib.client.operations import ClientConfig, ReadResult
 from bklib.client.pool import BookieClientPool
 from bklib.client.transport import BadResponseError, ConnectionLostError
 from bklib.errors import (
@@ -376,5 +376,71 @@ def test_pool_chooses_the_protocol_per_bookie(tmp_path: Path) -> None:
                 BookieClientPool(addresses=addresses, protocol="v4")  # type: ignore[arg-type]
         finally:
             await bookie.stop()
+
+    run(go())
+
+
+# ---- read_many over v2 --------------------------------------------------------------------------
+
+
+def test_read_many_in_process_answers_each_read_and_repeats_in_order(tmp_path: Path) -> None:
+    bodies = [entry_body(12, e, bytes([e]) * 40) for e in range(6)]
+
+    async def go(conn: BookieConnectionV2) -> None:
+        await asyncio.gather(*(conn.add(12, e, KEY, b) for e, b in enumerate(bodies)))
+        outs = await conn.read_many(12, [5, 1, 9, 1])
+        assert [o.body if isinstance(o, ReadResult) else type(o) for o in outs] == [
+            bodies[5],
+            bodies[1],
+            NoSuchEntryError,
+            bodies[1],  # the same entry twice: both answered, matched in issue order
+        ]
+        assert (outs[2].ledger_id, outs[2].entry_id, outs[2].bookie) == (12, 9, conn.bookie_id)
+        nothing = await conn.read_many(999, [0])
+        assert isinstance(nothing[0], NoSuchLedgerError)
+        assert conn.outstanding == 0
+
+    run(_with_bookie(tmp_path, go))
+
+
+def test_read_many_times_out_the_silent_read_and_keeps_the_rest() -> None:
+    async def script(frame: bytes, writer: asyncio.StreamWriter) -> None:
+        lid, eid = v2.IDS.unpack_from(frame, 4)
+        if eid == 1:
+            return  # never answered
+        rc = 55 if eid == 2 else 0
+        writer.write(v2.encode_read_response(2, rc, lid, eid, entry_body(lid, eid, b"ok")))
+
+    async def go() -> None:
+        async with Scripted(script) as srv:
+            conn = srv.conn()
+            try:
+                outs = await conn.read_many(3, [0, 1, 2], timeout=0.3)
+                assert outs[0] == ReadResult(entry_body(3, 0, b"ok"))
+                assert isinstance(outs[1], BKTimeoutError) and outs[1].entry_id == 1
+                assert isinstance(outs[2], ReadError) and "v2 rc 55" in str(outs[2])
+                assert conn.connected and conn.outstanding == 0
+            finally:
+                await conn.close()
+
+    run(go())
+
+
+def test_read_many_on_a_dying_bookie_is_unknown_never_missing() -> None:
+    async def script(frame: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.transport.abort()
+
+    async def go() -> None:
+        async with Scripted(script) as srv:
+            conn = srv.conn()
+            try:
+                outs = await conn.read_many(2, [0, 1])
+                for x, out in enumerate(outs):
+                    assert isinstance(out, ConnectionLostError), out
+                    assert not isinstance(out, (NoSuchEntryError, NoSuchLedgerError))
+                    assert out.entry_id == x
+                assert conn.outstanding == 0
+            finally:
+                await conn.close()
 
     run(go())

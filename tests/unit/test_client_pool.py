@@ -404,6 +404,7 @@ def test_pool_and_sync_client_derive_every_operation_from_the_connection() -> No
     assert set(OPERATIONS) == {
         "add",
         "read",
+        "read_many",
         "read_lac",
         "write_lac",
         "force_ledger",
