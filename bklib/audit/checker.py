@@ -20,7 +20,9 @@ Probes of many (ledger, bookie) pairs run at once as coroutines on the client's 
 those of closed ledgers as soon as the ledger enters the window, so a check reads at the
 cluster's pace, not one bookie's, and a sampled check is not a round trip per ledger. Each
 bookie has its own bounds, shared by every probe reading from it: ``reads_in_flight`` entries
-and ``read_rate`` bytes/s.
+and ``read_rate`` bytes/s. A probe sends its reads as v2 batch reads where the bookie serves
+them, else as request groups (``read_many``: one future for many single reads, each with its
+own answer), so a sample's few reads per range cost one request's overhead, not one each.
 """
 
 from __future__ import annotations
