@@ -22,10 +22,10 @@ from typing import Any
 from bklib.client.operations import ReadResult, bookie_operation
 from bklib.client.transport import (
     Channel,
+    Outcome,
     Pending,
     PipelinedConnection,
     RequestExpired,
-    RequestGroup,
     parse_response,
 )
 from bklib.errors import BKError, BKTimeoutError, IncorrectParameterError, ReadError, WriteError
@@ -291,50 +291,26 @@ class BookieConnection(PipelinedConnection):
         timeout = self.config.timeout_for("read", timeout)
         if not entry_ids:
             return []
-        ch = await self._ensure_channel(ledger_id, entry_ids[0])
-        group = RequestGroup(len(entry_ids))
-        keys: list[tuple[int, pb.OperationType]] = []
-        timers: list[asyncio.TimerHandle] = []
         req = pb.Request()
         req.header.version = pb.VERSION_THREE
         req.header.operation = pb.READ_ENTRY
         req.readRequest.ledgerId = ledger_id
-        try:
-            for i, x in enumerate(entry_ids):
-                txn = next(self._txn_ids)
-                req.header.txnId = txn
-                req.readRequest.entryId = x
-                frame = encode_frame(req.SerializeToString())
-                key = (txn, pb.READ_ENTRY)
-                keys.append(key)
-                timer = self._enqueue(ch, key, Pending(group.slot(i), ledger_id, x), frame, timeout)
-                if timer is not None:
-                    timers.append(timer)
-            if self._must_drain(ch):
-                await self._drain(ch)
-            await group.future
-        finally:
-            for timer in timers:
-                timer.cancel()
-            for sent in keys:
-                ch.pending.pop(sent, None)
-        return [
-            self._read_outcome(out, ledger_id, x, timeout)
-            for out, x in zip(group.outcomes, entry_ids, strict=True)
-        ]
 
-    def _read_outcome(
-        self, out: Any, ledger_id: int, entry_id: int, timeout: float
-    ) -> ReadResult | BKError:
-        """One :meth:`read_many` slot as :meth:`read` would have ended: its result or error."""
-        failed = self._failed_slot(out, "READ_ENTRY", ledger_id, entry_id, timeout)
-        if failed is not None:
-            return failed
-        try:
-            sub = self._check_status(out, pb.READ_ENTRY, ledger_id=ledger_id, entry_id=entry_id)
-            return self._read_result(sub, ledger_id, entry_id)
-        except BKError as exc:
-            return exc
+        def request(ch: Channel, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
+            txn = next(self._txn_ids)
+            req.header.txnId = txn
+            req.readRequest.entryId = x
+            frame = encode_frame(req.SerializeToString())
+            return (txn, pb.READ_ENTRY), Pending(out, ledger_id, x), frame
+
+        return await self._send_group(
+            ledger_id, entry_ids, timeout, "READ_ENTRY", request, self._read_answer
+        )
+
+    def _read_answer(self, resp: pb.Response, ledger_id: int, entry_id: int) -> ReadResult:
+        """A READ_ENTRY reply of a group as :meth:`read` reads it, or the error it raises."""
+        sub = self._check_status(resp, pb.READ_ENTRY, ledger_id=ledger_id, entry_id=entry_id)
+        return self._read_result(sub, ledger_id, entry_id)
 
     @bookie_operation("read_timeout", OPERATIONS)
     async def read_lac(self, ledger_id: int, *, timeout: float | None = None) -> ReadLacResult:

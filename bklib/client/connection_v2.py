@@ -39,10 +39,10 @@ from bklib.client.transport import (
     AddressResolver,
     BadFrame,
     Channel,
+    Outcome,
     Pending,
     PipelinedConnection,
     RequestExpired,
-    RequestGroup,
 )
 from bklib.errors import (
     BKError,
@@ -311,51 +311,26 @@ class BookieConnectionV2(PipelinedConnection):
         timeout = self.config.timeout_for("read", timeout)
         if not entry_ids:
             return []
-        ch = await self._ensure_channel(ledger_id, entry_ids[0])
-        group = RequestGroup(len(entry_ids))
-        sent: list[tuple[tuple[int, int, int], int]] = []
-        timers: list[asyncio.TimerHandle] = []
-        try:
-            for i, x in enumerate(entry_ids):
-                frame = v2.encode_read(ledger_id, x)
-                token = self._next_token()
-                target = (v2.READ_ENTRY, ledger_id, x)
-                pending = _V2Pending(group.slot(i), ledger_id, x, v2.READ_ENTRY, target)
-                queue = ch.queues.get(target)
-                if queue is None:
-                    queue = ch.queues[target] = deque()
-                queue.append(token)
-                sent.append((target, token))
-                timer = self._enqueue(ch, token, pending, frame, timeout)
-                if timer is not None:
-                    timers.append(timer)
-            if self._must_drain(ch):
-                await self._drain(ch)
-            await group.future
-        finally:
-            for timer in timers:
-                timer.cancel()
-            for target, token in sent:
-                ch.pending.pop(token, None)
-                _unqueue(ch, target, token)
-        return [
-            self._read_outcome(out, ledger_id, x, timeout)
-            for out, x in zip(group.outcomes, entry_ids, strict=True)
-        ]
 
-    def _read_outcome(
-        self, out: Any, ledger_id: int, entry_id: int, timeout: float
-    ) -> ReadResult | BKError:
-        """One :meth:`read_many` slot as :meth:`read` would have ended: its result or error."""
-        failed = self._failed_slot(out, "READ_ENTRY", ledger_id, entry_id, timeout)
-        if failed is not None:
-            return failed
-        if out.rc != 0:
-            return self._error(out.rc, v2.READ_ENTRY, ledger_id, entry_id)
-        try:
-            return self._read_result(out, ledger_id, entry_id)
-        except BKError as exc:
-            return exc
+        def request(ch: Channel, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
+            frame = v2.encode_read(ledger_id, x)
+            token = self._next_token()
+            target = (v2.READ_ENTRY, ledger_id, x)
+            queue = ch.queues.get(target)
+            if queue is None:
+                queue = ch.queues[target] = deque()
+            queue.append(token)
+            return token, _V2Pending(out, ledger_id, x, v2.READ_ENTRY, target), frame
+
+        return await self._send_group(
+            ledger_id, entry_ids, timeout, "READ_ENTRY", request, self._read_answer, _forget
+        )
+
+    def _read_answer(self, resp: v2.Response, ledger_id: int, entry_id: int) -> ReadResult:
+        """A READ reply of a group as :meth:`read` reads it, or the error it raises."""
+        if resp.rc != 0:
+            raise self._error(resp.rc, v2.READ_ENTRY, ledger_id, entry_id)
+        return self._read_result(resp, ledger_id, entry_id)
 
     @bookie_operation("read_timeout", V2_OPERATIONS)
     async def batch_read(
@@ -422,6 +397,12 @@ class BookieConnectionV2(PipelinedConnection):
         )
         assert isinstance(resp, v2.BatchReadResponse)
         return resp.entries
+
+
+def _forget(ch: Channel, token: Any, pending: Pending) -> None:
+    """Forget a finished read of a request group (``PipelinedConnection._send_group``)."""
+    assert isinstance(pending, _V2Pending) and pending.target is not None
+    _unqueue(ch, pending.target, token)
 
 
 def _unqueue(ch: Channel, target: tuple[int, int, int], token: int) -> None:

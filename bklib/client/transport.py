@@ -35,9 +35,9 @@ import socket
 import ssl
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bklib.client.operations import ClientConfig
 from bklib.errors import (
@@ -60,6 +60,8 @@ from bklib.tls import (
 )
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 __all__ = [
     "AddressResolver",
@@ -619,20 +621,62 @@ class PipelinedConnection:
                 bookie=self.bookie_id,
             )
 
-    def _failed_slot(
-        self, out: Any, op_name: str, ledger_id: int, entry_id: int, timeout: float
-    ) -> BKError | None:
-        """The error a :class:`RequestGroup` slot ended with (its deadline passed, or the
-        connection failed it), as the request's own call would have raised it; None for a
-        reply, which the protocol reads."""
-        if isinstance(out, RequestExpired):
-            return BKTimeoutError(
-                f"{op_name} timed out after {timeout}s",
-                ledger_id=ledger_id,
-                entry_id=entry_id,
-                bookie=self.bookie_id,
-            )
-        return out if isinstance(out, BKError) else None
+    async def _send_group(
+        self,
+        ledger_id: int,
+        entry_ids: Sequence[int],
+        timeout: float,
+        op_name: str,
+        request: Callable[[Channel, int, Outcome], tuple[Any, Pending, bytes]],
+        answer: Callable[[Any, int, int], R],
+        forget: Callable[[Channel, Any, Pending], None] | None = None,
+    ) -> list[R | BKError]:
+        """Send one request per id of ``entry_ids`` as one :class:`RequestGroup` and return
+        how each ended, in order: ``answer(reply, ledger_id, entry_id)`` for a reply (or the
+        BKError it raises), else the error the request's own call would have raised (a
+        timeout, a lost connection). ``request(ch, entry_id, outcome)`` builds one request's
+        ``(key, pending, frame)``; ``forget(ch, key, pending)`` clears what the protocol kept
+        of it besides ``ch.pending``. Raises only when nothing could be sent."""
+        ch = await self._ensure_channel(ledger_id, entry_ids[0])
+        group = RequestGroup(len(entry_ids))
+        sent: list[tuple[Any, Pending]] = []
+        timers: list[asyncio.TimerHandle] = []
+        try:
+            for i, x in enumerate(entry_ids):
+                key, pending, frame = request(ch, x, group.slot(i))
+                sent.append((key, pending))
+                timer = self._enqueue(ch, key, pending, frame, timeout)
+                if timer is not None:
+                    timers.append(timer)
+            if self._must_drain(ch):
+                await self._drain(ch)
+            await group.future
+        finally:
+            for timer in timers:
+                timer.cancel()
+            for key, pending in sent:
+                ch.pending.pop(key, None)
+                if forget is not None:
+                    forget(ch, key, pending)
+        ended: list[R | BKError] = []
+        for out, x in zip(group.outcomes, entry_ids, strict=True):
+            if isinstance(out, RequestExpired):
+                ended.append(
+                    BKTimeoutError(
+                        f"{op_name} timed out after {timeout}s",
+                        ledger_id=ledger_id,
+                        entry_id=x,
+                        bookie=self.bookie_id,
+                    )
+                )
+            elif isinstance(out, BKError):
+                ended.append(out)
+            else:
+                try:
+                    ended.append(answer(out, ledger_id, x))
+                except BKError as exc:
+                    ended.append(exc)
+        return ended
 
     @staticmethod
     def _enqueue(

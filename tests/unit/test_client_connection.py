@@ -252,6 +252,21 @@ def fast_config(**kw: Any) -> ClientConfig:
     return ClientConfig(**base)
 
 
+def answer_all_but(bookie: MockBookie, entry_id: int) -> list[tuple[pb.Request, MockConn]]:
+    """Script ``bookie`` to answer every read with ``b"ok"`` except those of ``entry_id``, kept
+    unanswered in the list returned (to be answered late, or never)."""
+    silent: list[tuple[pb.Request, MockConn]] = []
+
+    async def handler(req: pb.Request, conn: MockConn) -> None:
+        if req.readRequest.entryId == entry_id:
+            silent.append((req, conn))
+            return
+        await conn.reply(response_for(req, body=b"ok"))
+
+    bookie.handler = handler
+    return silent
+
+
 async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -467,15 +482,7 @@ def test_matching_uses_txn_id_and_operation(bookie: MockBookie) -> None:
 
 
 def test_timeout_raises_and_keeps_the_connection(bookie: MockBookie) -> None:
-    silent: list[tuple[pb.Request, MockConn]] = []
-
-    async def handler(req: pb.Request, conn: MockConn) -> None:
-        if req.readRequest.entryId == 7:
-            silent.append((req, conn))  # never answered in time
-            return
-        await conn.reply(response_for(req, body=b"ok"))
-
-    bookie.handler = handler
+    silent = answer_all_but(bookie, 7)
 
     async def scenario() -> None:
         # The configured timeout is well apart from the per-call one below, so a loaded
@@ -881,7 +888,8 @@ def test_disconnect_then_reconnect(bookie: MockBookie) -> None:
     assert bookie.connections == 2
 
 
-def test_cancelled_caller_leaves_nothing_outstanding(bookie: MockBookie) -> None:
+@pytest.mark.parametrize("ids", [[1], [1, 2, 3]], ids=["read", "read_many"])
+def test_cancelled_caller_leaves_nothing_outstanding(bookie: MockBookie, ids: list[int]) -> None:
     async def handler(req: pb.Request, conn: MockConn) -> None:
         return
 
@@ -889,8 +897,9 @@ def test_cancelled_caller_leaves_nothing_outstanding(bookie: MockBookie) -> None
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config())
-        task = asyncio.ensure_future(conn.read(1, 1))
-        await wait_until(lambda: conn.outstanding == 1)
+        call = conn.read(1, ids[0]) if len(ids) == 1 else conn.read_many(1, ids)
+        task = asyncio.ensure_future(call)
+        await wait_until(lambda: conn.outstanding == len(ids))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -944,15 +953,7 @@ def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
 
 
 def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) -> None:
-    silent: list[tuple[pb.Request, MockConn]] = []
-
-    async def handler(req: pb.Request, conn: MockConn) -> None:
-        if req.readRequest.entryId == 1:
-            silent.append((req, conn))
-            return
-        await conn.reply(response_for(req, body=b"ok"))
-
-    bookie.handler = handler
+    silent = answer_all_but(bookie, 1)
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config(read_timeout=1.0))
@@ -1007,25 +1008,6 @@ def test_read_many_raises_when_nothing_could_be_sent() -> None:
         with pytest.raises(BookieHandleNotAvailableError) as ei:
             await conn.read_many(8, [3, 4])
         assert (ei.value.ledger_id, ei.value.entry_id, ei.value.bookie) == (8, 3, BOOKIE)
-        await conn.close()
-
-    run(scenario())
-
-
-def test_read_many_cancelled_leaves_nothing_outstanding(bookie: MockBookie) -> None:
-    async def handler(req: pb.Request, conn: MockConn) -> None:
-        return
-
-    bookie.handler = handler
-
-    async def scenario() -> None:
-        conn = BookieConnection(BOOKIE, bookie.address, fast_config())
-        task = asyncio.ensure_future(conn.read_many(1, [1, 2, 3]))
-        await wait_until(lambda: conn.outstanding == 3)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        assert conn.outstanding == 0 and conn.connected
         await conn.close()
 
     run(scenario())
