@@ -654,7 +654,7 @@ class _EntryProbe:
                 self.record(x, None, exc)
             return
         except BKError as exc:
-            if len(ids) == 1 or not isinstance(exc, NoSuchEntryError):
+            if len(ids) == 1 or not self.batched or not isinstance(exc, NoSuchEntryError):
                 for x in ids:  # unknown stays unknown, for the whole batch
                     self.record(x, None, exc)
                 return

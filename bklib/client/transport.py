@@ -123,6 +123,7 @@ class Pending:
 
 
 _UNSET: Any = object()
+_ABANDONED: Any = object()
 
 
 class RequestGroup:
@@ -147,6 +148,16 @@ class RequestGroup:
     def slot(self, index: int) -> _Slot:
         """The :class:`Outcome` of request ``index``."""
         return _Slot(self, index)
+
+    def abandon(self) -> None:
+        """Close the slots still open: the sender gave up on them (cancelled, or failed while
+        sending), so the deadline queue may drop them at once, as it drops a cancelled
+        future."""
+        outcomes = self.outcomes
+        for i, out in enumerate(outcomes):
+            if out is _UNSET:
+                outcomes[i] = _ABANDONED
+        self.left = 0
 
     def _settle(self, index: int, outcome: Any) -> None:
         if self.outcomes[index] is not _UNSET:
@@ -652,6 +663,7 @@ class PipelinedConnection:
                 await self._drain(ch)
             await group.future
         finally:
+            group.abandon()  # a no-op once every slot is settled
             for timer in timers:
                 timer.cancel()
             for key, pending in sent:
@@ -671,6 +683,15 @@ class PipelinedConnection:
                 )
             elif isinstance(out, BKError):
                 ended.append(out)
+            elif isinstance(out, BaseException):  # none is set today; unknown, never missing
+                ended.append(
+                    BKError(
+                        f"{op_name} failed: {out!r}",
+                        ledger_id=ledger_id,
+                        entry_id=x,
+                        bookie=self.bookie_id,
+                    )
+                )
             else:
                 try:
                     ended.append(answer(out, ledger_id, x))

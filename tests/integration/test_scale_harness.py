@@ -222,3 +222,64 @@ def test_a_session_expired_mid_scan_fails_the_run_and_records_nothing_completed(
     assert "Traceback" not in done.stderr
     runs = delta.read_rows(str(wh), AUDIT_RUNS)
     assert [r["status"] for r in runs] == [RunStatus.FAILED], runs
+
+
+def test_request_groups_read_what_batch_reads_read(cluster: ScaleCluster) -> None:
+    """A bookie without v2 batch reads is read by request groups (``read_many``) that span a
+    probe's ranges: on ledgers of several segments, the deep check through them finds, entry
+    for entry, what it finds through batch reads, the damage in a later segment included."""
+    from bklib.audit.checker import CheckSettings
+    from bklib.audit.engine import check_ledgers
+    from bklib.audit.model import LedgerView
+    from bklib.client.pool import SyncBookieClient
+    from bklib.states import Check
+
+    farm, plan = cluster.farm, cluster.farm.plan
+    lost, damaged = farm.bookies[5], farm.bookies[20]  # the first test stopped bookies[5]
+    chosen = [
+        lp
+        for lp in plan
+        if lp.metadata.is_closed
+        and len(lp.metadata.segments) > 1
+        and lost not in lp.metadata.bookies()
+    ][:150]
+    # The damage: one entry of ``damaged`` in a segment after the first, on a few ledgers.
+    damage: dict[int, int] = {}
+    for lp in chosen:
+        later = [e for e in lp.entries_on(damaged) if e >= lp.metadata.segments[1].first_entry_id]
+        if later and len(damage) < 5:
+            assert farm.damage(damaged, lp.ledger_id, later[-1:]) == later[-1:]
+            damage[lp.ledger_id] = later[-1]
+    assert len(damage) == 5, "the plan should hold multi-segment ledgers on every identity"
+    views = [LedgerView.from_metadata(lp.metadata, f"/ledgers/L{lp.ledger_id}", 0) for lp in chosen]
+
+    def check(settings: CheckSettings) -> dict[tuple[int, str], Any]:
+        with SyncBookieClient(cluster.zk) as client:
+            return {
+                (ledger.ledger_id, r.bookie_id): (
+                    r.status,
+                    r.entries,
+                    r.bad_entries,
+                    r.unknown_entries,
+                )
+                for ledger, reports, _ in check_ledgers(
+                    views, frozenset(), Check.DEEP, client=client, settings=settings
+                )
+                for r in reports
+            }
+
+    batched = check(CheckSettings(batch_read=frozenset(farm.bookies)))
+    grouped = check(CheckSettings(batch_read=frozenset(), reads_in_flight=8))
+    assert grouped == batched
+    for lid, entry in damage.items():
+        _, held, bad, unknown = grouped[(lid, damaged)]
+        assert not any(a <= entry <= b for a, b in held), (lid, entry, held)
+        assert (bad, unknown) == ((), ())
+    # Everything else each bookie was written is held.
+    for lp in chosen:
+        for b in lp.metadata.bookies():
+            _, held, _, _ = grouped[(lp.ledger_id, b)]
+            for e in lp.entries_on(b):
+                if damage.get(lp.ledger_id) == e and b == damaged:
+                    continue
+                assert any(a <= e <= z for a, z in held), (lp.ledger_id, b, e)

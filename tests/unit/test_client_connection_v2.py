@@ -5,6 +5,7 @@ and fails what is outstanding as unknown, never as missing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -440,6 +441,31 @@ def test_read_many_on_a_dying_bookie_is_unknown_never_missing() -> None:
                     assert not isinstance(out, (NoSuchEntryError, NoSuchLedgerError))
                     assert out.entry_id == x
                 assert conn.outstanding == 0
+            finally:
+                await conn.close()
+
+    run(go())
+
+
+def test_read_many_cancelled_leaves_no_request_nor_queued_token() -> None:
+    async def script(frame: bytes, writer: asyncio.StreamWriter) -> None:
+        return  # never answers
+
+    async def go() -> None:
+        async with Scripted(script) as srv:
+            conn = srv.conn()
+            try:
+                task = asyncio.ensure_future(conn.read_many(5, [1, 1, 2]))
+                while conn.outstanding < 3:
+                    await asyncio.sleep(0.01)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                ch = conn._channel
+                assert ch is not None and conn.connected and conn.outstanding == 0
+                assert ch.queues == {}
+                # The deadline queue may drop the abandoned reads at once.
+                assert all(out.done() for _, out in ch.deadlines)
             finally:
                 await conn.close()
 
