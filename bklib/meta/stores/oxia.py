@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 import uuid
@@ -64,6 +65,11 @@ class OxiaClientMissing(ZKError):
 
 
 def _import_oxia() -> Any:
+    # gRPC's core runs fork handlers unless told not to, and a fork while the client's threads
+    # are inside gRPC skips them and leaves the child broken: the Spark driver's JVM, launched
+    # by a fork (pyspark's preexec_fn) from an audit reading Oxia, then sometimes died before
+    # exec. Nothing here forks to use gRPC in the child. Read when gRPC's core starts.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
         import oxia
         import oxia.ex
