@@ -14,6 +14,7 @@ from typing import Any
 
 from bklib.meta.model import LedgerMetadata, LedgerState
 from bklib.meta.pulsar import decode_pulsar_metadata
+from bklib.records import frozen_record
 from bklib.states import FetchMethod, ReplicaStatus
 
 __all__ = [
@@ -59,12 +60,17 @@ class SegmentSpan:
 def segment_spans(md: LedgerMetadata) -> tuple[SegmentSpan, ...]:
     """Every segment of ``md`` with the end :meth:`LedgerMetadata.segment_last_entry_id`
     gives it; the open last segment's end stays unknown."""
-    n = len(md.segments)
+    ends: list[int | None] = md.segment_ends()  # type: ignore[assignment]
+    if not md.is_closed:
+        ends[-1] = None
     out = []
-    for i, s in enumerate(md.segments):
-        last: int | None
-        last = md.segment_last_entry_id(i) if i + 1 < n or md.is_closed else None
-        out.append(SegmentSpan(s.first_entry_id, last, tuple(s.ensemble)))
+    for s, end in zip(md.segments, ends, strict=True):
+        out.append(
+            frozen_record(
+                SegmentSpan,
+                {"first_entry_id": s.first_entry_id, "last_entry_id": end, "ensemble": s.ensemble},
+            )
+        )
     return tuple(out)
 
 
@@ -113,22 +119,28 @@ class LedgerView:
         cls, md: LedgerMetadata, path: str | None = None, version: int | None = None
     ) -> LedgerView:
         pulsar = decode_pulsar_metadata(md.custom_metadata)
-        return cls(
-            ledger_id=md.ledger_id,
-            znode_path=path,
-            znode_version=version,
-            state=md.state.name,
-            ensemble_size=md.ensemble_size,
-            write_quorum=md.write_quorum,
-            ack_quorum=md.ack_quorum,
-            last_entry_id=md.last_entry_id,
-            length=md.length,
-            digest_type=md.digest_type.name if md.digest_type is not None else None,
-            password=md.password,
-            ctime=md.ctime,
-            segments=segment_spans(md),
-            topic=pulsar.topic,
-            component=pulsar.component,
+        digest = md.digest_type
+        # Built without __init__ (bklib/records.py): a scan makes one per ledger.
+        return frozen_record(
+            cls,
+            {
+                "ledger_id": md.ledger_id,
+                "znode_path": path,
+                "znode_version": version,
+                "state": md.state.name,
+                "ensemble_size": md.ensemble_size,
+                "write_quorum": md.write_quorum,
+                "ack_quorum": md.ack_quorum,
+                "last_entry_id": md.last_entry_id,
+                "length": md.length,
+                "digest_type": digest.name if digest is not None else None,
+                "password": md.password,
+                "ctime": md.ctime,
+                "segments": segment_spans(md),
+                "error": None,
+                "topic": pulsar.topic,
+                "component": pulsar.component,
+            },
         )
 
     @classmethod

@@ -20,6 +20,7 @@ from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
 from bklib.meta.stores import MetadataStore, StoreTarget, ValueRead, store_session
 from bklib.meta.zkaccess import ZkAuth
+from bklib.records import frozen_record
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 if TYPE_CHECKING:
@@ -123,4 +124,8 @@ def _to_result(ledger_id: int, got: ValueRead) -> ScanResult | None:
         log.warning("ledger %d: corrupt metadata at %s: %s", ledger_id, path, exc.reason)
         err = CorruptMetadataError(exc.reason, ledger_id=ledger_id, path=path)
         return ScanResult(ledger_id, path, error=err)
-    return ScanResult(ledger_id, path, md, got.stat.version)
+    return frozen_record(
+        ScanResult,
+        {"ledger_id": ledger_id, "path": path, "metadata": md, "version": got.stat.version,
+         "error": None},
+    )  # fmt: skip

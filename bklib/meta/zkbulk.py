@@ -32,6 +32,7 @@ from typing import TypeVar
 from bklib.errors import ZKError
 from bklib.meta.zkaccess import ZkAccess, ZkAuth, ZkSasl, ZkSecurityError, probe_tls
 from bklib.meta.zkbudget import request_budget
+from bklib.records import frozen_record
 
 log = logging.getLogger(__name__)
 
@@ -474,8 +475,14 @@ def _get_data_at(path: str, frame: bytes, off: int) -> tuple[GetResult, int]:
     data = frame[off : off + n] if n >= 0 else b""
     off += max(n, 0)
     _, _, ctime, mtime, version, cversion, _, owner, _, nchild, _ = _STAT.unpack_from(frame, off)
-    stat = Stat(ctime, mtime, version, cversion, owner, nchild)
-    return GetResult(path, data, stat, 0), off + _STAT.size
+    # Built without __init__, as a scan reads a million (bklib/records.py).
+    stat = frozen_record(
+        Stat,
+        {"ctime": ctime, "mtime": mtime, "version": version, "cversion": cversion,
+         "ephemeral_owner": owner, "num_children": nchild},
+    )  # fmt: skip
+    got = frozen_record(GetResult, {"path": path, "data": data, "stat": stat, "err": 0})
+    return got, off + _STAT.size
 
 
 def _multi_results(batch: list[str], frame: bytes) -> Iterator[GetResult]:

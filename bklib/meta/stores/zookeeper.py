@@ -42,6 +42,7 @@ from bklib.meta.stores.base import (
 )
 from bklib.meta.zkaccess import ZkAuth, ZkSecurityError, new_client, start_client
 from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT, ZNONODE, BulkReader, GetResult
+from bklib.records import frozen_record
 
 __all__ = ["ZooKeeperStore", "connect_zookeeper"]
 
@@ -76,8 +77,17 @@ def _value_read(got: GetResult) -> ValueRead:
     if got.err != 0 or got.data is None or got.stat is None:
         return ValueRead(got.path, None, None, got.error_name)
     s = got.stat
-    stat = Stat(s.version, s.ctime, s.mtime, _owner(s.ephemeral_owner), s.num_children, s.cversion)
-    return ValueRead(got.path, got.data, stat)
+    owner = s.ephemeral_owner
+    # Built without __init__, as a scan reads a million (bklib/records.py).
+    stat = frozen_record(
+        Stat,
+        {"version": s.version, "ctime_ms": s.ctime, "mtime_ms": s.mtime,
+         "ephemeral_owner": _owner(owner) if owner else None, "num_children": s.num_children,
+         "child_version": s.cversion},
+    )  # fmt: skip
+    return frozen_record(
+        ValueRead, {"path": got.path, "data": got.data, "stat": stat, "error": None}
+    )
 
 
 def _owner(session_id: int) -> str | None:

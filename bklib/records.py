@@ -1,0 +1,39 @@
+"""Building frozen dataclasses a million times: a scan's hot path.
+
+A frozen dataclass's generated ``__init__`` stores each field through ``object.__setattr__``
+(its own ``__setattr__`` refuses), one call per field; with ``__post_init__`` on top, making a
+ledger's :class:`~bklib.meta.model.LedgerMetadata` and its audit view cost more CPU than
+parsing its znode (docs/benchmarks.md, "The scan's records"). :func:`frozen_record` makes the
+same instance in one store of its ``__dict__``, for callers whose values are already in the
+normal form ``__init__`` and ``__post_init__`` would give them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+__all__ = ["field_names", "frozen_record"]
+
+T = TypeVar("T")
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def frozen_record(cls: type[T], values: dict[str, Any]) -> T:
+    """An instance of the frozen dataclass ``cls`` holding ``values``, without ``__init__``.
+
+    ``values`` must name every field of ``cls`` (``tests/unit/test_records.py`` checks each
+    caller against the class), each already in its normal form: nothing is converted or
+    checked here. Equality, hashing, ``repr`` and pickling see what ``__init__`` would have
+    stored. ``values`` becomes the instance's ``__dict__``: the caller must not keep it.
+    """
+    obj = _new(cls)
+    _set(obj, "__dict__", values)
+    return obj
+
+
+def field_names(cls: type) -> frozenset[str]:
+    """The names of a dataclass's fields: what :func:`frozen_record` must be given."""
+    return frozenset(f.name for f in dataclasses.fields(cls))
