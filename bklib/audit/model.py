@@ -14,7 +14,6 @@ from typing import Any
 
 from bklib.meta.model import LedgerMetadata, LedgerState
 from bklib.meta.pulsar import decode_pulsar_metadata
-from bklib.records import frozen_record
 from bklib.states import FetchMethod, ReplicaStatus
 
 __all__ = [
@@ -40,7 +39,7 @@ def runs_from_rows(rows: Sequence[Mapping[str, int]] | None) -> list[Run]:
     return [(int(r["first_entry_id"]), int(r["last_entry_id"])) for r in rows or ()]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SegmentSpan:
     """One segment of a ledger with its end resolved: ``last_entry_id`` is None only for the
     open last segment, which ends at the LAC that only the bookies know."""
@@ -60,21 +59,15 @@ class SegmentSpan:
 def segment_spans(md: LedgerMetadata) -> tuple[SegmentSpan, ...]:
     """Every segment of ``md`` with the end :meth:`LedgerMetadata.segment_last_entry_id`
     gives it; the open last segment's end stays unknown."""
-    ends: list[int | None] = md.segment_ends()  # type: ignore[assignment]
-    if not md.is_closed:
-        ends[-1] = None
+    ends = md.segment_ends()
+    open_last = len(ends) - 1 if not md.is_closed else -1
     out = []
-    for s, end in zip(md.segments, ends, strict=True):
-        out.append(
-            frozen_record(
-                SegmentSpan,
-                {"first_entry_id": s.first_entry_id, "last_entry_id": end, "ensemble": s.ensemble},
-            )
-        )
+    for i, (s, end) in enumerate(zip(md.segments, ends, strict=True)):
+        out.append(SegmentSpan(s.first_entry_id, end if i != open_last else None, s.ensemble))
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerView:
     """One ledger znode as the audit sees it (a row of the ``ledgers`` table).
 
@@ -120,27 +113,22 @@ class LedgerView:
     ) -> LedgerView:
         pulsar = decode_pulsar_metadata(md.custom_metadata)
         digest = md.digest_type
-        # Built without __init__ (bklib/records.py): a scan makes one per ledger.
-        return frozen_record(
-            cls,
-            {
-                "ledger_id": md.ledger_id,
-                "znode_path": path,
-                "znode_version": version,
-                "state": md.state.name,
-                "ensemble_size": md.ensemble_size,
-                "write_quorum": md.write_quorum,
-                "ack_quorum": md.ack_quorum,
-                "last_entry_id": md.last_entry_id,
-                "length": md.length,
-                "digest_type": digest.name if digest is not None else None,
-                "password": md.password,
-                "ctime": md.ctime,
-                "segments": segment_spans(md),
-                "error": None,
-                "topic": pulsar.topic,
-                "component": pulsar.component,
-            },
+        return cls(
+            ledger_id=md.ledger_id,
+            znode_path=path,
+            znode_version=version,
+            state=md.state.name,
+            ensemble_size=md.ensemble_size,
+            write_quorum=md.write_quorum,
+            ack_quorum=md.ack_quorum,
+            last_entry_id=md.last_entry_id,
+            length=md.length,
+            digest_type=digest.name if digest is not None else None,
+            password=md.password,
+            ctime=md.ctime,
+            segments=segment_spans(md),
+            topic=pulsar.topic,
+            component=pulsar.component,
         )
 
     @classmethod

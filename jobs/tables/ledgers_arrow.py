@@ -10,6 +10,7 @@ the one :func:`jobs.tables.delta.rows_to_arrow` makes of ``{"run_id": ..., **vie
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import pyarrow as pa
 
@@ -74,7 +75,7 @@ def ledgers_table(run_id: str, views: Sequence[LedgerView]) -> pa.Table:
         elif field.name == "segments":
             columns.append(_segments(views, field.type))
         elif field.name in _SCALARS:
-            columns.append(pa.array([getattr(v, field.name) for v in views], field.type))
+            columns.append(pa.array(list(map(attrgetter(field.name), views)), field.type))
         else:  # a column added to the schema must be added here too
             raise KeyError(f"ledgers column {field.name!r} has no source in LedgerView")
     return pa.Table.from_arrays(columns, schema=schema)
