@@ -60,7 +60,7 @@ class DigestType(IntEnum):
     DUMMY = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One ensemble: the bookies holding entries from ``first_entry_id`` until the next segment."""
 

@@ -197,8 +197,8 @@ def _from_proto(
     znode_ctime_ms: int | None,
     bad: _BadFn,
 ) -> LedgerMetadata:
-    missing = msg.FindInitializationErrors()
-    if missing:
+    if not msg.IsInitialized():  # the cheaper test first; the names only for the error
+        missing = msg.FindInitializationErrors()
         raise bad(f"missing required field(s): {', '.join(missing)}")
     state = _LEDGER_STATES.get(msg.state)
     if state is None:
