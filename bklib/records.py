@@ -1,11 +1,16 @@
 """Building frozen dataclasses a million times: a scan's hot path.
 
 A frozen dataclass's generated ``__init__`` stores each field through ``object.__setattr__``
-(its own ``__setattr__`` refuses), one call per field; with ``__post_init__`` on top, making a
-ledger's :class:`~bklib.meta.model.LedgerMetadata` and its audit view cost more CPU than
-parsing its znode (docs/benchmarks.md, "The scan's records"). :func:`frozen_record` makes the
-same instance in one store of its ``__dict__``, for callers whose values are already in the
-normal form ``__init__`` and ``__post_init__`` would give them.
+(its own ``__setattr__`` refuses), one call per field. A scan made nine such records per
+ledger, and building them cost more CPU than parsing the znode (docs/benchmarks.md, "The
+scan's records"). :func:`frozen_record` makes the same instance in one store of its
+``__dict__``, for callers whose values are already in the normal form ``__init__`` and
+``__post_init__`` would give them.
+
+It suits records that live briefly (a read, its stat, a decoded ledger on its way to a view):
+the dict it stores is not shared with the class's other instances, so it costs more memory
+than ``__init__``'s. Records a run keeps by the million (the audit's views) are slotted
+instead.
 """
 
 from __future__ import annotations
