@@ -15,10 +15,9 @@ instead.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, TypeVar
 
-__all__ = ["field_names", "frozen_record"]
+__all__ = ["frozen_record"]
 
 T = TypeVar("T")
 
@@ -37,8 +36,3 @@ def frozen_record(cls: type[T], values: dict[str, Any]) -> T:
     obj = _new(cls)
     _set(obj, "__dict__", values)
     return obj
-
-
-def field_names(cls: type) -> frozenset[str]:
-    """The names of a dataclass's fields: what :func:`frozen_record` must be given."""
-    return frozenset(f.name for f in dataclasses.fields(cls))

@@ -62,7 +62,7 @@ _DIGEST_NAMES = {d: d.name for d in DigestType}
 
 
 def segment_spans(md: LedgerMetadata) -> tuple[SegmentSpan, ...]:
-    """Every segment of ``md`` with the end :meth:`LedgerMetadata.segment_last_entry_id`
+    """Every segment of ``md`` with the end :meth:`LedgerMetadata.segment_ends`
     gives it; the open last segment's end stays unknown."""
     ends = md.segment_ends()
     open_last = len(ends) - 1 if not md.is_closed else -1

@@ -188,20 +188,21 @@ class LedgerMetadata:
         return self.segments[self.segment_index_for(entry_id)].ensemble
 
     def segment_last_entry_id(self, index: int, lac: int | None = None) -> int:
-        """Last entry id covered by segment ``index``.
+        """Last entry id covered by segment ``index``: :meth:`segment_ends`' rule."""
+        return self.segment_ends(lac)[index]
+
+    def segment_ends(self, lac: int | None = None) -> list[int]:
+        """The last entry id each segment covers, in order.
 
         This is the one rule for segment ends; the audit and the repair both use it. A middle
         segment ends before the next one starts, and never past ``last_entry_id`` of a CLOSED
         ledger (nothing beyond it belongs to the ledger, even where an ensemble change was
         recorded above it). The last segment ends at ``last_entry_id`` when CLOSED, otherwise
-        at ``lac`` (the caller's view of the LAC; -1 if unknown). The result may be below the
-        first entry id: an empty segment.
+        at ``lac`` (the caller's view of the LAC; -1 if unknown). An end may be below its
+        segment's first entry id: an empty segment. No segments, no ends.
         """
-        return self.segment_ends(lac)[index]
-
-    def segment_ends(self, lac: int | None = None) -> list[int]:
-        """:meth:`segment_last_entry_id` of every segment, in one pass (a scan's views need
-        them all)."""
+        if not self.segments:
+            return []
         closed = self.state == LedgerState.CLOSED
         last = self.last_entry_id
         ends = []

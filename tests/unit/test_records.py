@@ -26,9 +26,18 @@ from bklib.meta.serde import (
 from bklib.meta.stores.base import ValueRead
 from bklib.meta.stores.zookeeper import _value_read
 from bklib.meta.zkbulk import _STAT, GetResult, _get_data_at
-from bklib.records import field_names, frozen_record
+from bklib.records import frozen_record
 
 B = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")
+
+
+def field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _types(obj: Any) -> dict[str, type]:
+    """Each field's type: an IntEnum stored as a plain int compares equal, but is not normal."""
+    return {k: type(v) for k, v in vars(obj).items()}
 
 
 def _as_init_builds_it(obj: Any) -> None:
@@ -38,7 +47,7 @@ def _as_init_builds_it(obj: Any) -> None:
     assert set(vars(obj)) == field_names(cls), cls.__name__
     again = cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
     assert again == obj
-    assert vars(again) == vars(obj)
+    assert vars(again) == vars(obj) and _types(again) == _types(obj)
     assert cls is LedgerMetadata or hash(again) == hash(obj)  # its dict field is unhashable
     assert pickle.loads(pickle.dumps(obj)) == obj
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -88,39 +97,65 @@ def test_a_v3_ledger_without_password_is_built_as_init_does() -> None:
     assert view.password is None and view.digest_type is None
 
 
-@pytest.mark.parametrize("md", CASES, ids=range(len(CASES)))
-def test_spans_end_where_segment_last_entry_id_says(md: LedgerMetadata) -> None:
-    spans = segment_spans(md)
-    for i, span in enumerate(spans):
-        if i == len(spans) - 1 and not md.is_closed:
-            assert span.last_entry_id is None
-            assert md.segment_last_entry_id(i) == -1 and md.segment_last_entry_id(i, 77) == 77
-        else:
-            assert span.last_entry_id == md.segment_last_entry_id(i)
-        assert span.ensemble == md.segments[i].ensemble
+@pytest.mark.parametrize(
+    ("closed", "segments", "last", "ends", "spans"),
+    [
+        (True, 1, 150, [150], [150]),
+        (True, 3, 150, [99, 150, 150], [99, 150, 150]),
+        (True, 3, 120, [99, 120, 120], [99, 120, 120]),  # a middle segment past the last entry
+        (True, 2, 40, [40, 40], [40, 40]),
+        (True, 2, -1, [-1, -1], [-1, -1]),  # closed empty
+        (False, 2, -1, [99, -1], [99, None]),  # the open last segment's end is unknown
+        (False, 1, -1, [-1], [None]),
+    ],
+)
+def test_segment_ends_and_spans(
+    closed: bool, segments: int, last: int, ends: list[int], spans: list[int | None]
+) -> None:
+    md = _metadata(closed, segments).replace(last_entry_id=last, length=1 if closed else 0)
+    assert md.segment_ends() == ends
+    assert [md.segment_last_entry_id(i) for i in range(segments)] == ends
+    if not closed:
+        assert md.segment_ends(lac=77)[-1] == 77 == md.segment_last_entry_id(segments - 1, 77)
+    got = segment_spans(md)
+    assert [s.last_entry_id for s in got] == spans
+    assert [(s.first_entry_id, s.ensemble) for s in got] == [
+        (s.first_entry_id, s.ensemble) for s in md.segments
+    ]
 
 
-def test_a_closed_ledger_ends_its_middle_segments_at_its_last_entry() -> None:
-    md = _metadata(True, 3).replace(last_entry_id=120, length=1)
-    assert md.segment_ends() == [99, 120, 120]
-    assert [s.last_entry_id for s in segment_spans(md)] == [99, 120, 120]
+def test_no_segments_no_ends() -> None:
+    md = _metadata(True, 1)
+    bare = dataclasses.replace(md, segments=())
+    assert bare.segment_ends() == [] and segment_spans(bare) == ()
 
 
 def test_the_bulk_reader_and_the_store_build_their_reads_as_init_does() -> None:
+    # czxid, mzxid, ctime, mtime, version, cversion, aversion, owner, length, children, pzxid
     stat = struct.pack(">qqqqiiiqiiq", 1, 2, 3, 4, 5, 6, 7, 0x1234, 9, 10, 11)
     frame = struct.pack(">i", 3) + b"abc" + stat
     got, off = _get_data_at("/ledgers/L1", frame, 0)
     assert off == len(frame) == 7 + _STAT.size
     _as_init_builds_it_plain(got)
     _as_init_builds_it_plain(got.stat)
-    assert (got.stat.ctime, got.stat.mtime, got.stat.version, got.stat.ephemeral_owner) == (
-        3, 4, 5, 0x1234
-    )  # fmt: skip
+    assert (got.path, got.data, got.err) == ("/ledgers/L1", b"abc", 0)
+    assert vars(got.stat) == {
+        "ctime": 3, "mtime": 4, "version": 5, "cversion": 6, "ephemeral_owner": 0x1234,
+        "num_children": 10,
+    }  # fmt: skip
     read = _value_read(got)
     _as_init_builds_it_plain(read)
+    assert (read.path, read.data, read.error) == ("/ledgers/L1", b"abc", None)
     assert read.stat is not None
     _as_init_builds_it_plain(read.stat)
-    assert read.stat.ephemeral_owner == "0x1234" and read.stat.child_version == 6
+    assert vars(read.stat) == {
+        "version": 5, "ctime_ms": 3, "mtime_ms": 4, "ephemeral_owner": "0x1234",
+        "num_children": 10, "child_version": 6,
+    }  # fmt: skip
+    persistent, _ = _get_data_at(
+        "/p", struct.pack(">i", 0) + struct.pack(">qqqqiiiqiiq", *[0] * 11), 0
+    )
+    assert _value_read(persistent).stat.ephemeral_owner is None  # type: ignore[union-attr]
 
 
 def test_a_scan_result_is_built_as_init_does() -> None:
@@ -131,6 +166,7 @@ def test_a_scan_result_is_built_as_init_does() -> None:
     result = _to_result(4242, _value_read(got))
     assert isinstance(result, ScanResult)
     _as_init_builds_it_plain(result)
+    assert (result.ledger_id, result.path, result.error) == (4242, got.path, None)
     assert result.metadata == md.replace(ctime=2) and result.version == 4  # ctime: the znode's
 
 
@@ -138,7 +174,7 @@ def _as_init_builds_it_plain(obj: Any) -> None:
     cls = type(obj)
     assert set(vars(obj)) == field_names(cls), cls.__name__
     again = cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
-    assert again == obj
+    assert again == obj and _types(again) == _types(obj)
     if cls is not ScanResult:  # the others hold no dict
         assert hash(again) == hash(obj)
     assert pickle.loads(pickle.dumps(obj)) == obj
@@ -151,18 +187,47 @@ def test_frozen_record_takes_the_values_as_they_are() -> None:
     assert read.missing
 
 
-@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**31 - 1])
-def test_the_length_prefix_fast_path_reads_what_the_loop_reads(value: int) -> None:
+def _loop_varint32(data: bytes, pos: int) -> tuple[int, int] | str:
+    """protobuf-java's readRawVarint32 from a stream, as the loop reads it: the reference."""
+    value = 0
+    for i in range(10):
+        if pos + i >= len(data):
+            return "truncated"
+        b = data[pos + i]
+        value |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            value &= 0xFFFFFFFF
+            return "negative" if value >= 2**31 else (value, pos + i + 1)
+    return "malformed"
+
+
+def _encode(value: int) -> bytes:
     raw = bytearray()
-    v = value
+    v = value & 0xFFFFFFFFFFFFFFFF  # a negative int32 is written sign-extended, in 10 bytes
     while True:
         byte, v = v & 0x7F, v >> 7
         raw.append(byte | (0x80 if v else 0))
         if not v:
-            break
-    data = b"xx" + bytes(raw) + b"body"
+            return bytes(raw)
+
+
+INPUTS = [
+    _encode(v) + tail
+    for v in (0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**31 - 1, 2**31, -1, -5)
+    for tail in (b"", b"b", b"body")
+] + [b"", b"\x05", b"\x80", b"\x80\x80", b"\xff" * 11, b"\x80\x00", b"\xff\x7f"]
+
+
+@pytest.mark.parametrize("tail", INPUTS, ids=range(len(INPUTS)))
+def test_the_length_prefix_reads_what_the_loop_reads(tail: bytes) -> None:
+    data = b"xx" + tail
 
     def bad(msg: str) -> CorruptMetadataError:
         return CorruptMetadataError(msg, ledger_id=1)
 
-    assert _read_varint32(data, 2, bad) == (value, 2 + len(raw))
+    want = _loop_varint32(data, 2)
+    if isinstance(want, tuple):
+        assert _read_varint32(data, 2, bad) == want
+    else:
+        with pytest.raises(CorruptMetadataError, match=want):
+            _read_varint32(data, 2, bad)

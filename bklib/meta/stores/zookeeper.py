@@ -77,12 +77,11 @@ def _value_read(got: GetResult) -> ValueRead:
     if got.err != 0 or got.data is None or got.stat is None:
         return ValueRead(got.path, None, None, got.error_name)
     s = got.stat
-    owner = s.ephemeral_owner
     # Built without __init__, as a scan reads a million (bklib/records.py).
     stat = frozen_record(
         Stat,
         {"version": s.version, "ctime_ms": s.ctime, "mtime_ms": s.mtime,
-         "ephemeral_owner": _owner(owner) if owner else None, "num_children": s.num_children,
+         "ephemeral_owner": _owner(s.ephemeral_owner), "num_children": s.num_children,
          "child_version": s.cversion},
     )  # fmt: skip
     return frozen_record(
