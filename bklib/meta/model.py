@@ -25,24 +25,6 @@ def is_valid_bookie_id(bookie_id: str) -> bool:
     return bool(_BOOKIE_ID_RE.fullmatch(bookie_id)) and bookie_id.lower() != "readonly"
 
 
-_KNOWN_VALID: set[str] = set()
-"""Bookie ids :func:`is_valid_bookie_id` accepted: a whole ensemble is checked against it in
-one set operation, as a scan checks a million ensembles of the same few bookies."""
-_KNOWN_VALID_MAX = 16384
-
-
-def invalid_member(ensemble: tuple[str, ...]) -> str | None:
-    """The first bookie id of ``ensemble`` that :func:`is_valid_bookie_id` rejects, or None."""
-    if _KNOWN_VALID.issuperset(ensemble):
-        return None
-    for b in ensemble:
-        if not is_valid_bookie_id(b):
-            return b
-        if len(_KNOWN_VALID) < _KNOWN_VALID_MAX:
-            _KNOWN_VALID.add(b)
-    return None
-
-
 class LedgerState(IntEnum):
     """``LedgerMetadataFormat.State`` numbers."""
 
@@ -164,9 +146,9 @@ class LedgerMetadata:
                     f"segment at entry {seg.first_entry_id} has {len(seg.ensemble)} bookies, "
                     f"ensemble size is {e}"
                 )
-            b = invalid_member(seg.ensemble)
-            if b is not None:
-                raise bad(f"invalid bookie id {b!r} in segment at entry {seg.first_entry_id}")
+            for b in seg.ensemble:
+                if not is_valid_bookie_id(b):
+                    raise bad(f"invalid bookie id {b!r} in segment at entry {seg.first_entry_id}")
 
     # ---- queries ----------------------------------------------------------------------------
 
@@ -201,17 +183,15 @@ class LedgerMetadata:
         at ``lac`` (the caller's view of the LAC; -1 if unknown). An end may be below its
         segment's first entry id: an empty segment. No segments, no ends.
         """
-        if not self.segments:
+        segs = self.segments
+        if not segs:
             return []
         closed = self.state == LedgerState.CLOSED
         last = self.last_entry_id
         ends = []
-        prev = None
-        for s in self.segments:
-            if prev is not None:
-                end = s.first_entry_id - 1
-                ends.append(end if not closed or end < last else last)
-            prev = s
+        for following in segs[1:]:
+            end = following.first_entry_id - 1
+            ends.append(min(end, last) if closed else end)
         ends.append(last if closed else INVALID_ENTRY_ID if lac is None else lac)
         return ends
 
