@@ -48,10 +48,11 @@ def _as_init_builds_it(obj: Any) -> None:
     again = cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
     assert again == obj
     assert vars(again) == vars(obj) and _types(again) == _types(obj)
-    assert cls is LedgerMetadata or hash(again) == hash(obj)  # its dict field is unhashable
+    if cls not in (LedgerMetadata, ScanResult):  # these hold a dict: unhashable
+        assert hash(again) == hash(obj)
     assert pickle.loads(pickle.dumps(obj)) == obj
     with pytest.raises(dataclasses.FrozenInstanceError):
-        obj.ledger_id = 1
+        setattr(obj, dataclasses.fields(cls)[0].name, None)
 
 
 def _metadata(closed: bool, segments: int, **extra: Any) -> LedgerMetadata:
@@ -136,18 +137,18 @@ def test_the_bulk_reader_and_the_store_build_their_reads_as_init_does() -> None:
     frame = struct.pack(">i", 3) + b"abc" + stat
     got, off = _get_data_at("/ledgers/L1", frame, 0)
     assert off == len(frame) == 7 + _STAT.size
-    _as_init_builds_it_plain(got)
-    _as_init_builds_it_plain(got.stat)
+    _as_init_builds_it(got)
+    _as_init_builds_it(got.stat)
     assert (got.path, got.data, got.err) == ("/ledgers/L1", b"abc", 0)
     assert vars(got.stat) == {
         "ctime": 3, "mtime": 4, "version": 5, "cversion": 6, "ephemeral_owner": 0x1234,
         "num_children": 10,
     }  # fmt: skip
     read = _value_read(got)
-    _as_init_builds_it_plain(read)
+    _as_init_builds_it(read)
     assert (read.path, read.data, read.error) == ("/ledgers/L1", b"abc", None)
     assert read.stat is not None
-    _as_init_builds_it_plain(read.stat)
+    _as_init_builds_it(read.stat)
     assert vars(read.stat) == {
         "version": 5, "ctime_ms": 3, "mtime_ms": 4, "ephemeral_owner": "0x1234",
         "num_children": 10, "child_version": 6,
@@ -165,19 +166,9 @@ def test_a_scan_result_is_built_as_init_does() -> None:
     got, _ = _get_data_at(paths.ledger_path("/ledgers", 4242), frame, 0)
     result = _to_result(4242, _value_read(got))
     assert isinstance(result, ScanResult)
-    _as_init_builds_it_plain(result)
+    _as_init_builds_it(result)
     assert (result.ledger_id, result.path, result.error) == (4242, got.path, None)
     assert result.metadata == md.replace(ctime=2) and result.version == 4  # ctime: the znode's
-
-
-def _as_init_builds_it_plain(obj: Any) -> None:
-    cls = type(obj)
-    assert set(vars(obj)) == field_names(cls), cls.__name__
-    again = cls(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)})
-    assert again == obj and _types(again) == _types(obj)
-    if cls is not ScanResult:  # the others hold no dict
-        assert hash(again) == hash(obj)
-    assert pickle.loads(pickle.dumps(obj)) == obj
 
 
 def test_frozen_record_takes_the_values_as_they_are() -> None:
