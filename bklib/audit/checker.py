@@ -35,22 +35,22 @@ import functools
 import logging
 import random
 import struct
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bklib.audit.model import LedgerView, ReplicaReport, SegmentSpan
-from bklib.availability import EntryRuns, from_entry_ids
+from bklib.audit.entry_probe import EntryTally, PlannedRange, ProbeResult, answer_kind, stripe_plan
+from bklib.audit.model import LedgerView, ReplicaReport
+from bklib.audit.sampled_reads import LedgerReads, SampledReads
 from bklib.availability import decode as decode_availability
 from bklib.client.operations import ReadResult
 from bklib.client.pool import BookieClientPool, SyncBookieClient
-from bklib.client.throttle import RateLimiter
+from bklib.client.throttle import RateLimiter, ReadGate
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
     BKError,
     BKTimeoutError,
     BookieHandleNotAvailableError,
-    DigestMatchError,
     NoSuchEntryError,
     NoSuchLedgerError,
 )
@@ -58,65 +58,30 @@ from bklib.meta.model import DigestType
 from bklib.quorum import contiguous_chunks, iter_stripe, sample_stripe
 from bklib.states import Check, FetchMethod, ReplicaStatus
 
-__all__ = ["SILENT_STRIKES", "CheckSettings", "ReplicaChecker"]
+__all__ = [
+    "LEDGERS_IN_FLIGHT",
+    "SAMPLED_LEDGERS_IN_FLIGHT",
+    "SILENT_STRIKES",
+    "CheckSettings",
+    "ReplicaChecker",
+]
 
 log = logging.getLogger(__name__)
 
 SILENT_STRIKES = 3
 """Ledgers in a row on which a bookie answered nothing before it is treated as down."""
 
+LEDGERS_IN_FLIGHT = 64
+"""Ledgers a check has requests outstanding for, by default."""
 
-class _Gate:
-    """Entry reads a bookie may have outstanding, shared by every probe reading from it (all
-    on the client's event loop).
-
-    A probe only waits here with nothing of its own outstanding (it takes its answers first),
-    so the probes holding permits are never the ones waiting: no deadlock.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = max(1, limit)
-        self._free = self.limit
-        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    def try_take(self, n: int) -> bool:
-        n = min(n, self.limit)
-        if self._waiters or self._free < n:
-            return False
-        self._free -= n
-        return True
-
-    async def take(self, n: int) -> None:
-        n = min(n, self.limit)
-        if self.try_take(n):
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((n, fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.give(n)  # granted as it was cancelled: hand the permits on
-            raise
-
-    def give(self, n: int) -> None:
-        self._free += min(n, self.limit)
-        while self._waiters:
-            need, fut = self._waiters[0]
-            if fut.done():  # cancelled while waiting: it must not hold up those behind it
-                self._waiters.popleft()
-            elif need <= self._free:
-                self._waiters.popleft()
-                self._free -= need
-                fut.set_result(None)
-            else:
-                break
+SAMPLED_LEDGERS_IN_FLIGHT = 2048
+"""The same for the sample check, whose ledgers are a few reads each: handed to the client's
+loop a quarter at a time, so each bookie's reads leave in groups of tens
+(:mod:`bklib.audit.sampled_reads`; docs/benchmarks.md, "The sample check across ledgers")."""
 
 
 # Errors meaning "cannot talk to this bookie at all": later requests would fail the same way.
 _DOWN_ERRORS = (BookieHandleNotAvailableError, ConnectionError, OSError)
-
-Run = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -125,8 +90,9 @@ class CheckSettings:
 
     read_timeout: float = 5.0
     connect_timeout: float = 5.0
-    ledgers_in_flight: int = 64
-    """Ledgers with list-entries / read-LAC requests outstanding."""
+    ledgers_in_flight: int | None = None
+    """Ledgers with requests outstanding (None: :data:`LEDGERS_IN_FLIGHT`, or
+    :data:`SAMPLED_LEDGERS_IN_FLIGHT` for the sample check)."""
     reads_in_flight: int = 256
     """Entry reads outstanding per bookie when probing or verifying digests (the rest of a
     batch that stopped short, asked one by one, comes on top)."""
@@ -146,38 +112,6 @@ class CheckSettings:
     batch_max_count: int = 64
     batch_max_bytes: int = 4 << 20
     """Bounds of one batch-read reply, so an audit's replies stay small next to Pulsar's."""
-
-
-class _RunBuilder:
-    """Accumulates ids, asked in ascending stripe order, into runs per outcome.
-
-    Consecutive stripe entries with the same outcome share one run, which then also spans the
-    ids between them that are not on the stripe (never asked; the classifier ignores them), so
-    a healthy bookie's stripe stays one run instead of one per entry.
-    """
-
-    def __init__(self) -> None:
-        self.runs: dict[str, list[list[int]]] = {"held": [], "unknown": []}
-        self._last_kind: str | None = None
-        self.missing: list[int] = []
-
-    def add(self, entry_id: int, kind: str) -> None:
-        if kind == "missing":
-            self.missing.append(entry_id)
-        runs = self.runs.get(kind)
-        if runs is not None:
-            if self._last_kind == kind and runs:
-                runs[-1][1] = entry_id
-            else:
-                runs.append([entry_id, entry_id])
-        self._last_kind = kind
-
-    def cut(self) -> None:
-        """Start fresh runs (a new segment)."""
-        self._last_kind = None
-
-    def get(self, kind: str) -> tuple[Run, ...]:
-        return tuple((a, b) for a, b in self.runs[kind])
 
 
 def _digest(ledger: LedgerView) -> DigestManager | None:
@@ -211,38 +145,16 @@ def _lac_of(result: Any, dm: DigestManager | None) -> int | None:
     return max(values) if values else None
 
 
-def _stripe_plan(
-    segments: Iterable[SegmentSpan], bookie: str, lac: int | None
-) -> list[tuple[int, int, int]]:
-    """(index, first, last) of every segment range where ``bookie`` must hold entries."""
-    out = []
-    for s in segments:
-        last = s.last_entry_id if s.last_entry_id is not None else lac
-        if last is None or last < s.first_entry_id:
-            continue
-        for i, b in enumerate(s.ensemble):
-            if b == bookie:
-                out.append((i, s.first_entry_id, last))
-    return out
-
-
-@dataclass
-class _Probe:
-    status: str
-    entries: tuple[Run, ...]
-    bad: tuple[Run, ...]
-    unknown: tuple[Run, ...]
-    error: str | None
-    answered: int
-    unknown_count: int
-
-
 @dataclass
 class _Pending:
     ledger: LedgerView
     lac_futs: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
     list_futs: dict[str, concurrent.futures.Future[Any] | None] = field(default_factory=dict)
-    probes: dict[str, concurrent.futures.Future[_Probe]] = field(default_factory=dict)
+    probes: dict[str, concurrent.futures.Future[ProbeResult]] = field(default_factory=dict)
+    reads: LedgerReads | None = None
+    """The sampled check's reads of the ledger (:mod:`bklib.audit.sampled_reads`)."""
+    sampled: dict[str, ProbeResult] = field(default_factory=dict)
+    """What those reads found on each bookie, once they are all in."""
 
 
 class ReplicaChecker:
@@ -268,13 +180,30 @@ class ReplicaChecker:
         self.deep = check in (Check.DEEP, Check.SAMPLE)
         # Per-bookie bounds, used on the client's event loop only.
         self._limiters: dict[str, RateLimiter] = {}
-        self._gates: dict[str, _Gate] = {}
+        self._gates: dict[str, ReadGate] = {}
         self.lost = lost
         # list-entries timed out (in this checker, or in the run's capability probe): probe
         self.no_list: set[str] = set(settings.no_list)
         self.down: dict[str, str] = {}  # silent too often: skip for the rest of the run
         self.strikes: dict[str, int] = {}  # ledgers in a row with no answer at all
         self._guard = client.guard(settings.read_timeout)
+        default = SAMPLED_LEDGERS_IN_FLIGHT if self.sample else LEDGERS_IN_FLIGHT
+        self.window = max(1, settings.ledgers_in_flight or default)
+        # The sampled check reads each bookie's pairs across ledgers, in bulk.
+        self._sampled = (
+            SampledReads(
+                client,
+                timeout=settings.read_timeout,
+                verify_percentage=settings.verify_percentage,
+                batch=self.window // 4,
+                skip=lambda b: b in self.lost or b in self.down,
+                bounds=self._bounds,
+                rng_of=self._sample_rng,
+                lac_of=_lac_of,
+            )
+            if self.sample
+            else None
+        )
 
     # ---- bookie health -------------------------------------------------------------------------
 
@@ -314,50 +243,72 @@ class ReplicaChecker:
         """For each readable ledger, what each of its non-lost bookies answered; at most
         ``ledgers_in_flight`` ledgers have requests outstanding. Unreadable ledgers are
         skipped (their error is already the finding)."""
-        pending: list[_Pending] = []
+        pending: collections.deque[_Pending] = collections.deque()
         try:
             yield from self._check(ledgers, pending)
         finally:
             for item in pending:  # abandoned: stop their probes
                 for probe in item.probes.values():
                     probe.cancel()
+            if self._sampled is not None and pending:
+                self._sampled.abandon([i.reads for i in pending if i.reads is not None])
 
     def _check(
-        self, ledgers: Iterable[LedgerView], pending: list[_Pending]
+        self, ledgers: Iterable[LedgerView], pending: collections.deque[_Pending]
     ) -> Iterator[tuple[LedgerView, list[ReplicaReport]]]:
         for ledger in ledgers:
             if not ledger.ok or not ledger.segments:
                 continue
-            lid = ledger.ledger_id
-            item = _Pending(ledger)
-            if not ledger.is_closed:
-                for b in dict.fromkeys(ledger.segments[-1].ensemble):
-                    if b not in self.lost and b not in self.down:
-                        item.lac_futs[b] = self._ask(b, lid, "read_lac")
-            for b in ledger.bookies():
-                if b in self.lost:
-                    continue
-                if self.deep or b in self.no_list or b in self.down:
-                    item.list_futs[b] = None
-                else:
-                    item.list_futs[b] = self._ask(b, lid, "list_entries")
-            if ledger.is_closed:  # no LAC to wait for: probe now
-                self._start_probes(item, None)
-            pending.append(item)
-            if len(pending) >= self.settings.ledgers_in_flight:
-                done = pending.pop(0)
+            pending.append(self._start(ledger))
+            if len(pending) >= self.window:
+                done = pending.popleft()
                 yield done.ledger, self._finish(done)
         while pending:
-            done = pending.pop(0)
+            done = pending.popleft()
             yield done.ledger, self._finish(done)
+
+    def _start(self, ledger: LedgerView) -> _Pending:
+        """Send what ``ledger``'s check asks first: its LACs (not closed), list-entries where
+        asked, and the probes that need neither; the sampled check's reads, all of them."""
+        lid = ledger.ledger_id
+        item = _Pending(ledger)
+        if self._sampled is not None:
+            # LACs and reads alike on the client's loop (bklib.audit.sampled_reads)
+            item.list_futs = dict.fromkeys(b for b in ledger.bookies() if b not in self.lost)
+            item.reads = LedgerReads(ledger, _digest(ledger))
+            self._sampled.submit(item.reads)
+            return item
+        if not ledger.is_closed and ledger.segments:
+            for b in dict.fromkeys(ledger.segments[-1].ensemble):
+                if b not in self.lost and b not in self.down:
+                    item.lac_futs[b] = self._ask(b, lid, "read_lac")
+        for b in ledger.bookies():
+            if b in self.lost:
+                continue
+            if self.deep or b in self.no_list or b in self.down:
+                item.list_futs[b] = None
+            else:
+                item.list_futs[b] = self._ask(b, lid, "list_entries")
+        if ledger.is_closed:  # no LAC to wait for: probe now
+            self._start_probes(item, None)
+        return item
 
     def _finish(self, item: _Pending) -> list[ReplicaReport]:
         """What each bookie of ``item``'s ledger answered, in the order they were asked."""
-        dm = _digest(item.ledger)
-        lacs = self._lacs(item, dm)
+        if item.reads is not None:
+            dm = item.reads.dm
+            assert self._sampled is not None
+            self._sampled.awaiting(item.reads)
+            item.reads.future.result()  # every read's deadline bounds this wait
+            lacs = item.reads.lacs
+            item.sampled = item.reads.probes(self.sample)
+        else:
+            dm = _digest(item.ledger)
+            lacs = self._lacs(item, dm)
         known = [v for v in lacs.values() if v is not None]
         lac = max(known) if known else None
-        self._start_probes(item, lac)
+        if item.reads is None:
+            self._start_probes(item, lac)
         return [
             self._report(item, b, fut, lacs.get(b), lac, dm) for b, fut in item.list_futs.items()
         ]
@@ -444,16 +395,20 @@ class ReplicaChecker:
         """``b``'s report from reading its entries (the probe started with the ledger, or one
         started now), counted towards its health; ``listed``: list-entries was asked and
         timed out, so a bookie answering reads is not asked to list again."""
-        started = item.probes.get(b)
-        got = (started or self._probe_soon(item.ledger, b, lac, dm)).result()
-        report = _with(
-            base,
-            method=self._fetch_method(),
-            status=got.status,
-            entries=got.entries,
-            bad_entries=got.bad,
-            unknown_entries=got.unknown,
-            error=got.error,
+        got = item.sampled.get(b)
+        if got is None:
+            started = item.probes.get(b)
+            got = (started or self._probe_soon(item.ledger, b, lac, dm)).result()
+        report = ReplicaReport(
+            base.ledger_id,
+            b,
+            got.status,
+            self._fetch_method(),
+            got.entries,
+            got.bad,
+            got.unknown,
+            base.lac,
+            got.error,
         )
         if got.unknown_count and not got.answered:
             self._silent(b, got.error or "no answer")
@@ -484,16 +439,16 @@ class ReplicaChecker:
 
     def _probe_soon(
         self, ledger: LedgerView, bookie: str, lac: int | None, dm: DigestManager | None
-    ) -> concurrent.futures.Future[_Probe]:
+    ) -> concurrent.futures.Future[ProbeResult]:
         """Start :meth:`_read_entries` on the client's loop."""
         return self.client.submit(lambda pool: self._read_entries(pool, ledger, bookie, lac, dm))
 
-    def _bounds(self, bookie: str) -> tuple[_Gate, RateLimiter]:
+    def _bounds(self, bookie: str) -> tuple[ReadGate, RateLimiter]:
         """This checker's bounds on ``bookie``, shared by every probe reading from it: reads
         outstanding and bytes/s (on the client's loop)."""
         gate = self._gates.get(bookie)
         if gate is None:
-            gate = self._gates[bookie] = _Gate(self.settings.reads_in_flight)
+            gate = self._gates[bookie] = ReadGate(self.settings.reads_in_flight)
             self._limiters[bookie] = RateLimiter(self.settings.read_rate)
         return gate, self._limiters[bookie]
 
@@ -504,7 +459,7 @@ class ReplicaChecker:
         bookie: str,
         lac: int | None,
         dm: DigestManager | None,
-    ) -> _Probe:
+    ) -> ProbeResult:
         """Read every entry ``bookie`` must hold (pipelined), verifying digests when deep; the
         sample check reads only BookKeeper's sample of each fragment (:func:`sample_stripe`)
         and takes the entries it did not read as held, so only what it read can be missing
@@ -519,7 +474,7 @@ class ReplicaChecker:
             sample=self.sample,
             bounds=self._bounds,
         )
-        plan = _stripe_plan(ledger.segments or (), bookie, lac)
+        plan = stripe_plan(ledger.segments or (), bookie, lac)
         await probe.run(plan, self._sample_rng(ledger.ledger_id, bookie))
         return probe.result(plan)
 
@@ -553,7 +508,7 @@ class _EntryProbe:
         *,
         deep: bool,
         sample: bool,
-        bounds: Callable[[str], tuple[_Gate, RateLimiter]],
+        bounds: Callable[[str], tuple[ReadGate, RateLimiter]],
     ) -> None:
         e, wq = ledger.ensemble_size, ledger.write_quorum
         assert e is not None and wq is not None
@@ -569,38 +524,16 @@ class _EntryProbe:
         self.batched = bookie in settings.batch_read and not sample
         self.gate, self.limiter = bounds(bookie)  # the bookie's, shared with its other probes
         self.loop = asyncio.get_running_loop()
-        self.runs = _RunBuilder()
-        self.range_starts: set[int] = set()  # the first id of each range read in groups
-        self.bad: list[int] = []
-        self.errors: list[str] = []
-        self.held = self.unknown = self.missing = 0
+        self.tally = EntryTally()
+        self.verify = dm if deep else None  # whose digests the answers are checked against
         self.window: collections.deque[tuple[list[int], asyncio.Task[Any]]] = collections.deque()
         self.in_flight = 0
 
     # ---- what an answer says -------------------------------------------------------------------
 
     def record(self, x: int, body: bytes | None, exc: BaseException | None) -> None:
-        """Count entry ``x``: missing on NoSuchEntry / NoSuchLedger only, unknown on any other
-        failure or no body, else held (and, when deep, checked against its digest)."""
-        if x in self.range_starts:
-            self.runs.cut()
-        if isinstance(exc, (NoSuchEntryError, NoSuchLedgerError)):
-            self.runs.add(x, "missing")
-            self.missing += 1
-            return
-        if exc is not None or body is None:
-            self.runs.add(x, "unknown")
-            self.unknown += 1
-            if len(self.errors) < 3:
-                self.errors.append(str(exc))
-            return
-        self.runs.add(x, "held")
-        self.held += 1
-        if self.deep and self.dm is not None:
-            try:
-                self.dm.verify_entry(body, x)
-            except DigestMatchError:
-                self.bad.append(x)
+        """Count entry ``x`` by what its answer says (:func:`answer_kind`)."""
+        self.tally.add(x, answer_kind(x, body, exc, self.verify), exc)
 
     # ---- requests ------------------------------------------------------------------------------
 
@@ -613,7 +546,9 @@ class _EntryProbe:
     async def many(self, ids: list[int]) -> list[ReadResult | BKError]:
         """Read the ``ids`` one by one but as one request group (each its own answer or
         error, in order), paying their bytes."""
-        outs = await self.pool.read_many(self.bookie, self.lid, ids, timeout=self.timeout)
+        lid = self.lid
+        reads = [(lid, x) for x in ids]
+        outs = await self.pool.read_many(self.bookie, reads, timeout=self.timeout)
         await self.limiter.acquire(sum(len(r.body) for r in outs if isinstance(r, ReadResult)))
         return outs
 
@@ -707,7 +642,7 @@ class _EntryProbe:
             if self.batched:
                 for idx, first, last in plan:
                     await self.settle(0)
-                    self.runs.cut()
+                    self.tally.cut()  # a new range: fresh runs (all before it is recorded)
                     ids = self._stripe(idx, first, last, rng)
                     for chunk in contiguous_chunks(ids, min(self.settings.batch_max_count, limit)):
                         await self._send(chunk, limit)
@@ -739,7 +674,7 @@ class _EntryProbe:
             start = True
             for x in self._stripe(idx, first, last, rng):
                 if start:
-                    self.range_starts.add(x)
+                    self.tally.range_starts.add(x)
                     start = False
                 yield x
 
@@ -747,7 +682,7 @@ class _EntryProbe:
         """Send one request once the bookie's gate lets its reads out, then take answers
         until fewer than ``limit`` reads are outstanding."""
         if not self.gate.try_take(len(chunk)):
-            await self.settle(0)  # wait holding nothing (see _Gate)
+            await self.settle(0)  # wait holding nothing (see ReadGate)
             await self.gate.take(len(chunk))
         task: asyncio.Task[Any]
         if not self.batched:
@@ -760,26 +695,9 @@ class _EntryProbe:
         self.in_flight += len(chunk)
         await self.settle(limit - 1)
 
-    def result(self, plan: list[tuple[int, int, int]]) -> _Probe:
-        """What the probe found; UNREACHABLE when not one read was answered."""
-        held_runs = self.runs.get("held")
-        if self.sample:
-            held_runs = _unread_as_held(plan, self.runs.missing, self.runs.get("unknown"))
-        # Not one answer: the bookie is unreachable, not empty.
-        status = (
-            ReplicaStatus.UNREACHABLE
-            if self.unknown and not self.held and not self.missing
-            else ReplicaStatus.OK
-        )
-        return _Probe(
-            status=status,
-            entries=held_runs,
-            bad=tuple(from_entry_ids(self.bad).runs()),
-            unknown=self.runs.get("unknown"),
-            error="; ".join(self.errors) or None,
-            answered=self.held + self.missing,
-            unknown_count=self.unknown,
-        )
+    def result(self, plan: list[PlannedRange]) -> ProbeResult:
+        """What the probe found (:meth:`EntryTally.result`)."""
+        return self.tally.result(plan, sample=self.sample)
 
 
 def _groups(ids: Iterable[int], size: int) -> Iterator[list[int]]:
@@ -792,20 +710,6 @@ def _groups(ids: Iterable[int], size: int) -> Iterator[list[int]]:
             group = []
     if group:
         yield group
-
-
-def _unread_as_held(
-    plan: Iterable[tuple[int, int, int]], missing: Collection[int], unknown: Collection[Run]
-) -> tuple[Run, ...]:
-    """The sample check's held runs: every id of the planned ranges except those read as
-    missing or unknown (ids off the stripe are ignored by the classifier)."""
-    if not missing and not unknown:  # the usual answer: every planned id held
-        return tuple(EntryRuns((first, last) for _, first, last in plan).runs())
-    absent = EntryRuns([*from_entry_ids(sorted(missing)).runs(), *unknown])
-    out: list[Run] = []
-    for _, first, last in plan:
-        out.extend(absent.gaps(first, last))
-    return tuple(EntryRuns(out).runs())
 
 
 def _with(report: ReplicaReport, **changes: Any) -> ReplicaReport:

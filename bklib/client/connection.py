@@ -278,34 +278,34 @@ class BookieConnection(PipelinedConnection):
 
     @bookie_operation("read_timeout", OPERATIONS)
     async def read_many(
-        self, ledger_id: int, entry_ids: Sequence[int], *, timeout: float | None = None
+        self, reads: Sequence[tuple[int, int]], *, timeout: float | None = None
     ) -> list[ReadResult | BKError]:
-        """Read several entries of one ledger, pipelined, and return each one's answer in
-        order: its :class:`ReadResult`, or the error :meth:`read` would have raised for it
-        (a timeout, a lost connection and NoSuchEntry alike). Each read has its own deadline.
+        """Read several ``(ledger_id, entry_id)`` entries, of one ledger or of many, pipelined,
+        and return each one's answer in order: its :class:`ReadResult`, or the error
+        :meth:`read` would have raised for it (a timeout, a lost connection and NoSuchEntry
+        alike). Each read has its own deadline.
 
-        One future for them all (:class:`~bklib.client.transport.RequestGroup`): what a probe
-        or a digest check saves over as many :meth:`read` calls. Raises only when no read
-        could be sent (the bookie is unavailable, or the client closed).
+        One future for them all (:class:`~bklib.client.transport.RequestGroup`): what a probe,
+        a sampled check or a digest check saves over as many :meth:`read` calls. Raises only
+        when no read could be sent (the bookie is unavailable, or the client closed).
         """
         timeout = self.config.timeout_for("read", timeout)
-        if not entry_ids:
+        if not reads:
             return []
         req = pb.Request()
         req.header.version = pb.VERSION_THREE
         req.header.operation = pb.READ_ENTRY
-        req.readRequest.ledgerId = ledger_id
+        read = req.readRequest
 
-        def request(ch: Channel, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
+        def request(ch: Channel, lid: int, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
             txn = next(self._txn_ids)
             req.header.txnId = txn
-            req.readRequest.entryId = x
+            read.ledgerId = lid
+            read.entryId = x
             frame = encode_frame(req.SerializeToString())
-            return (txn, pb.READ_ENTRY), Pending(out, ledger_id, x), frame
+            return (txn, pb.READ_ENTRY), Pending(out, lid, x), frame
 
-        return await self._send_group(
-            ledger_id, entry_ids, timeout, "READ_ENTRY", request, self._read_answer
-        )
+        return await self._send_group(reads, timeout, "READ_ENTRY", request, self._read_answer)
 
     def _read_answer(self, resp: pb.Response, ledger_id: int, entry_id: int) -> ReadResult:
         """A READ_ENTRY reply of a group as :meth:`read` reads it, or the error it raises."""

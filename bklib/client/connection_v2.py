@@ -303,27 +303,27 @@ class BookieConnectionV2(PipelinedConnection):
 
     @bookie_operation("read_timeout", V2_OPERATIONS)
     async def read_many(
-        self, ledger_id: int, entry_ids: Sequence[int], *, timeout: float | None = None
+        self, reads: Sequence[tuple[int, int]], *, timeout: float | None = None
     ) -> list[ReadResult | BKError]:
-        """Read several entries of one ledger over v2, pipelined, as
+        """Read several ``(ledger_id, entry_id)`` entries over v2, pipelined, as
         :meth:`BookieConnection.read_many <bklib.client.connection.BookieConnection.read_many>`
         does over v3: each one's :class:`ReadResult` or error, in order."""
         timeout = self.config.timeout_for("read", timeout)
-        if not entry_ids:
+        if not reads:
             return []
 
-        def request(ch: Channel, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
-            frame = v2.encode_read(ledger_id, x)
+        def request(ch: Channel, lid: int, x: int, out: Outcome) -> tuple[Any, Pending, bytes]:
+            frame = v2.encode_read(lid, x)
             token = self._next_token()
-            target = (v2.READ_ENTRY, ledger_id, x)
+            target = (v2.READ_ENTRY, lid, x)
             queue = ch.queues.get(target)
             if queue is None:
                 queue = ch.queues[target] = deque()
             queue.append(token)
-            return token, _V2Pending(out, ledger_id, x, v2.READ_ENTRY, target), frame
+            return token, _V2Pending(out, lid, x, v2.READ_ENTRY, target), frame
 
         return await self._send_group(
-            ledger_id, entry_ids, timeout, "READ_ENTRY", request, self._read_answer, _forget
+            reads, timeout, "READ_ENTRY", request, self._read_answer, _forget
         )
 
     def _read_answer(self, resp: v2.Response, ledger_id: int, entry_id: int) -> ReadResult:

@@ -542,6 +542,13 @@ class SyncBookieClient:
         rt.loop.call_soon_threadsafe(start)
         return out
 
+    def post(self, fn: Callable[[BookieClientPool], None]) -> None:
+        """Call ``fn(pool)`` on the client's loop soon, without waiting and without a future:
+        for a caller that hands work over in bulk and learns of its end its own way (the
+        sampled check's reads, :mod:`bklib.audit.sampled_reads`). ``fn`` must not raise."""
+        rt = self._runtime()
+        rt.loop.call_soon_threadsafe(fn, rt.pool)
+
     def run(
         self, fn: Callable[[BookieClientPool], Awaitable[T]], timeout: float | None = None
     ) -> T:

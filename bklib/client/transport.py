@@ -634,27 +634,27 @@ class PipelinedConnection:
 
     async def _send_group(
         self,
-        ledger_id: int,
-        entry_ids: Sequence[int],
+        targets: Sequence[tuple[int, int]],
         timeout: float,
         op_name: str,
-        request: Callable[[Channel, int, Outcome], tuple[Any, Pending, bytes]],
+        request: Callable[[Channel, int, int, Outcome], tuple[Any, Pending, bytes]],
         answer: Callable[[Any, int, int], R],
         forget: Callable[[Channel, Any, Pending], None] | None = None,
     ) -> list[R | BKError]:
-        """Send one request per id of ``entry_ids`` as one :class:`RequestGroup` and return
-        how each ended, in order: ``answer(reply, ledger_id, entry_id)`` for a reply (or the
-        BKError it raises), else the error the request's own call would have raised (a
-        timeout, a lost connection). ``request(ch, entry_id, outcome)`` builds one request's
-        ``(key, pending, frame)``; ``forget(ch, key, pending)`` clears what the protocol kept
-        of it besides ``ch.pending``. Raises only when nothing could be sent."""
-        ch = await self._ensure_channel(ledger_id, entry_ids[0])
-        group = RequestGroup(len(entry_ids))
+        """Send one request per ``(ledger_id, entry_id)`` of ``targets`` (of one ledger or of
+        many) as one :class:`RequestGroup` and return how each ended, in order:
+        ``answer(reply, ledger_id, entry_id)`` for a reply (or the BKError it raises), else the
+        error the request's own call would have raised (a timeout, a lost connection).
+        ``request(ch, ledger_id, entry_id, outcome)`` builds one request's ``(key, pending,
+        frame)``; ``forget(ch, key, pending)`` clears what the protocol kept of it besides
+        ``ch.pending``. Raises only when nothing could be sent."""
+        ch = await self._ensure_channel(*targets[0])
+        group = RequestGroup(len(targets))
         sent: list[tuple[Any, Pending]] = []
         timers: list[asyncio.TimerHandle] = []
         try:
-            for i, x in enumerate(entry_ids):
-                key, pending, frame = request(ch, x, group.slot(i))
+            for i, (lid, x) in enumerate(targets):
+                key, pending, frame = request(ch, lid, x, group.slot(i))
                 sent.append((key, pending))
                 timer = self._enqueue(ch, key, pending, frame, timeout)
                 if timer is not None:
@@ -671,7 +671,7 @@ class PipelinedConnection:
                 if forget is not None:
                     forget(ch, key, pending)
         ended: list[R | BKError] = []
-        for out, x in zip(group.outcomes, entry_ids, strict=True):
+        for out, (ledger_id, x) in zip(group.outcomes, targets, strict=True):
             if isinstance(out, RequestExpired):
                 ended.append(
                     BKTimeoutError(

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
@@ -103,7 +104,11 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument("--ledgers-per-task", type=int, default=DEFAULT_LEDGERS_PER_TASK)
     parser.add_argument(
-        "--ledgers-in-flight", type=int, default=64, help="ledgers being listed per task"
+        "--ledgers-in-flight",
+        type=int,
+        default=None,
+        help=f"ledgers being checked at once per task (default {LEDGERS_IN_FLIGHT}; "
+        f"{SAMPLED_LEDGERS_IN_FLIGHT} for the sample check, a few reads each)",
     )
     parser.add_argument(
         "--reads-in-flight",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ class _Meter:
         counts: tuple[tuple[str, Callable[[tuple[Any, ...]], int]], ...] = (
             ("read", lambda a: 1),
             ("batch_read", lambda a: a[3]),
-            ("read_many", lambda a: len(a[2])),
+            ("read_many", lambda a: len(a[1])),
         )
         for name, count_of in counts:
             monkeypatch.setattr(
@@ -81,11 +82,16 @@ class _Meter:
         return wrapped
 
 
-def _check(c: AuditCluster, mds: list[LedgerMetadata], settings: CheckSettings) -> dict[Any, Any]:
+def _check(
+    c: AuditCluster,
+    mds: list[LedgerMetadata],
+    settings: CheckSettings,
+    check: str = Check.DEEP,
+) -> dict[Any, Any]:
     views = [LedgerView.from_metadata(md, f"/ledgers/L{md.ledger_id}", 0) for md in mds]
     out: dict[Any, Any] = defaultdict(dict)
     for ledger, reports, findings in check_ledgers(
-        views, frozenset(), Check.DEEP, client=c.client, settings=settings
+        views, frozenset(), check, client=c.client, settings=settings
     ):
         assert findings == [], findings
         for r in reports:
@@ -94,19 +100,24 @@ def _check(c: AuditCluster, mds: list[LedgerMetadata], settings: CheckSettings) 
 
 
 @pytest.mark.parametrize(
-    ("batched", "bound"), [(True, 3), (False, 4)], ids=["batch-reads", "request-groups"]
+    ("check", "batched", "bound"),
+    [(Check.DEEP, True, 3), (Check.DEEP, False, 4), (Check.SAMPLE, False, 4)],
+    ids=["batch-reads", "request-groups", "sampled-across-ledgers"],
 )
 def test_each_bookie_keeps_its_reads_in_flight_bound_while_probes_overlap(
     cluster: tuple[AuditCluster, list[LedgerMetadata]],
     monkeypatch: pytest.MonkeyPatch,
+    check: str,
     batched: bool,
     bound: int,
 ) -> None:
     c, mds = cluster
     batching = frozenset(c.bookie_ids) if batched else frozenset()
-    unbounded = _check(c, mds, CheckSettings(batch_read=batching))
+    # The sample reads a third of each fragment besides its ends, the same picks each time.
+    base = CheckSettings(batch_read=batching, verify_percentage=33.0, sample_seed=5)
+    unbounded = _check(c, mds, base, check)
     meter = _Meter(monkeypatch)
-    bounded = _check(c, mds, CheckSettings(batch_read=batching, reads_in_flight=bound))
+    bounded = _check(c, mds, replace(base, reads_in_flight=bound), check)
     assert bounded == unbounded
     assert all(v[0] == ReplicaStatus.OK for per in bounded.values() for v in per.values())
     assert set(meter.peak) == set(c.bookie_ids)

@@ -1,5 +1,6 @@
 """A bookie call that fails outside BookKeeper's errors (``SyncBookieClient.submit_many`` puts
-the error of a call it could not start in that call's future) stops the check: the ledger
+the error of a call it could not start in that call's future; ``post``, the sampled check's
+hand-over, raises it) stops the check: the ledger
 is never reported, so it cannot count as held, missing or clean (docs/checks.md)."""
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class _RefusingClient:
 
     def submit_many(self, fns: list[Any]) -> list[concurrent.futures.Future[Any]]:
         return [self._failed() for _ in fns]
+
+    def post(self, fn: Any) -> None:
+        """The sampled check's hand-over (``SyncBookieClient.post``), refused the same way."""
+        self.calls += 1
+        raise RuntimeError("no task for this call")
 
 
 def _closed_ledger() -> LedgerView:

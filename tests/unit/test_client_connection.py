@@ -897,7 +897,7 @@ def test_cancelled_caller_leaves_nothing_outstanding(bookie: MockBookie, ids: li
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config())
-        call = conn.read(1, ids[0]) if len(ids) == 1 else conn.read_many(1, ids)
+        call = conn.read(1, ids[0]) if len(ids) == 1 else conn.read_many([(1, x) for x in ids])
         task = asyncio.ensure_future(call)
         await wait_until(lambda: conn.outstanding == len(ids))
         task.cancel()
@@ -933,7 +933,7 @@ def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config())
-        outs = await conn.read_many(4, [0, 1, 2, 3])
+        outs = await conn.read_many([(4, x) for x in [0, 1, 2, 3]])
         assert outs[0] == ReadResult(b"e0", 5)
         assert isinstance(outs[1], NoSuchEntryError)
         assert (outs[1].ledger_id, outs[1].entry_id, outs[1].bookie) == (4, 1, BOOKIE)
@@ -941,7 +941,7 @@ def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
         # A status is the error read() would raise for it, naming its own entry.
         assert isinstance(outs[3], LedgerFencedError) and outs[3].entry_id == 3
         assert conn.outstanding == 0
-        assert await conn.read_many(4, []) == []
+        assert await conn.read_many([(4, x) for x in []]) == []
         await conn.close()
 
     run(scenario())
@@ -958,7 +958,7 @@ def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config(read_timeout=1.0))
         t0 = time.monotonic()
-        outs = await conn.read_many(2, [0, 1, 2], timeout=0.3)
+        outs = await conn.read_many([(2, x) for x in [0, 1, 2]], timeout=0.3)
         assert 0.28 <= time.monotonic() - t0 < 0.9  # the per-call timeout, not the configured
         assert outs[0] == ReadResult(b"ok") and outs[2] == ReadResult(b"ok")
         late = outs[1]
@@ -968,7 +968,7 @@ def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) 
         # Its late reply is dropped; the connection keeps serving.
         req, c = silent[0]
         bookie.call(c.reply(response_for(req, body=b"late")))
-        assert await conn.read_many(2, [5]) == [ReadResult(b"ok")]
+        assert await conn.read_many([(2, x) for x in [5]]) == [ReadResult(b"ok")]
         await conn.close()
 
     run(scenario())
@@ -989,7 +989,7 @@ def test_read_many_keeps_the_answers_read_before_the_connection_dropped(
 
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, bookie.address, fast_config())
-        outs = await conn.read_many(6, [0, 1, 2])
+        outs = await conn.read_many([(6, x) for x in [0, 1, 2]])
         assert outs[0] == ReadResult(b"first")
         for x, out in zip([1, 2], outs[1:], strict=True):
             # Unknown, never missing: the bookie may hold them.
@@ -1006,7 +1006,7 @@ def test_read_many_raises_when_nothing_could_be_sent() -> None:
     async def scenario() -> None:
         conn = BookieConnection(BOOKIE, ("127.0.0.1", 1), fast_config(connect_timeout=0.5))
         with pytest.raises(BookieHandleNotAvailableError) as ei:
-            await conn.read_many(8, [3, 4])
+            await conn.read_many([(8, x) for x in [3, 4]])
         assert (ei.value.ledger_id, ei.value.entry_id, ei.value.bookie) == (8, 3, BOOKIE)
         await conn.close()
 

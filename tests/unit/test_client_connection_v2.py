@@ -389,7 +389,7 @@ def test_read_many_in_process_answers_each_read_and_repeats_in_order(tmp_path: P
 
     async def go(conn: BookieConnectionV2) -> None:
         await asyncio.gather(*(conn.add(12, e, KEY, b) for e, b in enumerate(bodies)))
-        outs = await conn.read_many(12, [5, 1, 9, 1])
+        outs = await conn.read_many([(12, x) for x in [5, 1, 9, 1]])
         assert [o.body if isinstance(o, ReadResult) else type(o) for o in outs] == [
             bodies[5],
             bodies[1],
@@ -397,7 +397,7 @@ def test_read_many_in_process_answers_each_read_and_repeats_in_order(tmp_path: P
             bodies[1],  # the same entry twice: both answered, matched in issue order
         ]
         assert (outs[2].ledger_id, outs[2].entry_id, outs[2].bookie) == (12, 9, conn.bookie_id)
-        nothing = await conn.read_many(999, [0])
+        nothing = await conn.read_many([(999, x) for x in [0]])
         assert isinstance(nothing[0], NoSuchLedgerError)
         assert conn.outstanding == 0
 
@@ -416,7 +416,7 @@ def test_read_many_times_out_the_silent_read_and_keeps_the_rest() -> None:
         async with Scripted(script) as srv:
             conn = srv.conn()
             try:
-                outs = await conn.read_many(3, [0, 1, 2], timeout=0.3)
+                outs = await conn.read_many([(3, x) for x in [0, 1, 2]], timeout=0.3)
                 assert outs[0] == ReadResult(entry_body(3, 0, b"ok"))
                 assert isinstance(outs[1], BKTimeoutError) and outs[1].entry_id == 1
                 assert isinstance(outs[2], ReadError) and "v2 rc 55" in str(outs[2])
@@ -435,7 +435,7 @@ def test_read_many_on_a_dying_bookie_is_unknown_never_missing() -> None:
         async with Scripted(script) as srv:
             conn = srv.conn()
             try:
-                outs = await conn.read_many(2, [0, 1])
+                outs = await conn.read_many([(2, x) for x in [0, 1]])
                 for x, out in enumerate(outs):
                     assert isinstance(out, ConnectionLostError), out
                     assert not isinstance(out, (NoSuchEntryError, NoSuchLedgerError))
@@ -455,7 +455,7 @@ def test_read_many_cancelled_leaves_no_request_nor_queued_token() -> None:
         async with Scripted(script) as srv:
             conn = srv.conn()
             try:
-                task = asyncio.ensure_future(conn.read_many(5, [1, 1, 2]))
+                task = asyncio.ensure_future(conn.read_many([(5, x) for x in [1, 1, 2]]))
                 while conn.outstanding < 3:
                     await asyncio.sleep(0.01)
                 task.cancel()

@@ -115,8 +115,11 @@ class ScalePlan:
     max_entries_per_segment: int = 12
 
     def __post_init__(self) -> None:
-        if len(self.bookies) < max(e for (e, _, _), _ in SHAPES):
-            raise ValueError(f"a scale plan needs at least 5 bookies, not {len(self.bookies)}")
+        # A segment after the first replaces one bookie of the widest ensemble with one
+        # outside it, so there must be one more bookie than that ensemble holds.
+        need = max(e for (e, _, _), _ in SHAPES) + 1
+        if len(self.bookies) < need:
+            raise ValueError(f"a scale plan needs at least {need} bookies, not {len(self.bookies)}")
 
     @property
     def short_ledgers(self) -> int:
