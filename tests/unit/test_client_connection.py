@@ -941,7 +941,7 @@ def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
         # A status is the error read() would raise for it, naming its own entry.
         assert isinstance(outs[3], LedgerFencedError) and outs[3].entry_id == 3
         assert conn.outstanding == 0
-        assert await conn.read_many([(4, x) for x in []]) == []
+        assert await conn.read_many([]) == []
         await conn.close()
 
     run(scenario())
@@ -950,6 +950,27 @@ def test_read_many_answers_each_read_in_order(bookie: MockBookie) -> None:
     assert [r.readRequest.entryId for r in reads] == [0, 1, 2, 3]
     assert len({r.header.txnId for r in reads}) == 4
     assert not any(r.readRequest.HasField("flag") for r in reads)
+
+
+def test_read_many_spans_ledgers_each_answer_naming_its_own(bookie: MockBookie) -> None:
+    bookie.entries.update({(4, 0): b"a", (5, 0): b"b", (6, 3): b"c"})
+
+    async def scenario() -> None:
+        conn = BookieConnection(BOOKIE, bookie.address, fast_config())
+        outs = await conn.read_many([(4, 0), (5, 0), (5, 7), (6, 3)])
+        assert [o.body if isinstance(o, ReadResult) else None for o in outs] == [
+            b"a",
+            b"b",
+            None,
+            b"c",
+        ]
+        assert isinstance(outs[2], NoSuchEntryError)
+        assert (outs[2].ledger_id, outs[2].entry_id, outs[2].bookie) == (5, 7, BOOKIE)
+        await conn.close()
+
+    run(scenario())
+    reads = [r.readRequest for r in bookie.requests if r.header.operation == pb.READ_ENTRY]
+    assert [(r.ledgerId, r.entryId) for r in reads] == [(4, 0), (5, 0), (5, 7), (6, 3)]
 
 
 def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) -> None:
@@ -968,7 +989,7 @@ def test_read_many_times_out_only_the_reads_left_unanswered(bookie: MockBookie) 
         # Its late reply is dropped; the connection keeps serving.
         req, c = silent[0]
         bookie.call(c.reply(response_for(req, body=b"late")))
-        assert await conn.read_many([(2, x) for x in [5]]) == [ReadResult(b"ok")]
+        assert await conn.read_many([(2, 5)]) == [ReadResult(b"ok")]
         await conn.close()
 
     run(scenario())

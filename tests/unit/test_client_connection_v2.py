@@ -397,8 +397,29 @@ def test_read_many_in_process_answers_each_read_and_repeats_in_order(tmp_path: P
             bodies[1],  # the same entry twice: both answered, matched in issue order
         ]
         assert (outs[2].ledger_id, outs[2].entry_id, outs[2].bookie) == (12, 9, conn.bookie_id)
-        nothing = await conn.read_many([(999, x) for x in [0]])
+        nothing = await conn.read_many([(999, 0)])
         assert isinstance(nothing[0], NoSuchLedgerError)
+        assert conn.outstanding == 0
+
+    run(_with_bookie(tmp_path, go))
+
+
+def test_read_many_in_process_spans_ledgers_and_matches_each_reply_to_its_read(
+    tmp_path: Path,
+) -> None:
+    # v2 replies carry no request id: they are matched by (operation, ledger, entry).
+    a, b = entry_body(21, 0, b"a" * 40), entry_body(22, 0, b"b" * 40)
+
+    async def go(conn: BookieConnectionV2) -> None:
+        await asyncio.gather(conn.add(21, 0, KEY, a), conn.add(22, 0, KEY, b))
+        outs = await conn.read_many([(22, 0), (21, 0), (21, 1), (22, 0)])
+        assert [o.body if isinstance(o, ReadResult) else type(o) for o in outs] == [
+            b,
+            a,
+            NoSuchEntryError,
+            b,
+        ]
+        assert (outs[2].ledger_id, outs[2].entry_id) == (21, 1)
         assert conn.outstanding == 0
 
     run(_with_bookie(tmp_path, go))
