@@ -250,8 +250,7 @@ class _BookieQueue:
         for (pair, i), out in zip(slots, outs, strict=True):
             try:
                 if type(out) is ReadResult:
-                    kind = answer_kind(pair.ids[i], out.body, None, pair.owner.dm)
-                    pair.settle(i, kind, None)
+                    pair.settle(i, answer_kind(pair.ids[i], out.body, None, pair.owner.dm), None)
                 else:
                     assert isinstance(out, BKError)
                     pair.settle(i, answer_kind(pair.ids[i], None, out, None), out)

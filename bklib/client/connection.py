@@ -32,6 +32,7 @@ from bklib.errors import BKError, BKTimeoutError, IncorrectParameterError, ReadE
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
 from bklib.proto.status import is_write_op
+from bklib.records import frozen_record
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,9 @@ class BookieConnection(PipelinedConnection):
                 entry_id=entry_id,
                 bookie=self.bookie_id,
             )
-        return ReadResult(sub.body, sub.maxLAC if sub.HasField("maxLAC") else None)
+        # Without __init__: a sampled check builds one per entry read (bklib/records.py).
+        lac = sub.maxLAC if sub.HasField("maxLAC") else None
+        return frozen_record(ReadResult, {"body": sub.body, "max_lac": lac})
 
     @bookie_operation("read_timeout", OPERATIONS)
     async def read_many(

@@ -55,6 +55,7 @@ from bklib.errors import (
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto import v2
 from bklib.proto.status import V2_TO_V3
+from bklib.records import frozen_record
 from bklib.tls import TlsContextSource
 
 log = logging.getLogger(__name__)
@@ -299,7 +300,7 @@ class BookieConnectionV2(PipelinedConnection):
                 entry_id=entry_id,
                 bookie=self.bookie_id,
             )
-        return ReadResult(resp.body)
+        return frozen_record(ReadResult, {"body": resp.body, "max_lac": None})  # bklib/records.py
 
     @bookie_operation("read_timeout", V2_OPERATIONS)
     async def read_many(

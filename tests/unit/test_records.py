@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from bklib.audit.model import LedgerView, segment_spans
+from bklib.client.connection import BookieConnection
+from bklib.client.connection_v2 import BookieConnectionV2
 from bklib.errors import CorruptMetadataError
 from bklib.meta import paths
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment
@@ -26,6 +28,8 @@ from bklib.meta.serde import (
 from bklib.meta.stores.base import ValueRead
 from bklib.meta.stores.zookeeper import _value_read
 from bklib.meta.zkbulk import _STAT, GetResult, _get_data_at
+from bklib.proto import protocol_pb2 as pb
+from bklib.proto import v2
 from bklib.records import frozen_record
 
 B = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")
@@ -169,6 +173,23 @@ def test_a_scan_result_is_built_as_init_does() -> None:
     _as_init_builds_it(result)
     assert (result.ledger_id, result.path, result.error) == (4242, got.path, None)
     assert result.metadata == md.replace(ctime=2) and result.version == 4  # ctime: the znode's
+
+
+@pytest.mark.parametrize("lac", [None, 41])
+def test_a_read_result_is_built_as_init_does(lac: int | None) -> None:
+    # v3: maxLAC when the bookie sent one; v2 never carries it.
+    sub = pb.ReadResponse(status=pb.EOK, ledgerId=7, entryId=3, body=b"entry")
+    if lac is not None:
+        sub.maxLAC = lac
+    conn = BookieConnection("b:1", ("127.0.0.1", 1))
+    got = conn._read_result(sub, 7, 3)
+    _as_init_builds_it(got)
+    assert (got.body, got.max_lac) == (b"entry", lac)
+    v2_got = BookieConnectionV2("b:1", ("127.0.0.1", 1))._read_result(
+        v2.Response(2, v2.READ_ENTRY, 0, 7, 3, b"entry"), 7, 3
+    )
+    _as_init_builds_it(v2_got)
+    assert (v2_got.body, v2_got.max_lac) == (b"entry", None)
 
 
 def test_frozen_record_takes_the_values_as_they_are() -> None:
