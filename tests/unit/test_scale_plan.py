@@ -1,11 +1,16 @@
 """The scale harness's plan of ledgers (bklib/testing/scale/plan.py): how few bookies it can
-be laid over."""
+be laid over; and a farm identity's storage computed from it (bklib/testing/scale/storage.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bklib.bookie.journal import Journal
+from bklib.errors import NoSuchEntryError
 from bklib.testing.scale.plan import SHAPES, ScalePlan
+from bklib.testing.scale.storage import PlannedStorage
 
 
 def _bookies(n: int) -> tuple[str, ...]:
@@ -30,3 +35,22 @@ def test_a_plan_over_the_fewest_bookies_builds_every_ledger() -> None:
     for lp in changed:
         first, second = lp.metadata.segments[0].ensemble, lp.metadata.segments[1].ensemble
         assert len(set(first) ^ set(second)) == 2  # one bookie out, one other bookie in
+
+
+def test_a_farm_identitys_cached_state_forgets_what_is_damaged(tmp_path: Path) -> None:
+    bookies = _bookies(8)
+    plan = ScalePlan(200, bookies)
+    # Never opened: planned entries are computed, and damage to them is only remembered.
+    journal = Journal(tmp_path / "journal", name="farm")
+    storage = PlannedStorage(plan, bookies[0], journal, tmp_path / "b0")
+    lp = next(lp for lp in plan if len(lp.entries_on(bookies[0])) >= 2)
+    held = lp.entries_on(bookies[0])
+    state = storage.ledgers.get(lp.ledger_id)
+    assert state is not None and list(state.entries) == held
+    assert storage.read_from(state, held[0]) == lp.entry_body(held[0])
+    assert storage.ledgers.get(lp.ledger_id) is state  # looked up again: the cached state
+    storage.delete_entries(lp.ledger_id, [held[0]])
+    after = storage.ledgers.get(lp.ledger_id)
+    assert after is not None and list(after.entries) == held[1:]
+    with pytest.raises(NoSuchEntryError):
+        storage.read_from(after, held[0])

@@ -58,6 +58,10 @@ class PlannedStorage(Storage):
         self.damage: set[tuple[int, int]] = set(damage)
         self.ledgers: dict[int, LedgerState] = PlannedLedgers(self)
         self._ledger = lru_cache(maxsize=2048)(plan.by_id)
+        # A sampled check asks an identity for a ledger's entries one read at a time; each
+        # lookup computed its state again, the farm's largest cost (docs/benchmarks.md, "The
+        # sample check across ledgers"). Damage clears it (delete_entries).
+        self._state = lru_cache(maxsize=2048)(self._compute_state)
         self.entries_read = 0
         """Entries this identity has served (single and batch reads): a bench's unit of work."""
 
@@ -70,7 +74,11 @@ class PlannedStorage(Storage):
 
     def planned_state(self, ledger_id: int) -> LedgerState | None:
         """What the plan left on this identity of ``ledger_id``; None when nothing (a real
-        bookie that was never written an entry of a ledger does not know it)."""
+        bookie that was never written an entry of a ledger does not know it). Cached: a state
+        that is written to joins the overlay, which lookups see first."""
+        return self._state(ledger_id)
+
+    def _compute_state(self, ledger_id: int) -> LedgerState | None:
         plan = self.ledger_plan(ledger_id)
         if plan is None:
             return None
@@ -113,6 +121,7 @@ class PlannedStorage(Storage):
         state = self.ledgers.get(ledger_id)
         present = [] if state is None else [e for e in entry_ids if e in state.entries]
         self.damage.update((ledger_id, e) for e in present)
+        self._state.cache_clear()  # the planned states no longer hold what was damaged
         if dict.get(self.ledgers, ledger_id) is not None:
             return super().delete_entries(ledger_id, present)
         return present, self.journal.synced_seq
