@@ -22,6 +22,7 @@ import crc32c as _crc32c
 
 from bklib.errors import DigestMatchError, IncorrectParameterError
 from bklib.meta.model import DigestType
+from bklib.records import frozen_record
 
 __all__ = [
     "LAC_METADATA_LENGTH",
@@ -183,7 +184,17 @@ class DigestManager(ABC):
                 ledger_id=self.ledger_id,
                 entry_id=entry_id,
             )
-        return EntryView(ledger_id, actual_entry, lac, length, payload)
+        # Without __init__: one per entry a check or a copy verifies (bklib/records.py).
+        return frozen_record(
+            EntryView,
+            {
+                "ledger_id": ledger_id,
+                "entry_id": actual_entry,
+                "lac": lac,
+                "length": length,
+                "payload": payload,
+            },
+        )
 
     # ---- LAC bodies ----------------------------------------------------------------------------
 

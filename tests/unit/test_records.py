@@ -13,6 +13,7 @@ import pytest
 from bklib.audit.model import LedgerView, segment_spans
 from bklib.client.connection import BookieConnection
 from bklib.client.connection_v2 import BookieConnectionV2
+from bklib.digest import EntryView, digest_manager
 from bklib.errors import CorruptMetadataError
 from bklib.meta import paths
 from bklib.meta.model import DigestType, LedgerMetadata, LedgerState, Segment
@@ -190,6 +191,23 @@ def test_a_read_result_is_built_as_init_does(lac: int | None) -> None:
     )
     _as_init_builds_it(v2_got)
     assert (v2_got.body, v2_got.max_lac) == (b"entry", None)
+
+
+def test_a_verified_entry_is_built_as_init_does() -> None:
+    dm = digest_manager(7, DigestType.CRC32C, b"pw")
+    got = dm.verify_entry(dm.package_entry(3, 2, 15, b"payload"), 3)
+    assert set(vars(got)) == field_names(EntryView)
+    again = EntryView(**vars(got))
+    assert again == got and _types(again) == _types(got)
+    assert (got.ledger_id, got.entry_id, got.lac, got.length, bytes(got.payload)) == (
+        7,
+        3,
+        2,
+        15,
+        b"payload",
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.lac = 0  # type: ignore[misc]
 
 
 def test_frozen_record_takes_the_values_as_they_are() -> None:
