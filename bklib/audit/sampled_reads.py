@@ -244,6 +244,12 @@ class _BookieQueue:
             except BKError as exc:  # not one could be sent: the bookie is unavailable
                 outs = [exc] * len(reads)
             await self.limiter.acquire(sum(len(r.body) for r in outs if type(r) is ReadResult))
+        except Exception as exc:  # noqa: BLE001 - not a bookie's answer: the check fails
+            # Never settled as unknown (that would be a finding), nor left unsettled (the
+            # checker would wait for ever): each ledger's waiter raises it.
+            for pair, _ in slots:
+                pair.owner.fail(exc)
+            return
         finally:
             self.gate.give(len(reads))  # answered (or given up on): no longer outstanding
             self.outstanding -= 1

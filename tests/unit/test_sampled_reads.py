@@ -181,3 +181,26 @@ def test_an_abandoned_ledgers_reads_are_not_sent(loop: asyncio.AbstractEventLoop
     assert {lid for _, g in pool.groups for lid, _ in g} == {1}
     reads.abandon([dropped])
     assert dropped.future.cancelled()
+
+
+def test_a_failure_that_is_no_bookies_answer_fails_the_ledgers_it_was_reading(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A read call that breaks outside BookKeeper's errors is neither missing nor unknown: the
+    ledgers whose reads it held end with it, so the check stops instead of waiting for ever."""
+
+    def broken(bookie: str, lid: int, x: int) -> ReadResult | BKError:
+        if bookie == BOOKIES[1]:
+            raise RuntimeError("the client broke")
+        return ReadResult(_body(lid, x))
+
+    pool = _Pool(broken)
+    reads = _reads(pool, loop, gate=8)
+    items = [LedgerReads(_ledger(lid, 2), None) for lid in (1, 2)]
+    for item in items:
+        reads.submit(item)
+    reads.hand_over()
+    loop.call_soon_threadsafe(pool.release.set)
+    for item in items:
+        with pytest.raises(RuntimeError, match="the client broke"):
+            item.future.result(5)
