@@ -10,7 +10,7 @@ import pytest
 from bklib.bookie.journal import Journal
 from bklib.errors import NoSuchEntryError
 from bklib.testing.scale.plan import SHAPES, ScalePlan
-from bklib.testing.scale.storage import PlannedStorage
+from bklib.testing.scale.storage import PlannedStorage, shared_plans
 
 
 def _bookies(n: int) -> tuple[str, ...]:
@@ -54,3 +54,30 @@ def test_a_farm_identitys_cached_state_forgets_what_is_damaged(tmp_path: Path) -
     assert after is not None and list(after.entries) == held[1:]
     with pytest.raises(NoSuchEntryError):
         storage.read_from(after, held[0])
+
+
+def test_a_ledgers_placement_is_what_its_write_sets_give_each_bookie() -> None:
+    bookies = _bookies(8)
+    plan = ScalePlan(300, bookies)
+    for lp in plan:
+        for b in bookies:
+            assert lp.entries_on(b) == [e for e in range(lp.entries) if lp.holds(b, e)]
+        # Every entry is on write-quorum bookies, so the placement adds up.
+        placed = sum(len(v) for v in lp.placement.values())
+        assert placed == lp.entries * lp.metadata.write_quorum
+
+
+def test_a_farms_identities_share_each_planned_ledger(tmp_path: Path) -> None:
+    bookies = _bookies(8)
+    plan = ScalePlan(200, bookies)
+    journal = Journal(tmp_path / "journal", name="farm")
+    plans = shared_plans(plan)
+    a = PlannedStorage(plan, bookies[0], journal, tmp_path / "b0", plans=plans)
+    b = PlannedStorage(plan, bookies[1], journal, tmp_path / "b1", plans=plans)
+    alone = PlannedStorage(plan, bookies[2], journal, tmp_path / "b2")
+    lid = plan.ledger_id(17)
+    shared = a.ledger_plan(lid)
+    assert shared is not None and b.ledger_plan(lid) is shared  # built once for both
+    own = alone.ledger_plan(lid)
+    assert own is not shared and own == shared
+    assert a.ledger_plan(plan.ledger_id(plan.ledgers)) is None  # past the plan

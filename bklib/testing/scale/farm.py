@@ -35,7 +35,7 @@ from bklib.bookie.server import BookieServer
 from bklib.proto import protocol_pb2 as pb
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.testing.scale.plan import ScalePlan
-from bklib.testing.scale.storage import PlannedStorage
+from bklib.testing.scale.storage import PlannedStorage, shared_plans
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,11 @@ class BookieFarm:
         ids = tuple(f"{self.host}:{s.getsockname()[1]}" for s in socks)
         self.plan = ScalePlan(self.ledgers, ids, self.seed)
         self.journal.open()
+        plans = shared_plans(self.plan)
         for bookie_id, sock in zip(ids, socks, strict=True):
             data_dir = self.base / bookie_id.replace(":", "_")
             data_dir.mkdir(exist_ok=True)
-            storage = PlannedStorage(self.plan, bookie_id, self.journal, data_dir)
+            storage = PlannedStorage(self.plan, bookie_id, self.journal, data_dir, plans=plans)
             ident = Identity(bookie_id, sock, storage, FaultInjector())
             ident.server = BookieServer(storage, name=bookie_id, faults=ident.faults)
             await ident.server.start(sock)

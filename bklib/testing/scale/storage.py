@@ -10,7 +10,7 @@ real bookie's are. The farm does not replay that journal: a restarted farm start
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,18 @@ from bklib.testing.scale.plan import MASTER_KEY, LedgerPlan, ScalePlan
 
 # The journal location of an entry computed from the plan (real locations are >= 0).
 PLANNED = -1
+# Planned ledgers a farm keeps built: more than a sampled check keeps in flight
+# (bklib.audit.checker.SAMPLED_LEDGERS_IN_FLIGHT), so each is built once while it is read.
+PLANS_CACHED = 8192
+
+LedgerLookup = Callable[[int], LedgerPlan | None]
+
+
+def shared_plans(plan: ScalePlan) -> LedgerLookup:
+    """A cache of planned ledgers for every identity of a farm: a ledger's bookies all ask
+    for it, and building it (and its placement) was most of the farm's remaining cost
+    (docs/benchmarks.md, "The farm's shared plans")."""
+    return lru_cache(maxsize=PLANS_CACHED)(plan.by_id)
 
 
 class PlannedLedgers(dict[int, LedgerState]):
@@ -39,7 +51,8 @@ class PlannedLedgers(dict[int, LedgerState]):
 
 
 class PlannedStorage(Storage):
-    """One farm identity's storage: the plan, the damage list and the overlay."""
+    """One farm identity's storage: the plan, the damage list and the overlay. ``plans`` is
+    the farm's cache of planned ledgers, shared by its identities (one of its own if None)."""
 
     def __init__(
         self,
@@ -48,6 +61,7 @@ class PlannedStorage(Storage):
         journal: Journal,
         data_dir: Path,
         damage: Collection[tuple[int, int]] = (),
+        plans: LedgerLookup | None = None,
     ) -> None:
         # Not Storage.__init__: no directory lock or journal of its own (the farm owns them).
         self.data_dir = data_dir
@@ -57,7 +71,7 @@ class PlannedStorage(Storage):
         self.bookie_id = bookie_id
         self.damage: set[tuple[int, int]] = set(damage)
         self.ledgers: dict[int, LedgerState] = PlannedLedgers(self)
-        self._ledger = lru_cache(maxsize=2048)(plan.by_id)
+        self._ledger = plans if plans is not None else shared_plans(plan)
         # A sampled check asks an identity for a ledger's entries one read at a time; each
         # lookup computed its state again, the farm's largest cost (docs/benchmarks.md, "The
         # sample check across ledgers"). Damage clears it (delete_entries).
