@@ -34,9 +34,13 @@ from bklib.meta.zkbudget import shared_budget
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.local.scan_shard import (
     SPLIT_MIN_LEDGERS,
+    SPLIT_MIN_PROBED_LEDGERS,
     ScanShard,
+    ShardCheck,
     ShardJob,
+    ShardReads,
     ShardScan,
+    split_bounds,
     split_dirs,
 )
 from jobs.runs.audit_run import log_metadata, run_status
@@ -78,8 +82,10 @@ class LocalAudit:
     ) -> None:
         self.config = config
         self.split = split
-        """Whether a lost check scans with a helper process (:mod:`jobs.local.scan_shard`);
-        None: from :data:`~jobs.local.scan_shard.SPLIT_MIN_LEDGERS` ledgers on two cores."""
+        """Whether the run scans and checks with a helper process (:mod:`jobs.local.scan_shard`);
+        None: on two cores, from :data:`~jobs.local.scan_shard.SPLIT_MIN_LEDGERS` ledgers for
+        the lost check and :data:`~jobs.local.scan_shard.SPLIT_MIN_PROBED_LEDGERS` for the
+        checks that read entries."""
         self.shard: ScanShard | None = None
         self.shard_ledgers: pa.Table | None = None
         """The helper's rows of the ``ledgers`` table, once it has checked its half."""
@@ -104,8 +110,9 @@ class LocalAudit:
         cfg = self.config
         wanted = self.split
         if wanted is None:
-            wanted = self.plan.expected >= SPLIT_MIN_LEDGERS and usable_cores() >= 2
-        if not wanted or cfg.check != Check.LOST or cfg.rack_document is not None:
+            least = SPLIT_MIN_LEDGERS if cfg.check == Check.LOST else SPLIT_MIN_PROBED_LEDGERS
+            wanted = self.plan.expected >= least and usable_cores() >= 2
+        if not wanted or cfg.rack_document is not None:
             return []
         parts = split_dirs(list(self.plan.dirs), 2)
         return parts[1] if len(parts) == 2 else []
@@ -163,15 +170,10 @@ class LocalAudit:
         found: list[Finding] = []
         if cfg.check == Check.LOST:
             if self.shard is not None:
-                self.shard.request_check(lost, cfg.check)  # the helper checks its half meanwhile
+                self.shard.request_check(ShardCheck(lost, cfg.check))  # its half, meanwhile
             for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
                 found.extend(f)
-            if self.shard is not None:
-                # This half's ledgers table is built while the helper builds its own.
-                self.own_ledgers = ledgers_table(self.run.run_id, self.ledgers)
-                helper_found, self.shard_ledgers = self.shard.checked()
-                found.extend(helper_found)  # its ledgers follow this process's, as do its rows
-                self.shard.close()
+            self._helper_checked(found, pairs)
         else:
             from bklib.audit.engine import bookie_client_config
             from bklib.client.pool import SyncBookieClient
@@ -187,6 +189,11 @@ class LocalAudit:
                     client, self.bookies, self.ledgers, cfg.fetch, cfg.check
                 )
                 counts.update(capability_counts(self.bookies))
+                if self.shard is not None:
+                    # Two processes read the same bookies: each within half the run's bounds.
+                    settings = split_bounds(settings, 2)
+                    reads = ShardReads(cfg.ledgers_root, client_config, settings)
+                    self.shard.request_check(ShardCheck(lost, cfg.check, reads))
                 for _, reports, f in _progress(
                     check_ledgers(self.ledgers, lost, cfg.check, client=client, settings=settings),
                     len(self.ledgers),
@@ -194,6 +201,7 @@ class LocalAudit:
                 ):
                     found.extend(f)
                     pairs.update((r.method, r.status) for r in reports)
+            self._helper_checked(found, pairs)
             counts[CountKey.BOOKIE_LEDGER_PAIRS] = sum(pairs.values())
             for (method, status), n in pairs.items():
                 counts[CountKey.pairs(method, status)] = n
@@ -206,6 +214,18 @@ class LocalAudit:
             )
         counts[CountKey.FRAGMENTS_BEFORE_REREAD] = len(found)
         self.findings = found
+
+    def _helper_checked(self, found: list[Finding], pairs: Counter[tuple[str, str]]) -> None:
+        """Add the helper's findings and answers (after this process's: the scan's order), and
+        keep its ``ledgers`` rows; nothing when the run has no helper."""
+        if self.shard is None:
+            return
+        # This half's ledgers table is built while the helper builds its own.
+        self.own_ledgers = ledgers_table(self.run.run_id, self.ledgers)
+        helper_found, helper_pairs, self.shard_ledgers = self.shard.checked()
+        found.extend(helper_found)
+        pairs.update(helper_pairs)
+        self.shard.close()
 
     def recheck(self) -> None:
         """Re-read the flagged ledgers; drop findings whose ledger changed or vanished."""

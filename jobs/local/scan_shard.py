@@ -1,9 +1,11 @@
-"""The local lost audit's second core: a helper process that scans and checks half the ledgers.
+"""The local audit's second core: a helper process that scans and checks half the ledgers.
 
 One process decodes about 10,000 ledgers a second, so at a million ledgers the metadata scan
-is most of a lost audit, on one core of the machine (docs/benchmarks.md). From
-:data:`SPLIT_MIN_LEDGERS` up, a spawned helper scans the second half of the directories while
-the run's own process scans the first. The halves are contiguous in the plan's order, so the
+is most of a lost audit, on one core of the machine; and a check that reads entries is bound
+by its one process's interpreter (docs/benchmarks.md). From :data:`SPLIT_MIN_LEDGERS` up for
+the lost check, and :data:`SPLIT_MIN_PROBED_LEDGERS` for the checks that read entries, a
+spawned helper scans the second half of the directories while the run's own process scans the
+first. The halves are contiguous in the plan's order, so the
 helper's findings and ``ledgers`` rows follow the run's own and every table comes out in the
 single process's order.
 
@@ -12,13 +14,15 @@ helper answers in two rounds instead:
 
 1. after its scan, :class:`ShardScan`: what the run needs of every view (the bookies they
    name, the ledgers per directory, the counts, the first unreadable znodes);
-2. given the lost bookies (which need every view's bookies, hence the rounds), its findings
-   and its rows of the ``ledgers`` table as Arrow.
+2. given the lost bookies (which need every view's bookies, hence the rounds) and, for a check
+   that reads entries, the run's check settings (:class:`ShardCheck`): its findings, the
+   (ledger, bookie) answers it counted, and its rows of the ``ledgers`` table as Arrow.
 
-Only the lost check is split: it reads metadata alone, where the other checks probe bookies
-from the views. The run's ZooKeeper budget is shared (:func:`bklib.meta.zkbudget.shared_budget`).
-Any failure of the helper (an unreachable store, an expired session, the process killed)
-fails the run: nothing it scanned counts as read.
+The helper reads its half's entries with a bookie client of its own. The run's bounds stay the
+run's: the ZooKeeper budget is shared (:func:`bklib.meta.zkbudget.shared_budget`), and each
+process reads any one bookie at half of ``--reads-in-flight`` and ``--read-rate``
+(:func:`split_bounds`). Any failure of the helper (an unreachable store or bookie client, an
+expired session, the process killed) fails the run: nothing it scanned counts as read.
 """
 
 from __future__ import annotations
@@ -29,29 +33,36 @@ import itertools
 import logging
 import multiprocessing
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 import pyarrow as pa
 
 from bklib.audit.accounting import scanned_per_directory
+from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import check_ledgers, scan_dirs
 from bklib.audit.model import Finding, LedgerView, named_bookies
+from bklib.client.operations import ClientConfig
 from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
 from bklib.meta.zkaccess import ZkAuth
 from bklib.meta.zkbudget import set_request_rate
 from jobs.runtime.logs import is_verbose, log_format, setup_logging
+from jobs.runtime.progress import track
 from jobs.tables.ledgers_arrow import ledgers_table
 
 __all__ = [
     "SPLIT_MIN_LEDGERS",
+    "SPLIT_MIN_PROBED_LEDGERS",
     "UNREADABLE_SHOWN",
     "ScanHelperError",
     "ScanShard",
+    "ShardCheck",
     "ShardJob",
+    "ShardReads",
     "ShardScan",
+    "split_bounds",
     "split_dirs",
 ]
 
@@ -60,6 +71,12 @@ log = logging.getLogger("jobs.commands.audit")
 SPLIT_MIN_LEDGERS = 200_000
 """From this many ledgers, a lost audit with two cores splits its scan. Below it, starting the
 helper (about a second) and its second round cost more than the half scan saves."""
+
+SPLIT_MIN_PROBED_LEDGERS = 20_000
+"""From this many ledgers, a check that reads entries (sample, replicas, deep) with two cores
+splits its scan and its check. Each ledger's reads cost about a hundred times its decoding, so
+the helper pays for itself far below the lost check's threshold (docs/benchmarks.md, "The
+sample check on two cores")."""
 
 UNREADABLE_SHOWN = 20
 """Unreadable znodes the run logs by name (as the single process does)."""
@@ -83,6 +100,38 @@ def split_dirs(dirs: list[LeafDir], parts: int) -> list[list[LeafDir]]:
         bounds.append(j + 1)
     bounds.append(len(dirs))
     return [dirs[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def split_bounds(settings: CheckSettings, parts: int) -> CheckSettings:
+    """``settings`` for one of ``parts`` processes reading the same bookies: each gets its share
+    of the per-bookie bounds, so the run as a whole reads any bookie within ``--reads-in-flight``
+    and ``--read-rate`` (docs/checks.md)."""
+    rate = settings.read_rate
+    return replace(
+        settings,
+        reads_in_flight=max(1, settings.reads_in_flight // parts),
+        read_rate=None if rate is None else rate / parts,
+    )
+
+
+@dataclass(frozen=True)
+class ShardReads:
+    """How the helper reads entries: the bookie client's configuration, and this process's
+    share of the check's settings (:func:`split_bounds`)."""
+
+    ledgers_root: str
+    client_config: ClientConfig
+    settings: CheckSettings
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """Round 2's request: the lost bookies, the check, and how to read entries (None: the
+    lost check reads metadata only)."""
+
+    lost: frozenset[str]
+    check: str
+    reads: ShardReads | None = None
 
 
 @dataclass(frozen=True)
@@ -157,14 +206,13 @@ def _serve(conn: Connection, job: ShardJob) -> None:
         request = conn.recv()
         if request[0] != "check":
             return
-        _, lost, check = request
-        found = [f for _, _, fs in check_ledgers(views, lost, check) for f in fs]
+        found, pairs = _check(job, views, request[1])
         table = ledgers_table(job.run_id, views)
         views.clear()
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
-        conn.send(("check", found, sink.getvalue().to_pybytes()))
+        conn.send(("check", found, pairs, sink.getvalue().to_pybytes()))
     except BaseException as exc:  # noqa: BLE001 - everything goes back as one line
         # Fail closed: an error sends no partial answer, only the error, and the run raises
         # ScanHelperError on it (as on silence: a helper that dies answers EOF). Nothing the
@@ -173,6 +221,29 @@ def _serve(conn: Connection, job: ShardJob) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
+
+
+def _check(
+    job: ShardJob, views: list[LedgerView], req: ShardCheck
+) -> tuple[list[Finding], Counter[tuple[str, str]]]:
+    """The helper's half of the check: its findings, and its (method, status) answers."""
+    found: list[Finding] = []
+    pairs: Counter[tuple[str, str]] = Counter()
+    reads = req.reads
+    if reads is None:  # metadata only
+        for _, _, fs in check_ledgers(views, req.lost, req.check):
+            found.extend(fs)
+        return found, pairs
+    from bklib.client.pool import SyncBookieClient  # as the run's own: not for a lost check
+
+    with SyncBookieClient(
+        job.locator, ledgers_root=reads.ledgers_root, config=reads.client_config, zk_auth=job.auth
+    ) as client:
+        checked = check_ledgers(views, req.lost, req.check, client=client, settings=reads.settings)
+        for _, reports, fs in track(checked, len(views), f"{req.check} (helper)", logger=log):
+            found.extend(fs)
+            pairs.update((r.method, r.status) for r in reports)
+    return found, pairs
 
 
 class ScanShard:
@@ -210,17 +281,17 @@ class ScanShard:
         summary: ShardScan = self._answer("scan")[1]
         return summary
 
-    def request_check(self, lost: frozenset[str], check: str) -> None:
-        """Round 2 begins: the helper checks its ledgers against ``lost`` while the run
-        checks its own."""
-        self._conn.send(("check", lost, check))
+    def request_check(self, request: ShardCheck) -> None:
+        """Round 2 begins: the helper checks its ledgers while the run checks its own."""
+        self._conn.send(("check", request))
 
-    def checked(self) -> tuple[list[Finding], pa.Table]:
-        """Round 2's answer: the helper's findings, and its ``ledgers`` rows."""
-        _, found, ipc = self._answer("check")
+    def checked(self) -> tuple[list[Finding], Counter[tuple[str, str]], pa.Table]:
+        """Round 2's answer: the helper's findings, its (method, status) answers, and its
+        ``ledgers`` rows."""
+        _, found, pairs, ipc = self._answer("check")
         with pa.ipc.open_stream(pa.py_buffer(ipc)) as reader:
             table = reader.read_all()
-        return found, table
+        return found, pairs, table
 
     def close(self) -> None:
         """Stop the helper (at once, if it is still working: the run has failed)."""

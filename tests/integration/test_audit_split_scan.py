@@ -1,7 +1,8 @@
-"""The local lost audit with a helper process (jobs.local.scan_shard), on a bookie farm with one
+"""The local audit with a helper process (jobs.local.scan_shard), on a bookie farm with one
 identity lost and a corrupt znode in the helper's half: the same rows and counts as the
-single process, and findings exact against the plan. A helper that cannot reach the store
-fails the run, with nothing recorded as COMPLETED.
+single process, and findings exact against the plan, for the lost check and for the sample
+check (damaged entries in both halves). A helper that cannot reach the store fails the run,
+with nothing recorded as COMPLETED.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import ScanPlan
+from bklib.meta.paths import ledger_path
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey, Reason, RunStatus
 from bklib.testing.scale.farm import FarmClient
 from bklib.testing.scale.harness import running_farm
@@ -53,8 +56,18 @@ def lost_farm(
         yield zk, farm, victim
 
 
-def _run(zk: str, warehouse: Path, *, split: bool, helper_zk: str | None = None) -> Any:
-    config = AuditConfig(zk=helper_zk or zk, warehouse=str(warehouse), check=Check.LOST)
+def _run(
+    zk: str,
+    warehouse: Path,
+    *,
+    split: bool,
+    helper_zk: str | None = None,
+    check: str = Check.LOST,
+    fetch: CheckSettings | None = None,
+) -> Any:
+    config = AuditConfig(
+        zk=helper_zk or zk, warehouse=str(warehouse), check=check, fetch=fetch or CheckSettings()
+    )
     plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
     # The run's own scan reads through ``zk``; the helper opens ``config.zk``.
     return LocalAudit(config, plan, zk, split=split).run_all()
@@ -122,3 +135,52 @@ def test_a_helper_that_cannot_reach_the_store_fails_the_run(
     with pytest.raises(ScanHelperError, match=r"helper failed: .*127\.0\.0\.1:1"):
         _run(zk, tmp_path / "wh", split=True, helper_zk="127.0.0.1:1")
     assert delta.latest_run(str(tmp_path / "wh")) is None  # nothing recorded as finished
+
+
+def test_the_sample_check_on_two_processes_gives_the_single_process_rows(
+    lost_farm: tuple[str, FarmClient, str], tmp_path: Path
+) -> None:
+    zk, farm, victim = lost_farm
+    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
+    helper_dirs = tuple(d.path + "/" for d in split_dirs(list(plan.dirs), 2)[1])
+
+    def in_helper(lid: int) -> bool:
+        return ledger_path(DEFAULT_LEDGERS_ROOT, lid, plan.kind).startswith(helper_dirs)
+
+    # One damaged entry in three closed ledgers of each half, on a live bookie, in ledgers
+    # that do not name the lost one (so their only other finding would be BOOKIE_LOST).
+    damaged = farm.bookies[2]
+    damage: dict[int, int] = {}
+    per_half = {True: 0, False: 0}
+    for lp in farm.plan:
+        md, held = lp.metadata, lp.entries_on(damaged)
+        half = in_helper(lp.ledger_id)
+        if md.is_closed and held and victim not in md.bookies() and per_half[half] < 3:
+            assert farm.damage(damaged, lp.ledger_id, held[-1:]) == held[-1:]
+            damage[lp.ledger_id] = held[-1]
+            per_half[half] += 1
+    assert per_half == {True: 3, False: 3}
+    # Every entry read (so the damage is found whatever the picks), the same picks each run.
+    fetch = CheckSettings(read_timeout=3.0, verify_percentage=100.0, sample_seed=11)
+    one = _run(zk, tmp_path / "one", split=False, check=Check.SAMPLE, fetch=fetch)
+    two = _run(zk, tmp_path / "two", split=True, check=Check.SAMPLE, fetch=fetch)
+    for run in (one, two):
+        assert run.status == RunStatus.COMPLETED, run.counts
+        assert run.counts[CountKey.LEDGERS] == N_LEDGERS
+    assert dict(two.counts) == dict(one.counts)
+    assert two.counts[CountKey.BOOKIE_LEDGER_PAIRS] > N_LEDGERS  # both halves' answers
+    for table in (LEDGERS, FRAGMENTS, BOOKIES):
+        assert _rows(tmp_path / "two", table, two.run_id) == _rows(
+            tmp_path / "one", table, one.run_id
+        ), table
+    missing = set()
+    for lid, entry in damage.items():
+        md = farm.plan.by_id(lid).metadata  # type: ignore[union-attr]
+        first = md.segments[md.segment_index_for(entry)].first_entry_id
+        missing.add((lid, first, damaged, Reason.ENTRIES_MISSING))
+    lost = {(lid, f, victim, Reason.BOOKIE_LOST) for lid, f in farm.plan.segments_naming(victim)}
+    found = {
+        (r["ledger_id"], r["segment_first_entry_id"], r["bookie_id"], r["reason"])
+        for r in _rows(tmp_path / "two", FRAGMENTS, two.run_id)
+    }
+    assert found == lost | missing

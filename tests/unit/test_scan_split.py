@@ -1,12 +1,14 @@
-"""The pure parts of the local lost check's split scan: directories cut into contiguous halves
-of about equal ledger counts (jobs.local.scan_shard.split_dirs), and the run's ZooKeeper
-budget shared while two processes scan (bklib.meta.zkbudget.shared_budget)."""
+"""The pure parts of the local audit's split: directories cut into contiguous halves of about
+equal ledger counts (jobs.local.scan_shard.split_dirs), the run's ZooKeeper budget shared
+while two processes scan (bklib.meta.zkbudget.shared_budget), and the per-bookie read bounds
+shared while two processes read (jobs.local.scan_shard.split_bounds)."""
 
 from __future__ import annotations
 
+from bklib.audit.checker import CheckSettings
 from bklib.meta import zkbudget
 from bklib.meta.store import LeafDir
-from jobs.local.scan_shard import split_dirs
+from jobs.local.scan_shard import split_bounds, split_dirs
 
 
 def _dirs(*counts: int) -> list[LeafDir]:
@@ -43,3 +45,13 @@ def test_the_budget_is_shared_then_restored_with_its_count() -> None:
             assert share is None and zkbudget.request_budget().rate is None
     finally:
         zkbudget.set_request_rate(zkbudget.DEFAULT_REQUEST_RATE)
+
+
+def test_each_of_two_processes_reads_a_bookie_within_half_the_runs_bounds() -> None:
+    settings = CheckSettings(reads_in_flight=255, read_rate=100e6, sample_seed=3)
+    half = split_bounds(settings, 2)
+    assert half.reads_in_flight == 127 and half.read_rate == 50e6
+    assert 2 * half.reads_in_flight <= settings.reads_in_flight
+    assert half.sample_seed == 3  # the rest is the run's
+    assert split_bounds(CheckSettings(reads_in_flight=1, read_rate=None), 2).reads_in_flight == 1
+    assert split_bounds(CheckSettings(read_rate=None), 2).read_rate is None
