@@ -69,6 +69,7 @@ class Measured:
     wall_s: float
     cpu_s: float
     peak_rss_mb: dict[str, float]
+    """The largest process of each kind (``python``, ``jvm``)."""
     zk_requests: int
     exit_code: int
     probe: dict[str, float] = field(default_factory=dict)
@@ -79,17 +80,21 @@ class Measured:
     """CPU the cluster's own processes (the farm, ZooKeeper) spent meanwhile, on the same
     two cores: the floor they set under the command's wall time."""
     detail: dict[str, object] = field(default_factory=dict)
+    peak_rss_total_mb: float = 0.0
+    """The command's whole process tree at its largest (a run with a helper process, or Spark's
+    driver and workers, is several processes at once)."""
 
 
 class TreeSampler(threading.Thread):
     """Samples a process and its descendants every 0.2 s: the last CPU times and the peak RSS
-    of each (a process that lives less than a sample is missed)."""
+    of each, and the peak of their sum (a process that lives less than a sample is missed)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.root = psutil.Process(pid)
         self.cpu: dict[int, float] = {}
         self.rss: dict[int, tuple[str, float]] = {}
+        self.total_peak = 0.0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -98,6 +103,7 @@ class TreeSampler(threading.Thread):
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
+            total = 0.0
             for p in procs:
                 try:
                     t = p.cpu_times()
@@ -107,8 +113,10 @@ class TreeSampler(threading.Thread):
                     continue
                 # Each process's own time (children are sampled themselves, not added twice).
                 self.cpu[p.pid] = t.user + t.system
+                total += mem
                 if mem > self.rss.get(p.pid, ("", 0.0))[1]:
                     self.rss[p.pid] = (name, mem)
+            self.total_peak = max(self.total_peak, total)
             self.done.wait(0.2)
 
 
@@ -172,7 +180,8 @@ def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
     entries_read = FARM[0].entries_read() - read_before if FARM else 0
     m = Measured(name, round(wall, 2), round(cpu, 2), peaks, requests, proc.returncode,
                  {"p50_ms": seen.p50_ms, "p99_ms": seen.p99_ms, "max_ms": seen.max_ms},
-                 peers_cpu_s=peers, entries_read=entries_read)  # fmt: skip
+                 peers_cpu_s=peers, entries_read=entries_read,
+                 peak_rss_total_mb=round(sampler.total_peak, 1))  # fmt: skip
     print(json.dumps(asdict(m)), flush=True)
     del out
     if LOGS:
