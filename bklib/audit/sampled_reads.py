@@ -174,7 +174,17 @@ class _BookieQueue:
         self.pairs.append((pair, 0))
 
     def kick(self, pool: BookieClientPool) -> None:
-        """Send groups while fewer than :data:`GROUPS_OUT` are outstanding."""
+        """Send groups while fewer than :data:`GROUPS_OUT` are outstanding. An error here is
+        no bookie's answer: every queued pair's ledger ends with it (as in :meth:`_send`), so
+        the checker never waits for pairs nobody will send."""
+        try:
+            self._fill(pool)
+        except Exception as exc:  # noqa: BLE001 - each ledger's waiter raises it
+            for pair, _ in self.pairs:
+                pair.owner.fail(exc)
+            self.pairs.clear()
+
+    def _fill(self, pool: BookieClientPool) -> None:
         if self.waiting:
             return  # the waiting group sends, then kicks again
         while self.pairs and self.outstanding < GROUPS_OUT:

@@ -204,3 +204,33 @@ def test_a_failure_that_is_no_bookies_answer_fails_the_ledgers_it_was_reading(
     for item in items:
         with pytest.raises(RuntimeError, match="the client broke"):
             item.future.result(5)
+
+
+def test_a_failure_while_grouping_fails_the_ledgers_queued_on_that_bookie(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue's own grouping breaking (a programming error) leaves no pair unsettled: every
+    ledger queued on that bookie ends with the error, and the others are read as usual."""
+    from bklib.audit import sampled_reads
+
+    grouped = sampled_reads._BookieQueue._next_group
+
+    def breaks_on_one_bookie(
+        self: sampled_reads._BookieQueue,
+    ) -> tuple[list[tuple[int, int]], list[tuple[sampled_reads._PairReads, int]]]:
+        if self.bookie == BOOKIES[1]:
+            raise RuntimeError("grouping broke")
+        return grouped(self)
+
+    monkeypatch.setattr(sampled_reads._BookieQueue, "_next_group", breaks_on_one_bookie)
+    pool = _Pool(_held)
+    reads = _reads(pool, loop, gate=8)
+    on_it = [LedgerReads(_ledger(lid, 2), None) for lid in (1, 2)]
+    for item in on_it:
+        assert BOOKIES[1] in item.ledger.bookies()
+        reads.submit(item)
+    reads.hand_over()
+    loop.call_soon_threadsafe(pool.release.set)
+    for item in on_it:
+        with pytest.raises(RuntimeError, match="grouping broke"):
+            item.future.result(5)
