@@ -26,6 +26,7 @@ from bklib.audit.checker import CheckSettings, ReplicaChecker
 from bklib.audit.classify import classify_ledger, ledger_lac
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
 from bklib.client.operations import ClientConfig
+from bklib.client.pool import SyncBookieClient
 from bklib.errors import BKError
 from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind
@@ -43,6 +44,7 @@ __all__ = [
     "bookie_client_config",
     "bookie_rows",
     "capability_counts",
+    "check_client",
     "check_ledgers",
     "learn_bookies",
     "lost_bookies",
@@ -262,6 +264,26 @@ def bookie_client_config(settings: CheckSettings, tls: TlsSettings | None = None
         reconnect_backoff_initial=0.05,
         reconnect_backoff_max=1.0,
         tls=tls,
+    )
+
+
+def check_client(
+    target: StoreTarget,
+    *,
+    ledgers_root: str,
+    settings: CheckSettings,
+    tls: TlsSettings | None = None,
+    zk_auth: ZkAuth = None,
+) -> SyncBookieClient:
+    """The bookie client a check reads with, the same in every executor and process (the run,
+    the local helper, a Spark task): :func:`bookie_client_config`, and the check's
+    ``bookie_protocol`` for entry reads."""
+    return SyncBookieClient(
+        target,
+        ledgers_root=ledgers_root,
+        config=bookie_client_config(settings, tls),
+        zk_auth=zk_auth,
+        protocol=settings.bookie_protocol,
     )
 
 

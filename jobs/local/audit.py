@@ -19,6 +19,7 @@ from bklib.audit.engine import (
     ScanPlan,
     bookie_rows,
     capability_counts,
+    check_client,
     check_ledgers,
     learn_bookies,
     lost_bookies,
@@ -175,14 +176,11 @@ class LocalAudit:
                 found.extend(f)
             self._helper_checked(found, pairs)
         else:
-            from bklib.audit.engine import bookie_client_config
-            from bklib.client.pool import SyncBookieClient
-
-            client_config = bookie_client_config(cfg.fetch, cfg.tls)
-            with SyncBookieClient(
+            with check_client(
                 self.store,
                 ledgers_root=cfg.ledgers_root,
-                config=client_config,
+                settings=cfg.fetch,
+                tls=cfg.tls,
                 zk_auth=cfg.zk_auth,
             ) as client:
                 self.bookies, settings = learn_bookies(
@@ -192,7 +190,7 @@ class LocalAudit:
                 if self.shard is not None:
                     # Two processes read the same bookies: each within half the run's bounds.
                     settings = split_bounds(settings, 2)
-                    reads = ShardReads(cfg.ledgers_root, client_config, settings)
+                    reads = ShardReads(cfg.ledgers_root, settings, cfg.tls)
                     self.shard.request_check(ShardCheck(lost, cfg.check, reads))
                 for _, reports, f in _progress(
                     check_ledgers(self.ledgers, lost, cfg.check, client=client, settings=settings),

@@ -41,13 +41,13 @@ import pyarrow as pa
 
 from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.checker import CheckSettings
-from bklib.audit.engine import check_ledgers, scan_dirs
+from bklib.audit.engine import check_client, check_ledgers, scan_dirs
 from bklib.audit.model import Finding, LedgerView, named_bookies
-from bklib.client.operations import ClientConfig
 from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
 from bklib.meta.zkaccess import ZkAuth
 from bklib.meta.zkbudget import set_request_rate
+from bklib.tls import TlsSettings
 from jobs.runtime.logs import is_verbose, log_format, setup_logging
 from jobs.runtime.progress import track
 from jobs.tables.ledgers_arrow import ledgers_table
@@ -116,12 +116,12 @@ def split_bounds(settings: CheckSettings, parts: int) -> CheckSettings:
 
 @dataclass(frozen=True)
 class ShardReads:
-    """How the helper reads entries: the bookie client's configuration, and this process's
-    share of the check's settings (:func:`split_bounds`)."""
+    """How the helper reads entries: this process's share of the check's settings
+    (:func:`split_bounds`), and the run's bookie TLS (None: plaintext)."""
 
     ledgers_root: str
-    client_config: ClientConfig
     settings: CheckSettings
+    tls: TlsSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -234,10 +234,12 @@ def _check(
         for _, _, fs in check_ledgers(views, req.lost, req.check):
             found.extend(fs)
         return found, pairs
-    from bklib.client.pool import SyncBookieClient  # as the run's own: not for a lost check
-
-    with SyncBookieClient(
-        job.locator, ledgers_root=reads.ledgers_root, config=reads.client_config, zk_auth=job.auth
+    with check_client(
+        job.locator,
+        ledgers_root=reads.ledgers_root,
+        settings=reads.settings,
+        tls=reads.tls,
+        zk_auth=job.auth,
     ) as client:
         checked = check_ledgers(views, req.lost, req.check, client=client, settings=reads.settings)
         for _, reports, fs in track(checked, len(views), f"{req.check} (helper)", logger=log):

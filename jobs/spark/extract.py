@@ -207,10 +207,7 @@ def _fetch_task(
     tls: TlsSettings | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from bklib.audit.engine import bookie_client_config
-        from bklib.client.pool import SyncBookieClient
-
-        config = bookie_client_config(settings, tls)
+        from bklib.audit.engine import check_client
 
         def views() -> Iterator[LedgerView]:
             for batch in batches:
@@ -218,7 +215,9 @@ def _fetch_task(
                     yield LedgerView.from_row(row)
 
         out: list[dict[str, Any]] = []
-        with SyncBookieClient(hosts, ledgers_root=root, config=config, zk_auth=auth) as client:
+        with check_client(
+            hosts, ledgers_root=root, settings=settings, tls=tls, zk_auth=auth
+        ) as client:
             for _, reports, _ in check_ledgers(
                 views(), lost, check, client=client, settings=settings
             ):

@@ -5,12 +5,15 @@ reaches it (as in Java's check)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bklib.client.connection_v2 import BookieConnectionV2
+from bklib.client.pool import BookieClientPool
 from bklib.quorum import write_set
 from bklib.states import Check, FetchMethod, Reason, ReplicaStatus, RunStatus
 from jobs.commands.audit import run_audit
@@ -88,3 +91,37 @@ def test_a_full_sample_finds_the_middle_entry_too(
     found = _findings(wh, run["run_id"])
     assert found[(ids["middle"], b0, Reason.ENTRIES_MISSING)] == [(9, 9)]
     assert len(found) == 4 and not any(k[0] == ids["healthy"] for k in found)
+
+
+@pytest.mark.parametrize("protocol", ["v2", "v3"])
+def test_the_sample_reads_over_the_wire_protocol_it_is_given(
+    cluster: tuple[AuditCluster, dict[str, int]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    protocol: str,
+) -> None:
+    """``--bookie-protocol``: v2 (the default, as Pulsar's brokers read) or v3; the same
+    findings either way, and the reads go over the protocol asked for."""
+    c, ids = cluster
+    b0, _, b2 = c.bookie_ids
+    v2_reads: Counter[str] = Counter()
+    real = BookieClientPool.connection_v2
+
+    def counted(pool: BookieClientPool, bookie_id: str) -> BookieConnectionV2:
+        v2_reads[bookie_id] += 1
+        return real(pool, bookie_id)
+
+    monkeypatch.setattr(BookieClientPool, "connection_v2", counted)
+    wh = str(tmp_path / "wh")
+    extra = ("--executor", "local", "--verify-percentage", "100", "--bookie-protocol", protocol)
+    run = _audit(c, wh, None, *extra)
+    assert _findings(wh, run["run_id"]) == {
+        (ids["first"], b0, Reason.ENTRIES_MISSING): [(0, 0)],
+        (ids["last"], b2, Reason.ENTRIES_MISSING): [(19, 19)],
+        (ids["middle"], b0, Reason.ENTRIES_MISSING): [(9, 9)],
+        (ids["corrupt"], b0, Reason.DIGEST_MISMATCH): [(18, 18)],
+    }
+    if protocol == "v2":
+        assert set(v2_reads) == set(c.bookie_ids), v2_reads
+    else:
+        assert not v2_reads, v2_reads
