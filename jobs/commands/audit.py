@@ -188,7 +188,7 @@ def _run_with(
             requested,
             ledgers=plan.expected,
             work_bytes=0,
-            limits=limits_from_args(args, config.check),
+            limits=limits_from_args(args),
             what="audit",
         )
     except LocalTooBigError as exc:

@@ -269,13 +269,13 @@ class ScanShard:
             answer: tuple[Any, ...] = self._conn.recv()
         except (EOFError, OSError) as exc:
             raise ScanHelperError(
-                f"the metadata scan helper exited (code {self._proc.exitcode}) before "
+                f"the audit's helper process exited (code {self._proc.exitcode}) before "
                 f"answering: {type(exc).__name__}"
             ) from None
         if answer[0] == "error":
-            raise ScanHelperError(f"the metadata scan helper failed: {answer[1]}")
+            raise ScanHelperError(f"the audit's helper process failed: {answer[1]}")
         if answer[0] != kind:
-            raise ScanHelperError(f"the metadata scan helper answered {answer[0]}, not {kind}")
+            raise ScanHelperError(f"the audit's helper process answered {answer[0]}, not {kind}")
         return answer
 
     def scanned(self) -> ShardScan:

@@ -25,7 +25,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from bklib.states import Check, Executor
+from bklib.states import Executor
 from jobs.options.units import parse_size
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "LocalTooBigError",
     "add_executor_arguments",
     "choose_executor",
-    "default_local_max_ledgers",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,24 +45,12 @@ lost audit of a million ledgers peaked at 2,513 MB, 2.5 KB a ledger, once its le
 was converted to Arrow in batches (docs/benchmarks.md, "The first million, continued")."""
 
 DEFAULT_LOCAL_MAX_LEDGERS = 1_000_000
-"""``auto``'s switch to Spark for work that reads metadata only (the lost check, whatif,
-blastradius) and for repairs: on one 2-core machine the local executor finished first at every
-size measured, up to a million ledgers, in 2.5 GB (docs/executors.md, "Where `auto` switches").
-Above that nothing was measured, and its state keeps growing."""
-
-DEFAULT_LOCAL_MAX_LEDGERS_READING = 100_000
-"""The same for the checks that read the bookies (``Check.READS_ENTRIES``). Local still finished
-the sample check first at 100,000 ledgers, but by 8% only (2.4 times at 10,000): Spark's start
-is a fixed cost and its two task slots read in parallel, so above that it is expected to
-overtake, and on a real cluster it has more than two cores (docs/executors.md, "Where `auto`
-switches")."""
-
-
-def default_local_max_ledgers(check: str | None = None) -> int:
-    """``--local-max-ledgers``'s default for an audit of ``check`` (None: other commands)."""
-    if check in Check.READS_ENTRIES:
-        return DEFAULT_LOCAL_MAX_LEDGERS_READING
-    return DEFAULT_LOCAL_MAX_LEDGERS
+"""``auto``'s switch to Spark, for every command: on one 2-core machine the local executor
+finished first at every size measured, up to a million ledgers, in under 3 GB: the lost check,
+whatif, blastradius and the repair, and since it checks on two processes the sample check too
+(1.7 to 6 times faster; docs/executors.md, "Where `auto` switches"). The replicas and deep
+checks read through the same checker and processes, and keep the same bound. Above a million
+nothing was measured, and the local state keeps growing."""
 
 
 DEFAULT_LOCAL_MAX_BYTES = 2 * 1024**3
@@ -175,8 +162,7 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         "--local-max-ledgers",
         type=int,
         default=None,
-        help=f"auto: more ledgers than this run on Spark (default {DEFAULT_LOCAL_MAX_LEDGERS:,}; "
-        f"{DEFAULT_LOCAL_MAX_LEDGERS_READING:,} for the checks that read the bookies)",
+        help=f"auto: more ledgers than this run on Spark (default {DEFAULT_LOCAL_MAX_LEDGERS:,})",
     )
     parser.add_argument(
         "--local-max-bytes",
@@ -192,12 +178,11 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def limits_from_args(args: argparse.Namespace, check: str | None = None) -> LocalLimits:
-    """The :class:`LocalLimits` the flags of :func:`add_executor_arguments` describe, for an
-    audit of ``check`` (None: other commands)."""
+def limits_from_args(args: argparse.Namespace) -> LocalLimits:
+    """The :class:`LocalLimits` the flags of :func:`add_executor_arguments` describe."""
     given = args.local_max_ledgers
     return LocalLimits(
-        max_ledgers=default_local_max_ledgers(check) if given is None else given,
+        max_ledgers=DEFAULT_LOCAL_MAX_LEDGERS if given is None else given,
         max_bytes=args.local_max_bytes,
         memory_limit=args.local_memory_limit,
     )

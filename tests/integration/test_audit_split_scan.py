@@ -132,7 +132,7 @@ def test_a_helper_that_cannot_reach_the_store_fails_the_run(
     lost_farm: tuple[str, FarmClient, str], tmp_path: Path
 ) -> None:
     zk, _, _ = lost_farm
-    with pytest.raises(ScanHelperError, match=r"helper failed: .*127\.0\.0\.1:1"):
+    with pytest.raises(ScanHelperError, match=r"helper process failed: .*127\.0\.0\.1:1"):
         _run(zk, tmp_path / "wh", split=True, helper_zk="127.0.0.1:1")
     assert delta.latest_run(str(tmp_path / "wh")) is None  # nothing recorded as finished
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from bklib.states import Check, Executor
+from bklib.states import Executor
 from jobs.options.units import parse_size
 from jobs.runs.executor import (
     BYTES_PER_LEDGER,
@@ -95,23 +95,16 @@ def test_parse_size() -> None:
 
 
 @pytest.mark.parametrize(
-    ("check", "argv", "want"),
+    ("argv", "want"),
     [
-        (Check.LOST, [], 1_000_000),  # metadata only: local was faster up to a million
-        (None, [], 1_000_000),  # repair, whatif, blastradius
-        (Check.SAMPLE, [], 100_000),  # bookie reads: Spark within 8% at 100k
-        (Check.REPLICAS, [], 100_000),
-        (Check.DEEP, [], 100_000),
-        (Check.SAMPLE, ["--local-max-ledgers", "7"], 7),  # the flag wins for every check
-        (Check.LOST, ["--local-max-ledgers", "7"], 7),
+        ([], 1_000_000),  # local finished first up to a million, for every check and repair
+        (["--local-max-ledgers", "7"], 7),  # the flag wins
     ],
 )
-def test_local_max_ledgers_defaults_by_what_the_work_reads(
-    check: str | None, argv: list[str], want: int
-) -> None:
+def test_local_max_ledgers_is_a_million_unless_the_flag_says(argv: list[str], want: int) -> None:
     parser = argparse.ArgumentParser()
     add_executor_arguments(parser)
-    limits = limits_from_args(parser.parse_args(argv), check)
+    limits = limits_from_args(parser.parse_args(argv))
     assert limits.max_ledgers == want
     memory = LocalLimits(want, limits.max_bytes, memory_limit=2 * want * BYTES_PER_LEDGER)
     assert (
