@@ -23,7 +23,7 @@ from bklib.client.transport import ConnectionLostError
 from bklib.errors import BKError, BKTimeoutError, NoSuchEntryError, NoSuchLedgerError
 from bklib.tls import BookieTlsError
 
-__all__ = ["BookieCapabilities", "learn_capabilities", "probe_targets"]
+__all__ = ["BookieCapabilities", "ProbeCandidates", "learn_capabilities", "probe_targets"]
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +43,54 @@ class BookieCapabilities:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class ProbeCandidates:
+    """Per bookie, the lowest id of a readable closed ledger naming it and of any other readable
+    ledger naming it: what :func:`probe_targets` picks from. Two halves of a scan merge with
+    :meth:`plus` into what one pass over every view gives."""
+
+    closed: dict[str, int]
+    other: dict[str, int]
+
+    @classmethod
+    def of(cls, ledgers: Iterable[LedgerView]) -> ProbeCandidates:
+        """The candidates among ``ledgers``."""
+        closed: dict[str, int] = {}
+        other: dict[str, int] = {}
+        for v in ledgers:
+            if not v.ok:
+                continue
+            into = closed if v.is_closed else other
+            for b in v.bookies():
+                if v.ledger_id < into.get(b, v.ledger_id + 1):
+                    into[b] = v.ledger_id
+        return cls(closed, other)
+
+    def plus(self, more: ProbeCandidates) -> ProbeCandidates:
+        """Both sets of candidates, the lower id kept for each bookie."""
+
+        def lowest(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = min(v, out.get(k, v))
+            return out
+
+        return ProbeCandidates(lowest(self.closed, more.closed), lowest(self.other, more.other))
+
+    def targets(self, bookies: Iterable[str]) -> dict[str, int]:
+        """For each of ``bookies`` that has a candidate, its ledger (closed ones preferred:
+        their entries are there to read)."""
+        return {
+            b: self.closed.get(b, self.other.get(b, -1))
+            for b in set(bookies)
+            if b in self.closed or b in self.other
+        }
+
+
 def probe_targets(ledgers: Iterable[LedgerView], bookies: Iterable[str]) -> dict[str, int]:
     """For each of ``bookies``, the lowest id of a readable ledger whose ensembles name it
     (closed ledgers preferred: their entries are there to read)."""
-    wanted = set(bookies)
-    closed: dict[str, int] = {}
-    other: dict[str, int] = {}
-    for v in ledgers:
-        if not v.ok:
-            continue
-        into = closed if v.is_closed else other
-        for b in v.bookies():
-            if b in wanted and v.ledger_id < into.get(b, v.ledger_id + 1):
-                into[b] = v.ledger_id
-    return {b: closed.get(b, other.get(b, -1)) for b in wanted if b in closed or b in other}
+    return ProbeCandidates.of(ledgers).targets(bookies)
 
 
 def learn_capabilities(

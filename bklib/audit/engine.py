@@ -47,6 +47,7 @@ __all__ = [
     "check_client",
     "check_ledgers",
     "learn_bookies",
+    "learns_capabilities",
     "lost_bookies",
     "plan_scan",
     "read_ledgers",
@@ -205,6 +206,13 @@ def bookie_rows(registry: BookieRegistry, named: Iterable[str]) -> list[BookieRo
     return rows
 
 
+def learns_capabilities(check: str) -> bool:
+    """Whether ``check`` asks the bookies what they answer before reading (:func:`learn_bookies`):
+    replicas and deep do; the sample check reads single entries and asks nothing, and the lost
+    check reads no bookie."""
+    return check in Check.READS_ENTRIES and check != Check.SAMPLE
+
+
 def learn_bookies(
     client: Any,
     rows: Sequence[BookieRow],
@@ -217,7 +225,7 @@ def learn_bookies(
     Returns the rows with the answers and the check settings that carry them to every task.
     Only ``replicas`` asks for list-entries; the sample check reads single entries and asks
     nothing."""
-    if check == Check.SAMPLE:
+    if not learns_capabilities(check):
         return list(rows), settings
     live = [r.bookie_id for r in rows if r.state != BookieState.LOST]
     targets = (

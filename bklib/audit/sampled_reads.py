@@ -20,6 +20,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Callable, Collection
@@ -177,41 +178,49 @@ class _BookieQueue:
         """Send groups while fewer than :data:`GROUPS_OUT` are outstanding. An error here is
         no bookie's answer: every queued pair's ledger ends with it (as in :meth:`_send`), so
         the checker never waits for pairs nobody will send."""
+        forming: list[_PairReads] = []  # pairs taken from the queue, not yet in a task's hands
         try:
-            self._fill(pool)
+            self._fill(pool, forming)
         except Exception as exc:  # noqa: BLE001 - each ledger's waiter raises it
-            for pair, _ in self.pairs:
+            for pair in itertools.chain(forming, (p for p, _ in self.pairs)):
                 pair.owner.fail(exc)
             self.pairs.clear()
 
-    def _fill(self, pool: BookieClientPool) -> None:
+    def _fill(self, pool: BookieClientPool, forming: list[_PairReads]) -> None:
         if self.waiting:
             return  # the waiting group sends, then kicks again
         while self.pairs and self.outstanding < GROUPS_OUT:
-            reads, slots = self._next_group()
+            forming.clear()
+            reads, slots = self._next_group(forming)
             if not reads:
                 continue
             if not self.gate.try_take(len(reads)):
                 self.waiting = True
                 self._spawn(self._send_when_let(pool, reads, slots))
+                forming.clear()
                 return
-            self.outstanding += 1
             self._spawn(self._send(pool, reads, slots))
+            self.outstanding += 1
+            forming.clear()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _next_group(self) -> tuple[list[tuple[int, int]], list[tuple[_PairReads, int]]]:
+    def _next_group(
+        self, taken: list[_PairReads]
+    ) -> tuple[list[tuple[int, int]], list[tuple[_PairReads, int]]]:
         """The next group's reads and where each answer goes, pairs of abandoned ledgers
-        skipped; a pair larger than what is left of the group is split."""
+        skipped; a pair larger than what is left of the group is split. Each pair taken from
+        the queue is added to ``taken`` first (so an error midway leaves none unaccounted)."""
         reads: list[tuple[int, int]] = []
         slots: list[tuple[_PairReads, int]] = []
         room = self.group
         pairs = self.pairs
         while pairs and room:
             pair, start = pairs.popleft()
+            taken.append(pair)
             if pair.owner.cancelled:
                 continue
             lid = pair.owner.ledger.ledger_id

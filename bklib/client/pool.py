@@ -29,7 +29,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, get_args
 
 from kazoo.client import KazooClient
 
@@ -52,6 +52,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 WireProtocol = Literal["v2", "v3"]
 """How a pool talks to a bookie: v3 protobuf (bklib's default) or v2 binary (Pulsar's brokers)."""
+WIRE_PROTOCOLS: tuple[WireProtocol, ...] = get_args(WireProtocol)
+"""The choices of every ``--bookie-protocol``."""
 
 # The pool and the blocking client derive their bookie operations from BookieConnection's
 # methods, so each operation's parameters and documentation are written once, there.
@@ -200,7 +202,7 @@ class BookieClientPool:
         self.protocol: WireProtocol = protocol
         self.protocols: dict[str, WireProtocol] = dict(protocols or {})
         for choice in (protocol, *self.protocols.values()):
-            if choice not in ("v2", "v3"):
+            if choice not in WIRE_PROTOCOLS:
                 raise ValueError(f"unknown bookie wire protocol {choice!r}")
         if resolver is None:
             resolver = BookieAddressResolver(

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
+from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT, CheckSettings
 from bklib.audit.engine import ScanPlan
+from bklib.client.pool import WIRE_PROTOCOLS
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
@@ -125,8 +126,8 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument(
         "--bookie-protocol",
-        choices=("v2", "v3"),
-        default="v2",
+        choices=WIRE_PROTOCOLS,
+        default=CheckSettings.bookie_protocol,
         help="wire protocol of the check's entry reads: v2 (what Pulsar's brokers speak, less "
         "CPU per read on both sides; default) or v3 (one protobuf request per entry)",
     )

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bklib.client.pool import WIRE_PROTOCOLS
 from bklib.meta.model import DigestType
 from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
@@ -129,7 +130,7 @@ def add_repair_arguments(
     )
     parser.add_argument(
         "--bookie-protocol",
-        choices=("v2", "v3"),
+        choices=WIRE_PROTOCOLS,
         default="v2",
         help="wire protocol of the copy's reads and adds: v2 (batch reads from 4.17+ bookies, "
         "what Pulsar's brokers speak; default) or v3 (one protobuf read per entry)",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from bklib.audit.capabilities import ProbeCandidates
 from bklib.audit.classify import keep_still_current, summarize
 from bklib.audit.engine import (
     ScanPlan,
@@ -22,6 +23,7 @@ from bklib.audit.engine import (
     check_client,
     check_ledgers,
     learn_bookies,
+    learns_capabilities,
     lost_bookies,
     read_ledgers,
     scan_dirs,
@@ -88,6 +90,8 @@ class LocalAudit:
         the lost check and :data:`~jobs.local.scan_shard.SPLIT_MIN_PROBED_LEDGERS` for the
         checks that read entries."""
         self.shard: ScanShard | None = None
+        self.helper_probe: ProbeCandidates | None = None
+        """The helper's ledgers the capability probe may ask its bookies about."""
         self.shard_ledgers: pa.Table | None = None
         """The helper's rows of the ``ledgers`` table, once it has checked its half."""
         self.own_ledgers: pa.Table | None = None
@@ -115,6 +119,8 @@ class LocalAudit:
             wanted = self.plan.expected >= least and usable_cores() >= 2
         if not wanted or cfg.rack_document is not None:
             return []
+        if cfg.check != Check.LOST and cfg.fetch.reads_in_flight < 2:
+            return []  # one read in flight per bookie cannot be shared by two processes
         parts = split_dirs(list(self.plan.dirs), 2)
         return parts[1] if len(parts) == 2 else []
 
@@ -129,7 +135,8 @@ class LocalAudit:
             if helper_dirs:
                 self.shard = ScanShard(
                     ShardJob(cfg.zk, helper_dirs, cfg.zk_auth, cfg.scan_in_flight, rate,
-                             self.run.run_id, ShardJob.current_logs())
+                             self.run.run_id, ShardJob.current_logs(),
+                             probe_candidates=learns_capabilities(cfg.check))
                 )  # fmt: skip
             self.ledgers = list(
                 track(
@@ -146,6 +153,7 @@ class LocalAudit:
         scanned = ShardScan.of(self.ledgers)
         if helper is not None:
             scanned = scanned.plus(helper)
+            self.helper_probe = helper.probe
         counts[CountKey.LEDGERS] = scanned.ledgers
         counts[CountKey.METADATA_ERRORS] = scanned.metadata_errors
         counts[CountKey.LEDGERS_NOT_CLOSED] = scanned.not_closed
@@ -184,7 +192,7 @@ class LocalAudit:
                 zk_auth=cfg.zk_auth,
             ) as client:
                 self.bookies, settings = learn_bookies(
-                    client, self.bookies, self.ledgers, cfg.fetch, cfg.check
+                    client, self.bookies, self._probe_picks(), cfg.fetch, cfg.check
                 )
                 counts.update(capability_counts(self.bookies))
                 if self.shard is not None:
@@ -213,6 +221,14 @@ class LocalAudit:
         counts[CountKey.FRAGMENTS_BEFORE_REREAD] = len(found)
         self.findings = found
 
+    def _probe_picks(self) -> Iterable[LedgerView] | Mapping[str, int]:
+        """What the capability probe picks each bookie's ledger from: this process's views, or
+        with a helper, the candidates of both halves (a bookie may be named in one only)."""
+        if self.helper_probe is None:
+            return self.ledgers
+        both = ProbeCandidates.of(self.ledgers).plus(self.helper_probe)
+        return both.targets(b.bookie_id for b in self.bookies)
+
     def _helper_checked(self, found: list[Finding], pairs: Counter[tuple[str, str]]) -> None:
         """Add the helper's findings and answers (after this process's: the scan's order), and
         keep its ``ledgers`` rows; nothing when the run has no helper."""
@@ -223,7 +239,14 @@ class LocalAudit:
         helper_found, helper_pairs, self.shard_ledgers = self.shard.checked()
         found.extend(helper_found)
         pairs.update(helper_pairs)
-        self.shard.close()
+        self.close_helper()
+
+    def close_helper(self) -> None:
+        """Stop the helper process, if any (at once if it is still working: the run failed).
+        Whoever runs the steps without :meth:`run_all` calls it when they fail."""
+        if self.shard is not None:
+            self.shard.close()
+            self.shard = None
 
     def recheck(self) -> None:
         """Re-read the flagged ledgers; drop findings whose ledger changed or vanished."""
@@ -330,8 +353,7 @@ class LocalAudit:
                 guard.check("the metadata scan")
                 self.check()
             finally:
-                if self.shard is not None:
-                    self.shard.close()  # a failed run stops its helper too
+                self.close_helper()  # a failed run stops its helper too
             self.placement()
             self.recheck()
             guard.check("the check")  # the last moment before anything is recorded

@@ -32,6 +32,7 @@ import gc
 import itertools
 import logging
 import multiprocessing
+import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -40,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from bklib.audit.accounting import scanned_per_directory
+from bklib.audit.capabilities import ProbeCandidates
 from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import check_client, check_ledgers, scan_dirs
 from bklib.audit.model import Finding, LedgerView, named_bookies
@@ -49,6 +51,8 @@ from bklib.meta.zkaccess import ZkAuth
 from bklib.meta.zkbudget import set_request_rate
 from bklib.tls import TlsSettings
 from jobs.runtime.logs import is_verbose, log_format, setup_logging
+from jobs.runtime.progress import MODE_ENV as PROGRESS_MODE_ENV
+from jobs.runtime.progress import mode as progress_mode
 from jobs.runtime.progress import track
 from jobs.tables.ledgers_arrow import ledgers_table
 
@@ -105,11 +109,16 @@ def split_dirs(dirs: list[LeafDir], parts: int) -> list[list[LeafDir]]:
 def split_bounds(settings: CheckSettings, parts: int) -> CheckSettings:
     """``settings`` for one of ``parts`` processes reading the same bookies: each gets its share
     of the per-bookie bounds, so the run as a whole reads any bookie within ``--reads-in-flight``
-    and ``--read-rate`` (docs/checks.md)."""
+    and ``--read-rate`` (docs/checks.md). Fewer reads in flight than ``parts`` cannot be shared:
+    ValueError (such a run checks in one process)."""
+    if settings.reads_in_flight < parts:
+        raise ValueError(
+            f"{settings.reads_in_flight} reads in flight cannot be shared by {parts} processes"
+        )
     rate = settings.read_rate
     return replace(
         settings,
-        reads_in_flight=max(1, settings.reads_in_flight // parts),
+        reads_in_flight=settings.reads_in_flight // parts,
         read_rate=None if rate is None else rate / parts,
     )
 
@@ -146,6 +155,10 @@ class ShardJob:
     run_id: str
     logs: tuple[str, bool, str] = ("INFO", False, "text")
     """The run's logging (level, verbose, format): the helper's warnings read as its own."""
+    probe_candidates: bool = False
+    """Whether round 1 carries the helper's :class:`ProbeCandidates`: the run asks every bookie
+    what it answers on a ledger it holds (:func:`~bklib.audit.engine.learns_capabilities`), and
+    picks from every view, the helper's half included."""
 
     @staticmethod
     def current_logs() -> tuple[str, bool, str]:
@@ -165,10 +178,12 @@ class ShardScan:
     metadata_errors: int
     not_closed: int
     unreadable: list[tuple[int, str | None]] = field(default_factory=list)
+    probe: ProbeCandidates | None = None
+    """The ledgers the capability probe may ask each bookie about (when the run asks)."""
 
     @classmethod
-    def of(cls, views: list[LedgerView]) -> ShardScan:
-        """The summary of ``views``."""
+    def of(cls, views: list[LedgerView], *, probe: bool = False) -> ShardScan:
+        """The summary of ``views`` (with their probe candidates if ``probe``)."""
         return cls(
             named=named_bookies(views),
             per_directory=scanned_per_directory(v.znode_path for v in views),
@@ -176,6 +191,7 @@ class ShardScan:
             metadata_errors=sum(1 for v in views if not v.ok),
             not_closed=sum(1 for v in views if v.ok and not v.is_closed),
             unreadable=[(v.ledger_id, v.error) for v in views if not v.ok][:UNREADABLE_SHOWN],
+            probe=ProbeCandidates.of(views) if probe else None,
         )
 
     def plus(self, other: ShardScan) -> ShardScan:
@@ -187,6 +203,9 @@ class ShardScan:
             metadata_errors=self.metadata_errors + other.metadata_errors,
             not_closed=self.not_closed + other.not_closed,
             unreadable=(self.unreadable + other.unreadable)[:UNREADABLE_SHOWN],
+            probe=other.probe
+            if self.probe is None
+            else (self.probe if other.probe is None else self.probe.plus(other.probe)),
         )
 
 
@@ -197,12 +216,14 @@ def _serve(conn: Connection, job: ShardJob) -> None:
     gc.disable()
     level, verbose, fmt = job.logs
     setup_logging(level, verbose=verbose, fmt=fmt)
+    if progress_mode() == "bar":
+        os.environ[PROGRESS_MODE_ENV] = "off"  # the run's own bar is on the same terminal
     try:
         set_request_rate(job.rate)
         views = list(
             scan_dirs(job.locator, job.dirs, auth=job.auth, max_in_flight=job.max_in_flight)
         )
-        conn.send(("scan", ShardScan.of(views)))
+        conn.send(("scan", ShardScan.of(views, probe=job.probe_candidates)))
         request = conn.recv()
         if request[0] != "check":
             return

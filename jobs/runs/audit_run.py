@@ -75,7 +75,7 @@ class AuditConfig:
                 reads_in_flight=args.reads_in_flight,
                 read_rate=getattr(args, "read_rate", None),
                 verify_percentage=getattr(args, "verify_percentage", 0.0),
-                bookie_protocol=getattr(args, "bookie_protocol", "v2"),
+                bookie_protocol=getattr(args, "bookie_protocol", CheckSettings.bookie_protocol),
             ),
             reread=not args.no_reread,
             run_id=args.run_id,

@@ -168,7 +168,7 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
         "--local-max-bytes",
         type=parse_size,
         default=DEFAULT_LOCAL_MAX_BYTES,
-        help="auto: more bytes to read (deep) or copy (repair) than this run on Spark",
+        help="auto: more bytes to copy (the repairs) than this run on Spark",
     )
     parser.add_argument(
         "--local-memory-limit",

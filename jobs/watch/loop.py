@@ -44,6 +44,7 @@ from bklib.states import (
     ActionStatus,
     BookieState,
     Check,
+    CountKey,
     Executor,
     Reason,
     RepairMode,
@@ -529,8 +530,11 @@ class WatchService:
         try:
             plan = ScanPlan.read(cfg.zk, cfg.ledgers_root, cfg.zk_auth)
             job = LocalAudit(config, plan)
-            job.scan()
-            job.check()
+            try:
+                job.scan()
+                job.check()
+            finally:
+                job.close_helper()  # a failed audit must not leave its helper reading
             job.recheck()
         except Exception as exc:  # noqa: BLE001 - counted FAILED in metrics; retried next cycle
             log.error("watch: %s audit failed: %s", check, one_line(exc))
@@ -550,7 +554,7 @@ class WatchService:
             "watch: %s audit %s: %d ledgers, %d under-replicated fragments",
             check,
             run.run_id,
-            len(job.ledgers),
+            job.run.counts[CountKey.LEDGERS],
             len(job.findings),
         )
         return job
@@ -587,7 +591,8 @@ class WatchService:
             return
         lost = {b.bookie_id for b in job.bookies if b.state == BookieState.LOST}
         self.tracker.add_lost(lost - set(self.tracker.due), now)
-        unreadable = sum(1 for v in job.ledgers if not v.ok)
+        # Both halves' count, when a helper scanned half the ledgers (its views stay there).
+        unreadable = job.run.counts[CountKey.METADATA_ERRORS]
         named = {f.bookie_id for f in job.findings if f.reason in Reason.WHOLE_BOOKIE}
         # Fail closed: while a ledger is unreadable it may still name a due bookie.
         for b in [] if unreadable else sorted(set(self.tracker.due) - named):

@@ -137,9 +137,10 @@ def test_a_helper_that_cannot_reach_the_store_fails_the_run(
     assert delta.latest_run(str(tmp_path / "wh")) is None  # nothing recorded as finished
 
 
-def test_the_sample_check_on_two_processes_gives_the_single_process_rows(
-    lost_farm: tuple[str, FarmClient, str], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def damaged(lost_farm: tuple[str, FarmClient, str]) -> tuple[str, dict[int, int]]:
+    """One damaged entry in three closed ledgers of each half, on a live bookie, in ledgers
+    that do not name the lost one: (the damaged bookie, ledger -> entry)."""
     zk, farm, victim = lost_farm
     plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
     helper_dirs = tuple(d.path + "/" for d in split_dirs(list(plan.dirs), 2)[1])
@@ -147,26 +148,38 @@ def test_the_sample_check_on_two_processes_gives_the_single_process_rows(
     def in_helper(lid: int) -> bool:
         return ledger_path(DEFAULT_LEDGERS_ROOT, lid, plan.kind).startswith(helper_dirs)
 
-    # One damaged entry in three closed ledgers of each half, on a live bookie, in ledgers
-    # that do not name the lost one (so their only other finding would be BOOKIE_LOST).
-    damaged = farm.bookies[2]
+    bookie = farm.bookies[2]
     damage: dict[int, int] = {}
     per_half = {True: 0, False: 0}
     for lp in farm.plan:
-        md, held = lp.metadata, lp.entries_on(damaged)
+        md, held = lp.metadata, lp.entries_on(bookie)
         half = in_helper(lp.ledger_id)
         if md.is_closed and held and victim not in md.bookies() and per_half[half] < 3:
-            assert farm.damage(damaged, lp.ledger_id, held[-1:]) == held[-1:]
+            assert farm.damage(bookie, lp.ledger_id, held[-1:]) == held[-1:]
             damage[lp.ledger_id] = held[-1]
             per_half[half] += 1
     assert per_half == {True: 3, False: 3}
-    # Every entry read (so the damage is found whatever the picks), the same picks each run.
+    return bookie, damage
+
+
+@pytest.mark.parametrize("check", [Check.SAMPLE, Check.REPLICAS])
+def test_a_check_that_reads_entries_on_two_processes_gives_the_single_process_rows(
+    lost_farm: tuple[str, FarmClient, str],
+    damaged: tuple[str, dict[int, int]],
+    tmp_path: Path,
+    check: str,
+) -> None:
+    zk, farm, victim = lost_farm
+    bookie, damage = damaged
+    # The sample reads every entry (so the damage is found whatever the picks), the same
+    # picks each run; replicas lists each bookie's entries.
     fetch = CheckSettings(read_timeout=3.0, verify_percentage=100.0, sample_seed=11)
-    one = _run(zk, tmp_path / "one", split=False, check=Check.SAMPLE, fetch=fetch)
-    two = _run(zk, tmp_path / "two", split=True, check=Check.SAMPLE, fetch=fetch)
+    one = _run(zk, tmp_path / "one", split=False, check=check, fetch=fetch)
+    two = _run(zk, tmp_path / "two", split=True, check=check, fetch=fetch)
     for run in (one, two):
         assert run.status == RunStatus.COMPLETED, run.counts
         assert run.counts[CountKey.LEDGERS] == N_LEDGERS
+    # The counts include the bookies' capabilities (replicas asks each bookie once).
     assert dict(two.counts) == dict(one.counts)
     assert two.counts[CountKey.BOOKIE_LEDGER_PAIRS] > N_LEDGERS  # both halves' answers
     for table in (LEDGERS, FRAGMENTS, BOOKIES):
@@ -177,7 +190,7 @@ def test_the_sample_check_on_two_processes_gives_the_single_process_rows(
     for lid, entry in damage.items():
         md = farm.plan.by_id(lid).metadata  # type: ignore[union-attr]
         first = md.segments[md.segment_index_for(entry)].first_entry_id
-        missing.add((lid, first, damaged, Reason.ENTRIES_MISSING))
+        missing.add((lid, first, bookie, Reason.ENTRIES_MISSING))
     lost = {(lid, f, victim, Reason.BOOKIE_LOST) for lid, f in farm.plan.segments_naming(victim)}
     found = {
         (r["ledger_id"], r["segment_first_entry_id"], r["bookie_id"], r["reason"])

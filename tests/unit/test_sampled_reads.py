@@ -209,18 +209,20 @@ def test_a_failure_that_is_no_bookies_answer_fails_the_ledgers_it_was_reading(
 def test_a_failure_while_grouping_fails_the_ledgers_queued_on_that_bookie(
     loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The queue's own grouping breaking (a programming error) leaves no pair unsettled: every
-    ledger queued on that bookie ends with the error, and the others are read as usual."""
+    """The queue's own grouping breaking (a programming error) after it took pairs off the
+    queue leaves no pair unsettled: every ledger queued on that bookie, those of the group
+    being formed included, ends with the error."""
     from bklib.audit import sampled_reads
 
     grouped = sampled_reads._BookieQueue._next_group
 
     def breaks_on_one_bookie(
-        self: sampled_reads._BookieQueue,
+        self: sampled_reads._BookieQueue, taken: list[sampled_reads._PairReads]
     ) -> tuple[list[tuple[int, int]], list[tuple[sampled_reads._PairReads, int]]]:
+        out = grouped(self, taken)  # the pairs have left the queue for the group
         if self.bookie == BOOKIES[1]:
             raise RuntimeError("grouping broke")
-        return grouped(self)
+        return out
 
     monkeypatch.setattr(sampled_reads._BookieQueue, "_next_group", breaks_on_one_bookie)
     pool = _Pool(_held)

@@ -5,7 +5,13 @@ shared while two processes read (jobs.local.scan_shard.split_bounds)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from bklib.audit.capabilities import ProbeCandidates, probe_targets
 from bklib.audit.checker import CheckSettings
+from bklib.audit.model import LedgerView, SegmentSpan
 from bklib.meta import zkbudget
 from bklib.meta.store import LeafDir
 from jobs.local.scan_shard import split_bounds, split_dirs
@@ -53,5 +59,39 @@ def test_each_of_two_processes_reads_a_bookie_within_half_the_runs_bounds() -> N
     assert half.reads_in_flight == 127 and half.read_rate == 50e6
     assert 2 * half.reads_in_flight <= settings.reads_in_flight
     assert half.sample_seed == 3  # the rest is the run's
-    assert split_bounds(CheckSettings(reads_in_flight=1, read_rate=None), 2).reads_in_flight == 1
+    assert split_bounds(CheckSettings(reads_in_flight=2), 2).reads_in_flight == 1
     assert split_bounds(CheckSettings(read_rate=None), 2).read_rate is None
+    # One read in flight cannot be shared: such a run checks in one process.
+    with pytest.raises(ValueError, match="1 reads in flight cannot be shared by 2"):
+        split_bounds(CheckSettings(reads_in_flight=1), 2)
+
+
+def _view(lid: int, bookies: tuple[str, ...], *, closed: bool = True, ok: bool = True) -> Any:
+    return LedgerView(
+        ledger_id=lid,
+        state="CLOSED" if closed else "OPEN",
+        ensemble_size=len(bookies),
+        write_quorum=len(bookies),
+        ack_quorum=len(bookies),
+        last_entry_id=9 if closed else None,
+        segments=(SegmentSpan(0, 9 if closed else None, bookies),),
+        error=None if ok else "corrupt",
+    )
+
+
+def test_the_halves_probe_candidates_merge_into_one_passs() -> None:
+    views = [
+        _view(1, ("a", "b"), closed=False),
+        _view(2, ("b", "c")),
+        _view(3, ("a", "c"), ok=False),  # unreadable: never a candidate
+        _view(4, ("a", "d")),
+        _view(5, ("d", "e"), closed=False),
+        _view(6, ("b", "e")),
+    ]
+    one = probe_targets(views, "abcdef")
+    assert one == {"a": 4, "b": 2, "c": 2, "d": 4, "e": 6}  # closed first, then the lowest
+    for cut in range(len(views) + 1):
+        first = ProbeCandidates.of(views[:cut])
+        second = ProbeCandidates.of(views[cut:])
+        assert first.plus(second).targets("abcdef") == one, cut
+        assert second.plus(first).targets("abcdef") == one, cut

@@ -86,7 +86,7 @@ class LedgerPlan:
 
     def entries_on(self, bookie: str) -> list[int]:
         """The entries ``bookie`` was written, in order."""
-        return self.placement.get(bookie, [])
+        return list(self.placement.get(bookie, ()))  # a copy: the placement is shared
 
     @cached_property
     def placement(self) -> dict[str, list[int]]:
