@@ -295,12 +295,7 @@ class LocalAudit:
         ]
         ledgers = itertools.chain(
             ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers),
-            (
-                {k: value for k, value in row.items() if k != RUN_DATE}
-                for row in delta.arrow_rows(self.shard_ledgers)
-            )
-            if self.shard_ledgers is not None
-            else (),
+            _shard_rows(self.shard_ledgers),
         )
         bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
         return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
@@ -389,6 +384,15 @@ class LocalAudit:
             placement_counts(checked, found, named, cfg.rack_document, cfg.placement_rule)
         )
         self.findings.extend(found)
+
+
+def _shard_rows(table: pa.Table | None) -> Iterator[dict[str, Any]]:
+    """The helper's ``ledgers`` rows as dicts, made only when consumed: :meth:`LocalAudit.load`
+    writes that table as Arrow and never asks (at a million ledgers, half a million dicts)."""
+    if table is None:
+        return
+    for row in delta.arrow_rows(table):
+        yield {k: value for k, value in row.items() if k != RUN_DATE}
 
 
 def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:
