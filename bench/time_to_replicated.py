@@ -64,7 +64,8 @@ from bklib.meta.stores import open_store  # noqa: E402
 from bklib.meta.stores.base import MetadataStore  # noqa: E402
 from bklib.meta.underreplication import UnderReplicationManager  # noqa: E402
 from bklib.testing.oxiaserver import OxiaServer  # noqa: E402
-from bklib.testing.zkserver import ZooKeeperServer, free_port, terminate  # noqa: E402
+from bklib.testing.ports import free_port  # noqa: E402
+from bklib.testing.zkserver import ZooKeeperServer, terminate  # noqa: E402
 from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
 from tests.pulsar import harness as pulsar  # noqa: E402

@@ -38,7 +38,8 @@ from bklib.client.writer import LedgerWriter
 from bklib.digest import digest_manager, master_key
 from bklib.meta.model import DigestType, LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
-from bklib.testing.zkserver import ZooKeeperServer, free_port
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import ZooKeeperServer
 
 ROOT = "/ledgers"
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bklib.maven import cache_dir
-from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import terminate
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ from bklib.meta.stores import MetadataStore, is_oxia, open_store, parse_oxia_loc
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.testing.oxiaserver import OxiaServer
-from bklib.testing.zkserver import ZooKeeperServer, four_letter_word, free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import ZooKeeperServer, four_letter_word, terminate
 from bklib.tls import PROVIDER_FACTORY_CLASS, TlsSettings
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bklib.testing.ports import free_port
 from bklib.testing.zookeeper_dist import is_complete, zookeeper_lib
 
 if TYPE_CHECKING:
@@ -51,14 +52,6 @@ def zookeeper_classpath() -> str:
             f"ZooKeeper jars not found in {lib}; run python -m bklib.testing.zookeeper_dist"
         )
     return f"{lib}/*"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def four_letter_word(host: str, port: int, word: bytes = b"ruok", timeout: float = 1.0) -> bytes:

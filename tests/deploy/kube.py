@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import terminate
 from tests.cli_helpers import REPO
 
 

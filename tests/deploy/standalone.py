@@ -26,7 +26,7 @@ from typing import Any
 import pyspark
 import tomllib
 
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 from tests.jvm import spark_jvm_options
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import pytest
 
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RunStatus
 from bklib.testing.oxiaserver import OxiaServer
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import audit_cluster
 from tests.bookie_helpers import wait_for_no_znode

@@ -20,7 +20,7 @@ from bklib.meta.formats import decode_service_info
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
 from bklib.testing import datadir
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 from tests.bookie_helpers import (
     KEY,
     BookieProcess,

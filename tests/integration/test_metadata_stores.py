@@ -22,7 +22,7 @@ from bklib.meta.stores import (
 )
 from bklib.meta.stores.session_guard import SessionGuard, SessionLost
 from bklib.meta.stores.zookeeper import ZooKeeperStore
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 
 pytestmark = pytest.mark.integration
 

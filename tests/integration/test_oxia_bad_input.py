@@ -15,7 +15,7 @@ from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import MetadataStore
 from bklib.testing.oxiaserver import OxiaServer
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 from tests.cli_helpers import REPO, bkaudit, one_error_line
 from tests.conftest import wipe_oxia
 

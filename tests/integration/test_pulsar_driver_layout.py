@@ -20,10 +20,10 @@ from bklib.meta import paths
 from bklib.meta.formats import encode_pulsar_leader
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.states import ActionKind, ActionStatus
+from bklib.testing.ports import free_port
 from bklib.testing.sandbox import MetadataDriver, Sandbox
 from bklib.testing.workload import write_ledgers
 from bklib.testing.zkclient import connect
-from bklib.testing.zkserver import free_port
 from jobs.tables.delta import read_rows
 from tests.cli_helpers import bkaudit
 

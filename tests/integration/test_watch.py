@@ -22,7 +22,7 @@ import pytest
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import ur_ledger_path
 from bklib.meta.underreplication import UnderReplicationManager
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_cluster

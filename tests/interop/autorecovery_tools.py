@@ -26,7 +26,8 @@ from bklib.meta.model import DigestType, LedgerMetadata, LedgerState
 from bklib.meta.stores.zookeeper import as_store
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.quorum import write_set
-from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import terminate
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 from tests.interop.conftest import InteropCluster

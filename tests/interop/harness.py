@@ -32,7 +32,8 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from bklib.maven import cache_dir
-from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import terminate
 from tests.interop import versions
 
 REPO = Path(__file__).resolve().parents[2]

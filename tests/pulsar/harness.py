@@ -35,7 +35,8 @@ from typing import Literal
 from kazoo.client import KazooClient
 
 from bklib.maven import cache_dir
-from bklib.testing.zkserver import free_port, terminate
+from bklib.testing.ports import free_port
+from bklib.testing.zkserver import terminate
 from tests.interop.harness import (
     DB_STORAGE,
     JVM_OPTS,

@@ -334,7 +334,7 @@ def _watch_leads(meta: list[str], wh: Path) -> None:
     import sys
     import urllib.request
 
-    from bklib.testing.zkserver import free_port
+    from bklib.testing.ports import free_port
     from tests.cli_helpers import REPO
 
     port = free_port()

@@ -18,7 +18,7 @@ from bklib.pulsar.admin import AdminSettings, PulsarAdmin, PulsarAdminError
 from bklib.pulsar.topics import InvalidTopicName, TopicName, parse_topic
 from bklib.pulsar.unload import ledgers_changed, topics_to_unload, unload_topics
 from bklib.states import ActionKind, ActionStatus
-from bklib.testing.zkserver import free_port
+from bklib.testing.ports import free_port
 
 
 @pytest.mark.parametrize(
