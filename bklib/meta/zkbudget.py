@@ -39,7 +39,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REQUEST_RATE = 20_000.0
+DEFAULT_REQUEST_RATE = 40_000.0
 """``--zk-rate``'s default, requests/s per run (docs/zookeeper-budget.md has the measurements)."""
 
 RATE_ENV = "BKAUDIT_ZK_RATE"
