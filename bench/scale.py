@@ -9,7 +9,8 @@ workers included), peak RSS of each process, and the requests ZooKeeper received
   ``--executors``;
 - with ``--repair``, for each executor of ``--repair-executors`` (default local): another
   identity stopped, then ``audit --check lost`` and ``rereplicate`` on that executor (each
-  executor repairs a different identity's ledgers, about the same number);
+  executor repairs a different identity's ledgers, about the same number), and again for each
+  ``--repair-in-flight`` value (``rereplicate --ledgers-in-flight``), another identity each time;
 - ``listunderreplicated`` on the warehouse (exit 1: it lists findings);
 - the commands of ``--commands`` on the warehouse of the first repair (else of the first lost
   audit): ``whatif --bookie`` (one live identity, the audit's missing replicas counted as
@@ -20,7 +21,7 @@ A latency probe reads one znode every 10 ms on its own session through every com
 reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
-        [--checks lost,sample] [--repair [--repair-executors local,spark]]
+        [--checks lost,sample] [--repair [--repair-executors local,spark] [--repair-in-flight 8,16]]
         [--zk-rates 0,20000,10000] [--commands whatif,blastradius,report] [--json FILE]
         [--keep-warehouse DIR] [--logs DIR]
 
@@ -239,6 +240,12 @@ def main() -> None:
         "--repair-executors", default="local", help="rereplicate on each, comma-separated"
     )
     p.add_argument(
+        "--repair-in-flight",
+        default="",
+        help="rereplicate with each of these --ledgers-in-flight values, comma-separated, each "
+        "after losing another identity (empty: the command's default)",
+    )
+    p.add_argument(
         "--zk-rates",
         default="",
         help="also run the local lost audit under each of these --zk-rate values (0: none)",
@@ -287,13 +294,17 @@ def main() -> None:
             for rate in filter(None, args.zk_rates.split(",")):
                 wh = str(base / f"wh-r{rate}")
                 audit(f"audit lost local --zk-rate {rate}", "local", wh, rate)
-            repairs = filter(None, args.repair_executors.split(",")) if args.repair else []
-            for k, ex in enumerate(repairs):
-                wh = str(base / f"wh-repair-{ex}")
+            executors = filter(None, args.repair_executors.split(",")) if args.repair else []
+            in_flight = [n for n in args.repair_in_flight.split(",") if n] or [None]
+            repairs = [(ex, n) for ex in executors for n in in_flight]
+            for k, (ex, n) in enumerate(repairs):
+                wh = str(base / f"wh-repair-{k}-{ex}")
                 lose_one(hosts, farm, k)
                 audit("audit lost after a loss", "local", wh)
                 argv = ["rereplicate", "--executor", ex, "--grace-period", "0s"]
-                m = measure(f"rereplicate {ex}", [*argv, "--warehouse", wh, *common], zk)
+                argv += ["--ledgers-in-flight", n] if n else []
+                name = f"rereplicate {ex}" + (f" --ledgers-in-flight {n}" if n else "")
+                m = measure(name, [*argv, "--warehouse", wh, *common], zk)
                 acts = delta.read_rows(wh, ACTIONS)
                 repaired = {a["ledger_id"] for a in acts if a["action"] == "METADATA_UPDATE"}
                 per_min = round(len(repaired) / m.wall_s * 60)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
@@ -493,13 +494,22 @@ class _FragmentCopy:
         """Copy every chunk of ``work`` on ``lanes`` concurrent lanes; the first failure cancels
         the others and raises."""
 
+        # A repaired ledger's fragment is often a few chunks: no more lanes than it has (each
+        # lane is a task, and 64 idle ones cost more than the copy of a short fragment).
+        head = list(itertools.islice(work, lanes))
+        if len(head) <= 1:
+            for chunk in head:
+                await self.copy_chunk(chunk)
+            return
+        chunks = itertools.chain(head, work)
+
         async def lane() -> None:
             # Lanes pull from one lazy iterator: a million-entry stripe never becomes a million
             # tasks. The first failure ends its lane and, through gather, the copy.
-            for chunk in work:
+            for chunk in chunks:
                 await self.copy_chunk(chunk)
 
-        tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
+        tasks = [asyncio.ensure_future(lane()) for _ in range(len(head))]
         try:
             await asyncio.gather(*tasks)
         finally:
