@@ -44,7 +44,12 @@ from bklib.audit.model import LedgerView, ReplicaReport
 from bklib.audit.sampled_reads import LedgerReads, SampledReads
 from bklib.availability import decode as decode_availability
 from bklib.client.operations import ReadResult
-from bklib.client.pool import BookieClientPool, SyncBookieClient, WireProtocol
+from bklib.client.pool import (
+    DEFAULT_BOOKIE_PROTOCOL,
+    BookieClientPool,
+    SyncBookieClient,
+    WireProtocol,
+)
 from bklib.client.throttle import RateLimiter, ReadGate
 from bklib.digest import DigestManager, digest_manager, parse_entry_header
 from bklib.errors import (
@@ -112,10 +117,9 @@ class CheckSettings:
     batch_max_count: int = 64
     batch_max_bytes: int = 4 << 20
     """Bounds of one batch-read reply, so an audit's replies stay small next to Pulsar's."""
-    bookie_protocol: WireProtocol = "v2"
-    """Wire protocol of the check's entry reads (``--bookie-protocol``): v2, what Pulsar's
-    brokers read with, costs client and bookie less per read than v3's protobuf
-    (docs/benchmarks.md, "The sample check on two cores"). Other questions stay v3."""
+    bookie_protocol: WireProtocol = DEFAULT_BOOKIE_PROTOCOL
+    """Wire protocol of the check's entry reads (``--bookie-protocol``). Other questions
+    stay v3."""
 
 
 def _digest(ledger: LedgerView) -> DigestManager | None:

@@ -54,6 +54,10 @@ WireProtocol = Literal["v2", "v3"]
 """How a pool talks to a bookie: v3 protobuf (bklib's default) or v2 binary (Pulsar's brokers)."""
 WIRE_PROTOCOLS: tuple[WireProtocol, ...] = get_args(WireProtocol)
 """The choices of every ``--bookie-protocol``."""
+DEFAULT_BOOKIE_PROTOCOL: WireProtocol = "v2"
+"""What the audit's entry reads and the repair's copies speak unless told: v2, as Pulsar's
+brokers do, costs client and bookie less per read than v3's protobuf (docs/benchmarks.md,
+"The sample check on two cores")."""
 
 # The pool and the blocking client derive their bookie operations from BookieConnection's
 # methods, so each operation's parameters and documentation are written once, there.

@@ -37,7 +37,12 @@ from typing import Any, TypeVar
 
 from bklib.audit.checker import CheckSettings
 from bklib.audit.placement import PlacementRule
-from bklib.client.pool import BookieClientPool, SyncBookieClient, WireProtocol
+from bklib.client.pool import (
+    DEFAULT_BOOKIE_PROTOCOL,
+    BookieClientPool,
+    SyncBookieClient,
+    WireProtocol,
+)
 from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
 from bklib.client.recovery import recover_ledger
 from bklib.client.replicator import CopyResult, copy_fragment
@@ -78,7 +83,7 @@ class RepairSettings:
     rate: float | None = 50e6
     dry_run: bool = False
     window: int = 64
-    bookie_protocol: WireProtocol = "v2"
+    bookie_protocol: WireProtocol = DEFAULT_BOOKIE_PROTOCOL
     """Wire protocol of the copies' reads and adds (``--bookie-protocol``): v2 batch reads
     where the sources serve them, or v3 single reads."""
     password: bytes | None = None

@@ -25,13 +25,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT, CheckSettings
+from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
 from bklib.audit.engine import ScanPlan
-from bklib.client.pool import WIRE_PROTOCOLS
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
+from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_percentage, parse_rate
 from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
@@ -124,13 +124,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="bytes/s each task may read from one bookie (e.g. 100MB, 50MiB; 0 = unlimited; "
         "default 100MB), so an audit leaves the bookies to Pulsar's own reads",
     )
-    parser.add_argument(
-        "--bookie-protocol",
-        choices=WIRE_PROTOCOLS,
-        default=CheckSettings.bookie_protocol,
-        help="wire protocol of the check's entry reads: v2 (what Pulsar's brokers speak, less "
-        "CPU per read on both sides; default) or v3 (one protobuf request per entry)",
-    )
+    add_bookie_protocol_argument(parser, what="the check's entry reads")
     parser.add_argument(
         "--no-reread",
         action="store_true",

@@ -27,10 +27,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bklib.client.pool import WIRE_PROTOCOLS
 from bklib.meta.model import DigestType
 from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
+from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_rate
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.executor import (
@@ -128,13 +128,7 @@ def add_repair_arguments(
     parser.add_argument(
         "--window", type=int, default=64, help="entries in flight per fragment copy"
     )
-    parser.add_argument(
-        "--bookie-protocol",
-        choices=WIRE_PROTOCOLS,
-        default="v2",
-        help="wire protocol of the copy's reads and adds: v2 (batch reads from 4.17+ bookies, "
-        "what Pulsar's brokers speak; default) or v3 (one protobuf read per entry)",
-    )
+    add_bookie_protocol_argument(parser, what="the copy's reads and adds")
     parser.add_argument("--read-timeout", type=parse_duration, default=10.0)
     parser.add_argument(
         "--racks-znode",

@@ -20,6 +20,7 @@ from typing import Any
 
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
+from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
@@ -109,6 +110,9 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     )
     parser.add_argument("--window", type=int, default=64, help="entries in flight per copy")
     parser.add_argument("--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once")
+    add_bookie_protocol_argument(
+        parser, what="the scheduled audits' entry reads and the repairs' copies"
+    )
     parser.add_argument(
         "--read-timeout", type=parse_duration, default=10.0, help="bookie read timeout"
     )
@@ -232,6 +236,7 @@ def run_watch(args: argparse.Namespace) -> int:
         rate=args.rate,
         window=args.window,
         ledgers_in_flight=args.ledgers_in_flight,
+        bookie_protocol=args.bookie_protocol,
         read_timeout=args.read_timeout,
         connect_timeout=args.connect_timeout,
         verify_percentage=args.verify_percentage,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from bklib.audit.checker import CheckSettings
 from bklib.audit.placement import PlacementRule
+from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL
 from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.zkaccess import ZkAuth
@@ -75,7 +76,7 @@ class AuditConfig:
                 reads_in_flight=args.reads_in_flight,
                 read_rate=getattr(args, "read_rate", None),
                 verify_percentage=getattr(args, "verify_percentage", 0.0),
-                bookie_protocol=getattr(args, "bookie_protocol", CheckSettings.bookie_protocol),
+                bookie_protocol=getattr(args, "bookie_protocol", DEFAULT_BOOKIE_PROTOCOL),
             ),
             reread=not args.no_reread,
             run_id=args.run_id,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL
 from bklib.meta.model import DigestType
 from bklib.meta.zkaccess import ZkAuth
 from bklib.repair.worker import RepairSettings
@@ -69,7 +70,7 @@ class RepairConfig:
             rate=args.rate,
             dry_run=args.dry_run,
             window=args.window,
-            bookie_protocol=getattr(args, "bookie_protocol", "v2"),
+            bookie_protocol=getattr(args, "bookie_protocol", DEFAULT_BOOKIE_PROTOCOL),
             password=args.password.encode() if args.password is not None else None,
             digest_type=DigestType[args.digest_type] if args.digest_type else None,
             exclude=frozenset(bookies),

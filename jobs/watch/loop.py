@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bklib.audit.engine import ScanPlan
+from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL, WireProtocol
 from bklib.meta.model import DigestType
 from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.zkaccess import ZkAuth
@@ -63,7 +64,7 @@ from jobs.watch.metrics import Health, MetricsServer, WatchMetrics
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES, SpoolError, SpoolWriter, default_spool_dir
 from jobs.watch.watcher import ClusterSnapshot, ClusterWatcher
 
-__all__ = ["WatchConfig", "WatchService"]
+__all__ = ["WatchConfig", "WatchService", "audit_config", "repair_config"]
 
 log = logging.getLogger("jobs.watch")
 
@@ -84,6 +85,8 @@ class WatchConfig:
     rate: float | None = 50e6
     window: int = 64
     ledgers_in_flight: int = 8
+    bookie_protocol: WireProtocol = DEFAULT_BOOKIE_PROTOCOL
+    """``--bookie-protocol``: the scheduled audits' entry reads and the repairs' copies."""
     read_timeout: float = 10.0
     connect_timeout: float = 5.0
     verify_percentage: float = 0.0
@@ -111,6 +114,53 @@ class WatchConfig:
     changed are unloaded (docs/pulsar.md); None: they are recorded and named in the log."""
     unload_rate: float = 2.0
     """``--unload-rate``: topic unloads per second at most."""
+
+
+def audit_config(cfg: WatchConfig, check: str) -> AuditConfig:
+    """The configuration of one of the watch's audits of ``check``."""
+    config = AuditConfig(
+        zk=cfg.zk,
+        warehouse=cfg.warehouse,
+        check=check,
+        ledgers_root=cfg.ledgers_root,
+        zk_auth=cfg.zk_auth,
+        tls=cfg.tls,
+    )
+    config.fetch = dataclasses.replace(
+        config.fetch,
+        read_timeout=cfg.read_timeout,
+        connect_timeout=cfg.connect_timeout,
+        verify_percentage=cfg.verify_percentage,
+        read_rate=cfg.read_rate,
+        bookie_protocol=cfg.bookie_protocol,
+    )
+    return config
+
+
+def repair_config(cfg: WatchConfig, audit_run_id: str) -> RepairConfig:
+    """The configuration of the watch's repair of the findings of ``audit_run_id``, in this
+    process: a stop or a lost leadership waits only for the ledgers in flight."""
+    return RepairConfig(
+        zk=cfg.zk,
+        warehouse=cfg.warehouse,
+        mode=RepairMode.REREPLICATE,
+        audit_run_id=audit_run_id,
+        ledgers_root=cfg.ledgers_root,
+        zk_auth=cfg.zk_auth,
+        zk_session_timeout=cfg.zk_session_timeout,
+        settings=RepairSettings(
+            grace_period=cfg.grace_period,
+            rate=cfg.rate,
+            window=cfg.window,
+            bookie_protocol=cfg.bookie_protocol,
+            password=cfg.password,
+            digest_type=cfg.digest_type,
+        ),
+        ledgers_in_flight=cfg.ledgers_in_flight,
+        local_processes=1,
+        read_timeout=cfg.read_timeout,
+        tls=cfg.tls,
+    )
 
 
 class _Stopped(Exception):
@@ -511,21 +561,7 @@ class WatchService:
         from jobs.local.audit import LocalAudit
 
         cfg = self.cfg
-        config = AuditConfig(
-            zk=cfg.zk,
-            warehouse=cfg.warehouse,
-            check=check,
-            ledgers_root=cfg.ledgers_root,
-            zk_auth=cfg.zk_auth,
-            tls=cfg.tls,
-        )
-        config.fetch = dataclasses.replace(
-            config.fetch,
-            read_timeout=cfg.read_timeout,
-            connect_timeout=cfg.connect_timeout,
-            verify_percentage=cfg.verify_percentage,
-            read_rate=cfg.read_rate,
-        )
+        config = audit_config(cfg, check)
         started = time.time()
         try:
             plan = ScanPlan.read(cfg.zk, cfg.ledgers_root, cfg.zk_auth)
@@ -668,26 +704,7 @@ class WatchService:
 
         cfg = self.cfg
         reqs = requests_from_findings(rows, self.no_replica)
-        config = RepairConfig(
-            zk=cfg.zk,
-            warehouse=cfg.warehouse,
-            mode=RepairMode.REREPLICATE,
-            audit_run_id=audit_run_id,
-            ledgers_root=cfg.ledgers_root,
-            zk_auth=cfg.zk_auth,
-            zk_session_timeout=cfg.zk_session_timeout,
-            settings=RepairSettings(
-                grace_period=cfg.grace_period,
-                rate=cfg.rate,
-                window=cfg.window,
-                password=cfg.password,
-                digest_type=cfg.digest_type,
-            ),
-            ledgers_in_flight=cfg.ledgers_in_flight,
-            local_processes=1,
-            read_timeout=cfg.read_timeout,
-            tls=cfg.tls,
-        )
+        config = repair_config(cfg, audit_run_id)
         run_id = new_run_id()
         log.info("watch: repair %s: %d ledgers (audit %s)", run_id, len(reqs), audit_run_id)
         out: list[dict[str, Any]] = []

@@ -1,0 +1,42 @@
+"""The watch hands its flags to the audits and repairs it runs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from jobs.commands.watch import add_watch_arguments
+from jobs.watch.loop import WatchConfig, audit_config, repair_config
+
+REQUIRED = ["--zk", "127.0.0.1:2181", "--warehouse", "/tmp/wh"]
+
+
+def parse(*extra: str) -> argparse.Namespace:
+    return add_watch_arguments(argparse.ArgumentParser()).parse_args([*REQUIRED, *extra])
+
+
+def test_bookie_protocol_defaults_to_v2_for_audits_and_repairs() -> None:
+    args = parse()
+    assert args.bookie_protocol == "v2"
+    cfg = WatchConfig(zk=args.zk, warehouse=args.warehouse)
+    assert audit_config(cfg, "sample").fetch.bookie_protocol == "v2"
+    assert repair_config(cfg, "run-1").settings.bookie_protocol == "v2"
+
+
+def test_bookie_protocol_v3_reaches_the_audits_and_the_repairs() -> None:
+    args = parse("--bookie-protocol", "v3")
+    cfg = WatchConfig(zk=args.zk, warehouse=args.warehouse, bookie_protocol=args.bookie_protocol)
+    audit = audit_config(cfg, "sample")
+    assert audit.check == "sample"
+    assert audit.fetch.bookie_protocol == "v3"
+    repair = repair_config(cfg, "run-1")
+    assert repair.audit_run_id == "run-1"
+    assert repair.settings.bookie_protocol == "v3"
+    assert repair.local_processes == 1
+
+
+def test_an_unknown_protocol_is_an_operator_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse("--bookie-protocol", "v4")
+    assert exc.value.code == 2
