@@ -27,7 +27,14 @@ from bklib.meta.formats import (
     encode_lock_data,
     encode_ur_ledger,
 )
-from bklib.meta.stores.base import BadVersion, KeyExists, KeyNotFound, MetadataStore, NotEmpty
+from bklib.meta.stores.base import (
+    ANY_VERSION,
+    BadVersion,
+    KeyExists,
+    KeyNotFound,
+    MetadataStore,
+    NotEmpty,
+)
 from bklib.meta.stores.zookeeper import as_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
@@ -94,6 +101,15 @@ class UnderReplicationManager:
         takes its lock with that version (:meth:`try_acquire_marked`), so that a re-mark by
         anyone else before the repair ends keeps the mark."""
         path = paths.ur_ledger_path(self.root, ledger_id)
+        # The mark's own hex dir (its id's low 16 bits: one ledger's) and the mark in one
+        # request where the store has one, instead of a refused create, the dir, then the
+        # mark. A dir that exists (a mark already there) or a missing parent: one at a time.
+        version = self.meta.create_together(
+            [(path.rsplit("/", 1)[0], b""), (path, encode_ur_ledger(list(missing), _now_ms()))]
+        )
+        if version is not None:
+            log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
+            return True, version
         while True:
             try:
                 # Parents first only when missing: makepath costs a round trip per level on
@@ -237,17 +253,30 @@ class UnderReplicationManager:
         above it for :meth:`prune_cleared`: a repair clears many marks under one parent, and
         trying that parent after each would cost a refused delete per ledger."""
         path = paths.ur_ledger_path(self.root, lock.ledger_id)
+        leaf = path.rsplit("/", 1)[0]
+        # The mark at the version the lock saw, its own dir and the lock in one request where
+        # the store has one. If any of them cannot go (re-marked meanwhile, or the lock is
+        # gone), nothing went, and the steps below run one at a time as before.
+        if (
+            lock.mark_version is not None
+            and self.meta.prunes_safely
+            and self.meta.delete_together(
+                [
+                    (path, lock.mark_version),
+                    (leaf, ANY_VERSION),
+                    (paths.ur_lock_path(self.root, lock.ledger_id), ANY_VERSION),
+                ]
+            )
+        ):
+            self._pruned_leaf(leaf, prune)
+            return True
         removed = False
         try:
             if lock.mark_version is not None:
                 self.meta.delete(path, lock.mark_version)
                 removed = True
-                leaf = path.rsplit("/", 1)[0]
-                if prune:
-                    self._prune_up(leaf, UR_HEX_LEVELS)
-                elif self._prune_up(leaf, 1):
-                    with self._unpruned_lock:
-                        self._unpruned.add(leaf.rsplit("/", 1)[0])
+                if self._prune_up(leaf, 1):
+                    self._pruned_leaf(leaf, prune)
         except BadVersion:
             log.info("ledger %d: re-marked while being repaired; mark kept", lock.ledger_id)
         except KeyNotFound:
@@ -255,6 +284,16 @@ class UnderReplicationManager:
         finally:
             self.release(lock)
         return removed
+
+    def _pruned_leaf(self, leaf: str, prune: bool) -> None:
+        """After a cleared mark's own dir ``leaf`` went: its shared parents now (``prune``),
+        or later, once per parent (:meth:`prune_cleared`)."""
+        parent = leaf.rsplit("/", 1)[0]
+        if prune:
+            self._prune_up(parent, UR_HEX_LEVELS - 1)
+        else:
+            with self._unpruned_lock:
+                self._unpruned.add(parent)
 
     def prune_cleared(self) -> int:
         """Prune the shared hex dirs that :meth:`mark_replicated` left (``prune=False``)

@@ -145,3 +145,72 @@ def test_a_lock_taken_with_the_markers_version_keeps_a_re_mark(urm):
     assert not urm.mark_replicated(lock, prune=False)
     got = urm.get(11)
     assert got is not None and got.missing_replicas == ("x:1", "y:1")
+
+
+@pytest.fixture
+def counted(zk_chroot):
+    """A manager on a budgeted session (unlimited, counting every request) and its budget."""
+    from bklib.meta.zkaccess import new_client
+    from bklib.meta.zkbudget import DEFAULT_REQUEST_RATE, set_request_rate
+
+    client = new_client(zk_chroot, timeout=10)
+    client.start(timeout=15)
+    budget = set_request_rate(None)
+    try:
+        m = UnderReplicationManager(client, worker_id="worker-c")
+        m.ensure_layout()
+        yield m, budget
+    finally:
+        set_request_rate(DEFAULT_REQUEST_RATE)
+        client.stop()
+        client.close()
+
+
+def test_a_fresh_mark_and_its_clear_take_one_request_each(zk, counted):
+    urm, budget = counted
+    urm.mark(1, ["x:1"])  # the first mark under these parents makes them
+    before = budget.requests
+    written, version = urm.mark(2, ["x:1"])
+    assert (written, version) == (True, 0)
+    assert budget.requests - before == 1  # its own dir and the mark in one multi
+    lock = urm.try_acquire_marked(2, version)
+    assert lock is not None
+    before = budget.requests
+    assert urm.mark_replicated(lock, prune=False)
+    assert budget.requests - before == 1  # the mark, its dir and the lock in one multi
+    parent = "/ledgers/underreplication/ledgers/0000/0000/0000"
+    assert zk.get_children(parent) == ["0001"]  # ledger 1's dir stays, 2's went
+    assert urm.get(2) is None and urm.lock_holder(2) is None
+    assert urm.get(1) is not None
+
+
+def test_a_clear_whose_lock_is_gone_still_clears_one_step_at_a_time(zk, counted):
+    # The lock vanished (its session expired, or an operator removed it): the one-request
+    # clear cannot apply, and the steps run one at a time as before.
+    urm, budget = counted
+    _, version = urm.mark(5, ["x:1"])
+    lock = urm.try_acquire_marked(5, version)
+    assert lock is not None
+    zk.delete("/ledgers/underreplication/locks/urL0000000005")
+    before = budget.requests
+    assert urm.mark_replicated(lock)
+    assert budget.requests - before > 1
+    assert urm.get(5) is None
+    assert zk.get_children("/ledgers/underreplication/ledgers") == []  # pruned as before
+
+
+def test_a_remark_and_a_clear_on_a_store_without_multi_take_the_old_steps(zk, urm, monkeypatch):
+    # A mark whose dir exists (re-marked) takes the create / get / set path.
+    urm.mark_underreplicated(12, ["x:1"])
+    assert urm.mark(12, ["y:1"])[0]
+    got = urm.get(12)
+    assert got is not None and got.missing_replicas == ("x:1", "y:1")
+    # A store without an atomic request (the base class's answer: Oxia's) clears step by step.
+    from bklib.meta.stores.base import MetadataStore
+
+    lock = urm.try_acquire(12)
+    assert lock is not None
+    monkeypatch.setattr(type(urm.meta), "delete_together", MetadataStore.delete_together)
+    assert urm.mark_replicated(lock)
+    assert urm.get(12) is None and urm.lock_holder(12) is None
+    assert zk.get_children("/ledgers/underreplication/ledgers") == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from bklib.errors import BKError, ZKError
@@ -165,6 +165,21 @@ class MetadataStore(ABC):
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
         """Delete the key: :class:`KeyNotFound`, :class:`BadVersion`, or :class:`NotEmpty`
         when it has children."""
+
+    def create_together(self, keys: Sequence[tuple[str, bytes]]) -> int | None:
+        """Create every ``(key, value)`` of ``keys``, in order, in one atomic request where the
+        store has one (ZooKeeper's ``multi``): all of them or none. Returns the version the new
+        keys have; None when nothing was created, because one of them could not be (it exists,
+        or its parent does not) or the store has no such request. The caller then creates
+        them one at a time and meets the failure there."""
+        return None
+
+    def delete_together(self, keys: Sequence[tuple[str, int]]) -> bool:
+        """Delete every ``(key, version)`` of ``keys``, in order, in one atomic request where
+        the store has one: all of them or none. False when nothing was deleted, because one
+        of them could not be (gone, another version, children) or the store has no such
+        request; the caller then deletes them one at a time and meets the failure there."""
+        return False
 
     def delete_recursive(self, path: str) -> None:
         """Delete the key and everything below it; a missing key is success."""

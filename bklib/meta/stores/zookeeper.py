@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
@@ -182,6 +182,26 @@ class ZooKeeperStore(MetadataStore):
 
     def delete(self, path: str, version: int = ANY_VERSION) -> None:
         self._call(path, self.client.delete, path, version=version)
+
+    def create_together(self, keys: Sequence[tuple[str, bytes]]) -> int | None:
+        txn = self.client.transaction()
+        for path, data in keys:
+            txn.create(path, data)
+        # A znode is created at data version 0.
+        return 0 if self._committed(keys[0][0], txn) else None
+
+    def delete_together(self, keys: Sequence[tuple[str, int]]) -> bool:
+        txn = self.client.transaction()
+        for path, version in keys:
+            txn.delete(path, version)
+        return self._committed(keys[0][0], txn)
+
+    def _committed(self, path: str, txn: TransactionRequest) -> bool:
+        """Send a ``multi``: True if every operation was applied. A failed operation is in
+        the results (the others roll back with it); a lost connection raises, as a single
+        write's does, since the request may or may not have been applied."""
+        results = self._call(path, txn.commit)
+        return not any(isinstance(r, Exception) for r in results)
 
     def ensure_path(self, path: str) -> None:
         self._call(path, self.client.ensure_path, path, retry=True)
