@@ -497,11 +497,11 @@ class _FragmentCopy:
         # A repaired ledger's fragment is often a few chunks: no more lanes than it has (each
         # lane is a task, and 64 idle ones cost more than the copy of a short fragment).
         head = list(itertools.islice(work, lanes))
-        if len(head) <= 1:
-            for chunk in head:
+        chunks = itertools.chain(head, work)
+        if len(head) <= 1:  # one lane, or a fragment of one chunk: no task at all
+            for chunk in chunks:
                 await self.copy_chunk(chunk)
             return
-        chunks = itertools.chain(head, work)
 
         async def lane() -> None:
             # Lanes pull from one lazy iterator: a million-entry stripe never becomes a million

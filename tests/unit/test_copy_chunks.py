@@ -3,7 +3,11 @@ entries one surviving bookie holds every one of, bounded by the chunk size."""
 
 from __future__ import annotations
 
-from bklib.client.replicator import _chunks, _entries_to_copy
+import asyncio
+
+import pytest
+
+from bklib.client.replicator import _chunks, _entries_to_copy, _FragmentCopy
 from bklib.quorum import has_entry, write_set
 
 
@@ -117,3 +121,26 @@ def test_a_cut_off_batch_probe_is_asked_again_by_the_copies_waiting_on_it() -> N
         return answer
 
     assert asyncio.run(main()) is True
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3, 64])
+@pytest.mark.parametrize("chunks", [0, 1, 2, 5, 100])
+def test_every_chunk_is_copied_on_at_most_lanes_at_once(lanes: int, chunks: int) -> None:
+    # One lane (--window 1) once copied only the first chunk of a fragment: the copy must
+    # take every chunk, whatever the lanes, never more at once than lanes or chunks.
+    copied: list[int] = []
+    running = peak = 0
+
+    async def record(chunk: int) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        copied.append(chunk)
+        running -= 1
+
+    copy = object.__new__(_FragmentCopy)
+    copy.copy_chunk = record  # type: ignore[assignment,method-assign]
+    asyncio.run(copy.run(iter(range(chunks)), lanes))  # type: ignore[arg-type]
+    assert sorted(copied) == list(range(chunks))
+    assert peak <= max(1, min(lanes, chunks))
