@@ -34,6 +34,7 @@ from bklib.meta.stores.base import (
     KeyNotFound,
     MetadataStore,
     NotEmpty,
+    StoreUnavailable,
 )
 from bklib.meta.stores.zookeeper import as_store
 from bklib.states import DEFAULT_LEDGERS_ROOT
@@ -257,19 +258,23 @@ class UnderReplicationManager:
         # The mark at the version the lock saw, its own dir and the lock in one request where
         # the store has one. If any of them cannot go (re-marked meanwhile, or the lock is
         # gone), nothing went, and the steps below run one at a time as before.
-        if (
-            lock.mark_version is not None
-            and self.meta.prunes_safely
-            and self.meta.delete_together(
-                [
-                    (path, lock.mark_version),
-                    (leaf, ANY_VERSION),
-                    (paths.ur_lock_path(self.root, lock.ledger_id), ANY_VERSION),
-                ]
-            )
-        ):
-            self._pruned_leaf(leaf, prune)
-            return True
+        if lock.mark_version is not None and self.meta.prunes_safely:
+            try:
+                cleared = self.meta.delete_together(
+                    [
+                        (path, lock.mark_version),
+                        (leaf, ANY_VERSION),
+                        (paths.ur_lock_path(self.root, lock.ledger_id), ANY_VERSION),
+                    ]
+                )
+            except StoreUnavailable:
+                # Applied or not, the lock must not outlive the attempt (as below).
+                with contextlib.suppress(StoreUnavailable):
+                    self.release(lock)
+                raise
+            if cleared:
+                self._pruned_leaf(leaf, prune)
+                return True
         removed = False
         try:
             if lock.mark_version is not None:

@@ -148,10 +148,10 @@ def test_a_lock_taken_with_the_markers_version_keeps_a_re_mark(urm):
 
 
 @pytest.fixture
-def counted(zk_chroot):
+def counted(zk_chroot, restore_zk_budget):
     """A manager on a budgeted session (unlimited, counting every request) and its budget."""
     from bklib.meta.zkaccess import new_client
-    from bklib.meta.zkbudget import DEFAULT_REQUEST_RATE, set_request_rate
+    from bklib.meta.zkbudget import set_request_rate
 
     client = new_client(zk_chroot, timeout=10)
     client.start(timeout=15)
@@ -161,7 +161,6 @@ def counted(zk_chroot):
         m.ensure_layout()
         yield m, budget
     finally:
-        set_request_rate(DEFAULT_REQUEST_RATE)
         client.stop()
         client.close()
 
@@ -214,3 +213,22 @@ def test_a_remark_and_a_clear_on_a_store_without_multi_take_the_old_steps(zk, ur
     assert urm.mark_replicated(lock)
     assert urm.get(12) is None and urm.lock_holder(12) is None
     assert zk.get_children("/ledgers/underreplication/ledgers") == []
+
+
+def test_a_clear_cut_off_by_a_lost_connection_still_releases_the_lock(zk, urm, monkeypatch):
+    # The multi's answer is lost (applied or not): the error reaches the caller, and the
+    # lock does not stay with the session for Java workers to find held.
+    from bklib.meta.stores.base import StoreUnavailable
+
+    _, version = urm.mark(13, ["x:1"])
+    lock = urm.try_acquire_marked(13, version)
+    assert lock is not None
+
+    def cut_off(self, keys):
+        raise StoreUnavailable("ZooKeeper at test: ConnectionLoss", path=keys[0][0])
+
+    monkeypatch.setattr(type(urm.meta), "delete_together", cut_off)
+    with pytest.raises(StoreUnavailable):
+        urm.mark_replicated(lock)
+    assert urm.lock_holder(13) is None
+    assert urm.get(13) is not None  # the mark stays for the next attempt
