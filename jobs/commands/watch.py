@@ -16,7 +16,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
@@ -26,6 +26,10 @@ from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
 from jobs.runtime.messages import one_line
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
+
+if TYPE_CHECKING:
+    from bklib.pulsar.admin import AdminSettings
+    from jobs.watch.loop import WatchConfig
 
 __all__ = [
     "add_status_arguments",
@@ -213,17 +217,10 @@ def use_json_logs() -> None:
 # ---- watch ------------------------------------------------------------------------------------
 
 
-def run_watch(args: argparse.Namespace) -> int:
-    from jobs.options.pulsar import admin_settings
-    from jobs.watch.loop import WatchConfig, WatchService
+def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -> WatchConfig:
+    """The service's configuration from the parsed flags (:func:`add_watch_arguments`)."""
+    from jobs.watch.loop import WatchConfig
 
-    if args.log_format == "json":
-        use_json_logs()
-    try:  # checked before anything starts: a bad token file must not wait for the first repair
-        pulsar_admin = admin_settings(args)
-    except (ValueError, OSError) as exc:
-        print(f"watch: {one_line(exc)}", file=sys.stderr)
-        return 2
     config = WatchConfig(
         zk=args.zk,
         warehouse=args.warehouse,
@@ -257,6 +254,21 @@ def run_watch(args: argparse.Namespace) -> int:
     )
     if args.instance_id:
         config.instance_id = args.instance_id
+    return config
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    from jobs.options.pulsar import admin_settings
+    from jobs.watch.loop import WatchService
+
+    if args.log_format == "json":
+        use_json_logs()
+    try:  # checked before anything starts: a bad token file must not wait for the first repair
+        pulsar_admin = admin_settings(args)
+    except (ValueError, OSError) as exc:
+        print(f"watch: {one_line(exc)}", file=sys.stderr)
+        return 2
+    config = watch_config(args, pulsar_admin)
     try:
         service = WatchService(config)
         service.install_signals()

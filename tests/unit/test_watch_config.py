@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from jobs.commands.watch import add_watch_arguments
-from jobs.watch.loop import WatchConfig, audit_config, repair_config
+from jobs.commands.watch import add_watch_arguments, watch_config
+from jobs.watch.loop import audit_config, repair_config
 
 REQUIRED = ["--zk", "127.0.0.1:2181", "--warehouse", "/tmp/wh"]
 
@@ -17,16 +17,14 @@ def parse(*extra: str) -> argparse.Namespace:
 
 
 def test_bookie_protocol_defaults_to_v2_for_audits_and_repairs() -> None:
-    args = parse()
-    assert args.bookie_protocol == "v2"
-    cfg = WatchConfig(zk=args.zk, warehouse=args.warehouse)
+    cfg = watch_config(parse(), None)
+    assert cfg.bookie_protocol == "v2"
     assert audit_config(cfg, "sample").fetch.bookie_protocol == "v2"
     assert repair_config(cfg, "run-1").settings.bookie_protocol == "v2"
 
 
 def test_bookie_protocol_v3_reaches_the_audits_and_the_repairs() -> None:
-    args = parse("--bookie-protocol", "v3")
-    cfg = WatchConfig(zk=args.zk, warehouse=args.warehouse, bookie_protocol=args.bookie_protocol)
+    cfg = watch_config(parse("--bookie-protocol", "v3", "--ledgers-in-flight", "4"), None)
     audit = audit_config(cfg, "sample")
     assert audit.check == "sample"
     assert audit.fetch.bookie_protocol == "v3"
@@ -34,6 +32,7 @@ def test_bookie_protocol_v3_reaches_the_audits_and_the_repairs() -> None:
     assert repair.audit_run_id == "run-1"
     assert repair.settings.bookie_protocol == "v3"
     assert repair.local_processes == 1
+    assert repair.ledgers_in_flight == 4
 
 
 def test_an_unknown_protocol_is_an_operator_error() -> None:
