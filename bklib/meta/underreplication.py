@@ -97,20 +97,25 @@ class UnderReplicationManager:
         True if anything was written (a mark that already lists them all is left alone)."""
         return self.mark(ledger_id, missing)[0]
 
-    def mark(self, ledger_id: int, missing: Sequence[str]) -> tuple[bool, int]:
+    def mark(
+        self, ledger_id: int, missing: Sequence[str], *, likely_new: bool = True
+    ) -> tuple[bool, int]:
         """:meth:`mark_underreplicated`, also returning the mark's version after it: a repair
         takes its lock with that version (:meth:`try_acquire_marked`), so that a re-mark by
-        anyone else before the repair ends keeps the mark."""
+        anyone else before the repair ends keeps the mark. ``likely_new=False``: the caller
+        expects the mark to exist (it marked the ledger itself just before), so the request
+        that creates a new one is not tried first."""
         path = paths.ur_ledger_path(self.root, ledger_id)
         # The mark's own hex dir (its id's low 16 bits: one ledger's) and the mark in one
         # request where the store has one, instead of a refused create, the dir, then the
         # mark. A dir that exists (a mark already there) or a missing parent: one at a time.
-        version = self.meta.create_together(
-            [(path.rsplit("/", 1)[0], b""), (path, encode_ur_ledger(list(missing), _now_ms()))]
-        )
-        if version is not None:
-            log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
-            return True, version
+        if likely_new:
+            version = self.meta.create_together(
+                [(path.rsplit("/", 1)[0], b""), (path, encode_ur_ledger(list(missing), _now_ms()))]
+            )
+            if version is not None:
+                log.debug("ledger %d: marked under-replicated, missing %s", ledger_id, missing)
+                return True, version
         while True:
             try:
                 # Parents first only when missing: makepath costs a round trip per level on

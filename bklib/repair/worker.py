@@ -93,6 +93,9 @@ class RepairSettings:
     retry_no_replica: bool = False
     registry_ttl: float = 5.0
     placement_rule: PlacementRule | None = None
+    marked_before: bool = False
+    """The caller marked the ledgers just before the repair (the watch does): a repair's mark
+    then merges into the one there, without first trying to create it."""
     """The placement rule ``--fix-placement`` satisfies (requests with placement segments)."""
 
 
@@ -267,7 +270,7 @@ class LedgerRepairer:
         if s.dry_run:
             return self._plan_only(req, md)
         named = sorted(req.all_bad & md.bookies())
-        _, mark_version = self.urm.mark(lid, named)
+        _, mark_version = self.urm.mark(lid, named, likely_new=not s.marked_before)
         lock = self.urm.try_acquire_marked(lid, mark_version)
         if lock is None:
             holder = self.urm.lock_holder(lid)

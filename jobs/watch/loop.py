@@ -155,6 +155,7 @@ def repair_config(cfg: WatchConfig, audit_run_id: str) -> RepairConfig:
             bookie_protocol=cfg.bookie_protocol,
             password=cfg.password,
             digest_type=cfg.digest_type,
+            marked_before=True,  # the watch marks its findings first (_mark)
         ),
         ledgers_in_flight=cfg.ledgers_in_flight,
         local_processes=1,

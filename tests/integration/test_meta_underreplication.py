@@ -232,3 +232,20 @@ def test_a_clear_cut_off_by_a_lost_connection_still_releases_the_lock(zk, urm, m
         urm.mark_replicated(lock)
     assert urm.lock_holder(13) is None
     assert urm.get(13) is not None  # the mark stays for the next attempt
+
+
+def test_a_mark_the_caller_made_before_is_merged_without_the_create_request(zk, counted):
+    # The watch marks its findings, then repairs: the repair's mark is expected to exist.
+    urm, budget = counted
+    urm.mark(20, ["x:1"])
+    urm.mark_underreplicated(21, ["x:1"])
+    before = budget.requests
+    assert urm.mark(21, ["x:1"], likely_new=False) == (False, 0)
+    assert budget.requests - before == 2  # the refused create and the read
+    before = budget.requests
+    assert urm.mark(21, ["x:1"]) == (False, 0)
+    assert budget.requests - before == 3  # the refused multi first
+    # Expected but missing: still created, the old way.
+    assert urm.mark(22, ["y:1"], likely_new=False)[0]
+    got = urm.get(22)
+    assert got is not None and got.missing_replicas == ("y:1",)

@@ -33,6 +33,7 @@ def test_bookie_protocol_v3_reaches_the_audits_and_the_repairs() -> None:
     assert repair.settings.bookie_protocol == "v3"
     assert repair.local_processes == 1
     assert repair.ledgers_in_flight == 4
+    assert repair.settings.marked_before  # the watch marks first: no create tried per ledger
 
 
 def test_an_unknown_protocol_is_an_operator_error() -> None:
