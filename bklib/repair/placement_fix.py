@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bklib.audit.placement import (
     IsolationGroups,
@@ -42,12 +42,10 @@ from bklib.meta.model import LedgerMetadata
 from bklib.meta.racks import RackDocument
 from bklib.meta.store import Versioned
 from bklib.repair.actions import Action, describe, replace_in_segment
+from bklib.repair.context import RepairContext
 from bklib.repair.plan import FragmentWork, stripe_entries
 from bklib.repair.requests import LedgerRequest
 from bklib.states import ActionKind, ActionStatus
-
-if TYPE_CHECKING:
-    from bklib.repair.worker import LedgerRepairer
 
 __all__ = ["fix_placement"]
 
@@ -58,7 +56,7 @@ def _action(lid: int, kind: str, status: str, first: int | None = None, **kw: An
     return Action(lid, kind, status, first, **kw)
 
 
-def fix_placement(r: LedgerRepairer, req: LedgerRequest, md: LedgerMetadata) -> list[Action]:
+def fix_placement(r: RepairContext, req: LedgerRequest, md: LedgerMetadata) -> list[Action]:
     """Fix the placement of ``req.placement_segments`` (segment first entry ids) of one ledger
     whose metadata ``md`` the repairer has just read (after its disable-flag check); never
     raises for a per-ledger problem (it becomes a row)."""
@@ -100,7 +98,7 @@ def fix_placement(r: LedgerRepairer, req: LedgerRequest, md: LedgerMetadata) -> 
 
 
 def _candidates(
-    r: LedgerRepairer, md: LedgerMetadata, doc: RackDocument, groups: IsolationGroups | None
+    r: RepairContext, md: LedgerMetadata, doc: RackDocument, groups: IsolationGroups | None
 ) -> set[str]:
     reg = r.registry()
     allowed = set(reg.writable) - set(r.settings.exclude)
@@ -110,7 +108,7 @@ def _candidates(
     return allowed
 
 
-def _pick(r: LedgerRepairer, moves: Sequence[Move]) -> Move:
+def _pick(r: RepairContext, moves: Sequence[Move]) -> Move:
     """The least loaded new bookie (as replacements spread), then the suspect-most index."""
     with r.choosing() as chooser:
         # preference_key's rack term is for choose(); here best_moves already weighed racks.
@@ -139,7 +137,7 @@ def _stuck(before: str, candidates: set[str]) -> str:
 
 
 def _plan(
-    r: LedgerRepairer,
+    r: RepairContext,
     req: LedgerRequest,
     md: LedgerMetadata,
     rule: PlacementRule,
@@ -187,7 +185,7 @@ def _plan(
 
 
 def _fix_locked(
-    r: LedgerRepairer,
+    r: RepairContext,
     req: LedgerRequest,
     rule: PlacementRule,
     doc: RackDocument,
@@ -239,7 +237,7 @@ def _fix_locked(
 
 
 def _move(
-    r: LedgerRepairer,
+    r: RepairContext,
     md: LedgerMetadata,
     current: Versioned[LedgerMetadata],
     si: int,

@@ -24,41 +24,25 @@ Spark tasks call :meth:`LedgerRepairer.repair` from a few threads.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import random
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
-from typing import Any, TypeVar
 
 from bklib.audit.checker import CheckSettings
-from bklib.audit.placement import PlacementRule
-from bklib.client.pool import (
-    DEFAULT_BOOKIE_PROTOCOL,
-    BookieClientPool,
-    SyncBookieClient,
-    WireProtocol,
-)
-from bklib.client.reader import ClientContext, LedgerReader, resolve_credentials
+from bklib.client.pool import BookieClientPool
+from bklib.client.reader import LedgerReader
 from bklib.client.recovery import recover_ledger
-from bklib.client.replicator import CopyResult, copy_fragment
-from bklib.client.throttle import RateLimiter
-from bklib.digest import digest_manager, master_key
 from bklib.errors import BKError, NoSuchLedgerError
-from bklib.meta.model import DigestType, LedgerMetadata
-from bklib.meta.racks import RackDocument
-from bklib.meta.registration import BookieRegistry, list_bookies
-from bklib.meta.store import LedgerStore, Versioned
-from bklib.meta.underreplication import UnderReplicationManager
+from bklib.meta.model import LedgerMetadata
+from bklib.meta.registration import BookieRegistry
+from bklib.meta.store import Versioned
 from bklib.repair.actions import Action, describe, recovery_swap, replace_in_segment
+from bklib.repair.context import RepairContext, RepairSettings
+from bklib.repair.placement_fix import fix_placement
 from bklib.repair.plan import (
     FragmentWork,
     GraceDecision,
-    TargetChooser,
     grace_decision,
     plan_ledger,
     stripe_entries,
@@ -68,119 +52,13 @@ from bklib.states import ActionKind, ActionStatus, Check, Reason
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 __all__ = ["Action", "LedgerRepairer", "LedgerRequest", "RepairSettings"]
 
 
-@dataclass
-class RepairSettings:
-    """How a task repairs. ``rate``: bytes/s per task (None: unlimited). ``exclude``: bookies
-    never chosen as replacements (the sources of a manual recover). ``target``: the only
-    replacement allowed (``recover --target``)."""
-
-    grace_period: float = 30.0
-    rate: float | None = 50e6
-    dry_run: bool = False
-    window: int = 64
-    bookie_protocol: WireProtocol = DEFAULT_BOOKIE_PROTOCOL
-    """Wire protocol of the copies' reads and adds (``--bookie-protocol``): v2 batch reads
-    where the sources serve them, or v3 single reads."""
-    password: bytes | None = None
-    digest_type: DigestType | None = None
-    exclude: frozenset[str] = frozenset()
-    target: str | None = None
-    retry_no_replica: bool = False
-    registry_ttl: float = 5.0
-    placement_rule: PlacementRule | None = None
-    marked_before: bool = False
-    """The caller marked the ledgers just before the repair (the watch does): a repair's mark
-    then merges into the one there, without first trying to create it."""
-    """The placement rule ``--fix-placement`` satisfies (requests with placement segments)."""
-
-
-class LedgerRepairer:
+class LedgerRepairer(RepairContext):
     """Repairs ledgers with one metadata store, one bookie client and one under-replication
-    manager (all owned by the caller). Thread-safe."""
-
-    def __init__(
-        self,
-        store: LedgerStore,
-        client: SyncBookieClient,
-        settings: RepairSettings,
-        *,
-        urm: UnderReplicationManager | None = None,
-        rng: random.Random | None = None,
-        racks: Mapping[str, str] | None = None,
-        rack_document: RackDocument | None = None,
-    ) -> None:
-        self.store = store
-        self.rack_document = rack_document
-        """Racks and isolation groups for ``--fix-placement`` (None: no racks known)."""
-        if rack_document is not None and racks is None:
-            racks = rack_document.racks
-        self.client = client
-        self.settings = settings
-        self.urm = urm or UnderReplicationManager(store.zk, store.root)
-        self.chooser = TargetChooser(rng or random.Random(), racks=dict(racks or {}))
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, Any]] = {}
-        self._refreshing: dict[str, threading.Lock] = {}
-        self._limiter: RateLimiter | None = None
-
-    # ---- cluster view --------------------------------------------------------------------------
-
-    def _cached(self, key: str, read: Callable[[], T]) -> T:
-        """``read()``, remembered for ``registry_ttl`` seconds (cluster state every ledger
-        asks for: registrations, the disable flag). One thread reads when it expires; the
-        others wait for its answer rather than each reading it again (the registry is a
-        read per bookie)."""
-
-        def fresh() -> tuple[bool, Any]:
-            with self._lock:
-                hit = self._cache.get(key)
-            if hit is not None and time.monotonic() - hit[0] < self.settings.registry_ttl:
-                return True, hit[1]
-            return False, None
-
-        found, value = fresh()  # the common case: no refresh lock taken
-        if found:
-            return value  # type: ignore[no-any-return]
-        with self._lock:
-            refresh = self._refreshing.setdefault(key, threading.Lock())
-        with refresh:
-            found, value = fresh()  # another thread refreshed it while this one waited
-            if not found:
-                value = read()
-                with self._lock:
-                    self._cache[key] = (time.monotonic(), value)
-            return value  # type: ignore[no-any-return]
-
-    @contextlib.contextmanager
-    def choosing(self) -> Iterator[TargetChooser]:
-        """The repairer's :class:`~bklib.repair.plan.TargetChooser`, held exclusively for the
-        ``with`` block: Spark tasks share one repairer across threads, and a choice reads and
-        updates the chooser's load counts."""
-        with self._lock:
-            yield self.chooser
-
-    def registry(self) -> BookieRegistry:
-        """Registered bookies, cached for ``registry_ttl`` seconds."""
-        return self._cached("registry", lambda: list_bookies(self.store.zk, self.store.root))
-
-    def writable_ids(self) -> list[str]:
-        """Sorted writable bookies from :meth:`registry`: the candidates of the ensemble
-        changes that recovery makes (``ClientContext.writable_source``)."""
-        return sorted(self.registry().writable)
-
-    def _context(self, pool: BookieClientPool) -> ClientContext:
-        """A client context whose ensemble changes take their candidates from the cached
-        registry, not from a fresh read of every registration per ledger."""
-        return ClientContext(self.store, pool, writable_source=self.writable_ids)
-
-    def _replication_enabled(self) -> bool:
-        """``underreplication/disable`` absent; re-checked at most every ``registry_ttl``."""
-        return self._cached("enabled", self.urm.is_replication_enabled)
+    manager (all owned by the caller), with the shared services of its
+    :class:`~bklib.repair.context.RepairContext`. Thread-safe."""
 
     def _choose(
         self, md: LedgerMetadata, frag: FragmentWork, exclude: Collection[str]
@@ -234,7 +112,7 @@ class LedgerRepairer:
 
     def _repair(self, req: LedgerRequest) -> list[Action]:
         lid, s = req.ledger_id, self.settings
-        if not s.dry_run and not self._replication_enabled():
+        if not s.dry_run and not self.replication_enabled():
             return [
                 Action(
                     lid,
@@ -250,8 +128,6 @@ class LedgerRepairer:
                 Action(lid, ActionKind.SKIP, ActionStatus.SKIPPED, error="ledger deleted").finish()
             ]
         if req.placement_segments:
-            from bklib.repair.placement_fix import fix_placement
-
             return fix_placement(self, req, md)
         if req.verify_mark:
             verdict = self._verify_mark(md)
@@ -436,17 +312,12 @@ class LedgerRepairer:
             for old in frag.moves.values()
         ]
 
-    def credentials(self, md: LedgerMetadata) -> tuple[bytes, DigestType]:
-        """``(password, digest type)`` of ledger ``md``: the settings' where given, else what
-        its metadata says (:func:`~bklib.client.reader.resolve_credentials`)."""
-        return resolve_credentials(md, self.settings.password, self.settings.digest_type)
-
     def _read_lac(self, md: LedgerMetadata) -> int | None:
         """The LAC of an open ledger, read without fencing; None if it could not be learned."""
         pwd, dt = self.credentials(md)
 
         async def run(pool: BookieClientPool) -> int:
-            ctx = self._context(pool)
+            ctx = self.client_context(pool)
             return (await LedgerReader.open(ctx, md.ledger_id, password=pwd, digest_type=dt)).lac
 
         try:
@@ -460,7 +331,7 @@ class LedgerRepairer:
         log.debug("ledger %d: grace period passed, fencing and closing by recovery", md.ledger_id)
 
         async def run(pool: BookieClientPool) -> LedgerMetadata:
-            ctx = self._context(pool)
+            ctx = self.client_context(pool)
             return await recover_ledger(ctx, md.ledger_id, password=pwd, digest_type=dt)
 
         return self.client.run(run)
@@ -596,44 +467,6 @@ class LedgerRepairer:
             and old not in self.settings.exclude
         }
         return in_place, {p: b for p, b in frag.moves.items() if p not in in_place}
-
-    def copy_entries(
-        self,
-        md: LedgerMetadata,
-        frag: FragmentWork,
-        targets: Mapping[int, str],
-        dead: Collection[str],
-        pwd: bytes,
-        dt: DigestType,
-    ) -> CopyResult:
-        """Copy the stripes of ``targets``' positions (position -> new bookie) of ``frag`` with
-        the recovery-add flag (:func:`~bklib.client.replicator.copy_fragment`, BookKeeper's
-        ``LedgerFragmentReplicator``), not reading from ``dead`` bookies; throttled by the rate
-        limiter every copy of this repairer shares. Touches no metadata; raises BKError."""
-        dm = digest_manager(md.ledger_id, dt, pwd)
-        mk = master_key(pwd)
-
-        async def run(pool: BookieClientPool) -> CopyResult:
-            if self._limiter is None:  # created on the client's loop, shared by all copies
-                self._limiter = RateLimiter(self.settings.rate)
-            return await copy_fragment(
-                pool,
-                ledger_id=md.ledger_id,
-                ensemble=frag.ensemble,
-                ensemble_size=md.ensemble_size,
-                write_quorum=md.write_quorum,
-                first_entry_id=frag.first_entry_id,
-                last_entry_id=frag.last_entry_id,
-                targets=targets,
-                dead=dead,
-                digest=dm,
-                master_key=mk,
-                limiter=self._limiter,
-                window=self.settings.window,
-                protocol=self.settings.bookie_protocol,
-            )
-
-        return self.client.run(run)
 
     # ---- dry run -------------------------------------------------------------------------------
 
