@@ -51,6 +51,10 @@ DELTA_JARS: tuple[Artifact, ...] = (
 )
 
 
+class NoBundledJars(RuntimeError):
+    """``$BKAUDIT_SPARK_JARS`` is not set or does not hold the pinned Delta jars."""
+
+
 def bundled_jars() -> list[str] | None:
     """The Delta jars of ``$BKAUDIT_SPARK_JARS`` when it is set and complete, else None."""
     where = os.environ.get(JARS_ENV)
@@ -67,7 +71,7 @@ def fetch_delta_jars(dest: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m jobs.spark.jars DIR``: fetch the pinned Delta jars into DIR.
     ``--spark-conf-dir DIR`` instead writes a ``SPARK_CONF_DIR`` that uses the jars of
-    ``$BKAUDIT_SPARK_JARS`` (:func:`jobs.spark.session.write_submit_conf`)."""
+    ``$BKAUDIT_SPARK_JARS`` (:func:`jobs.spark.defaults.write_submit_conf`)."""
     parser = argparse.ArgumentParser(description="Fetch the pinned Delta Lake jars.")
     parser.add_argument("dest", type=Path)
     parser.add_argument(
@@ -76,19 +80,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.spark_conf_dir:
-            from jobs.spark.session import NoBundledJars, write_submit_conf
-
-            try:
-                write_submit_conf(args.dest)
-            except NoBundledJars as exc:
-                print(f"jars: {exc}", file=sys.stderr)
-                return 2
+            write_bundled_submit_conf(args.dest)
         else:
             fetch_delta_jars(args.dest)
-    except FetchError as exc:
+    except (FetchError, NoBundledJars) as exc:
         print(f"jars: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def write_bundled_submit_conf(dest: Path) -> Path:
+    """A ``SPARK_CONF_DIR`` at ``dest`` naming the jars of ``$BKAUDIT_SPARK_JARS``
+    (:func:`jobs.spark.defaults.write_submit_conf`); raises :class:`NoBundledJars`."""
+    # Imported here: the image's jar-fetching stage copies this module alone.
+    from jobs.spark.defaults import write_submit_conf
+
+    jars = bundled_jars()
+    if jars is None:
+        raise NoBundledJars(
+            "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
+        )
+    return write_submit_conf(dest, jars)
 
 
 if __name__ == "__main__":

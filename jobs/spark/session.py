@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -32,64 +31,10 @@ from pyspark.sql import SparkSession
 from bklib.meta.zkbudget import RATE_ENV, request_budget
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.logs import is_verbose
+from jobs.spark.defaults import LOG4J_FILE, REQUIRED_CONF, read_spark_defaults
 from jobs.spark.jars import DELTA_PACKAGE, bundled_jars
 
 log = logging.getLogger(__name__)
-
-# conf/spark-defaults.conf and conf/log4j2.properties, through the package's links to them.
-CONF_DIR = Path(__file__).parent
-DEFAULTS_FILE = CONF_DIR / "spark-defaults.conf"
-LOG4J_FILE = CONF_DIR / "log4j2.properties"
-
-
-_REQUIRED = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-
-
-def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
-    """Parse a ``spark-defaults.conf`` file: ``key value`` per line, ``#`` comments."""
-    conf: dict[str, str] = {}
-    if not path.exists():
-        return conf
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.partition(" ")
-        if not value:
-            key, _, value = line.partition("\t")
-        conf[key.strip()] = value.strip()
-    return conf
-
-
-class NoBundledJars(RuntimeError):
-    """``$BKAUDIT_SPARK_JARS`` is not set or does not hold the pinned Delta jars."""
-
-
-def write_submit_conf(dest: Path) -> Path:
-    """Write a ``SPARK_CONF_DIR`` for ``spark-submit`` without Maven access (the Spark image;
-    the chart's Spark audit Job): ``conf/spark-defaults.conf`` with the bundled Delta jars
-    (:func:`jobs.spark.jars.bundled_jars`) in place of the package to resolve, and
-    ``conf/log4j2.properties``. Returns ``dest``."""
-    jars = bundled_jars()
-    if jars is None:
-        raise NoBundledJars(
-            "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
-        )
-    conf = read_spark_defaults()
-    conf.pop("spark.jars.packages", None)
-    conf.update(_REQUIRED)
-    conf["spark.jars"] = ",".join(jars)
-    dest.mkdir(parents=True, exist_ok=True)
-    lines = [f"{key} {value}\n" for key, value in conf.items()]
-    text = "# Written by jobs.spark.session.write_submit_conf: conf/spark-defaults.conf, with\n"
-    text += "# the Delta jars bundled in the image instead of resolved from Maven.\n"
-    (dest / "spark-defaults.conf").write_text(text + "".join(lines))
-    shutil.copyfile(LOG4J_FILE, dest / "log4j2.properties")
-    return dest
-
 
 _IVY_JARS = Path.home() / ".ivy2.5.2" / "jars"
 _PACKAGE_JARS = {
@@ -121,7 +66,7 @@ def spark_conf(
 ) -> dict[str, str]:
     """The effective settings :func:`build_spark` applies (without building anything)."""
     conf = read_spark_defaults()
-    conf.update(_REQUIRED)
+    conf.update(REQUIRED_CONF)
     packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
     if not any(p.startswith("io.delta:delta-spark_") for p in packages):
         packages.append(DELTA_PACKAGE)
