@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from bklib.cancellation import cancel_and_wait
+from bklib.client.add_pipeline import AddPipeline, PendingAdd
 from bklib.client.pool import BookieClientPool, SyncBookieClient
 from bklib.client.reader import (
     ClientContext,
@@ -53,7 +54,6 @@ from bklib.client.reader import (
     read_failure,
     resolve_credentials,
 )
-from bklib.client.writer import AddPipeline, PendingAdd
 from bklib.digest import DigestManager, EntryView, digest_manager, master_key
 from bklib.errors import (
     BKError,

@@ -8,13 +8,9 @@ from typing import Any
 
 import pytest
 
+from bklib.client.add_pipeline import AckQueue, AddPipeline
 from bklib.client.placement import PlacementPolicy
-from bklib.client.writer import (
-    AckQueue,
-    AddPipeline,
-    ensemble_change_transform,
-    writer_close_transform,
-)
+from bklib.client.writer import ensemble_change_transform, writer_close_transform
 from bklib.errors import (
     BKError,
     BKTimeoutError,
