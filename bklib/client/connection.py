@@ -20,14 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bklib.client.operations import ReadResult, bookie_operation
-from bklib.client.transport import (
-    Channel,
-    Outcome,
-    Pending,
-    PipelinedConnection,
-    RequestExpired,
-    parse_response,
-)
+from bklib.client.outcomes import Outcome, Pending, RequestExpired
+from bklib.client.responses import parse_response
+from bklib.client.transport import Channel, PipelinedConnection
 from bklib.errors import BKError, BKTimeoutError, IncorrectParameterError, ReadError, WriteError
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto.framing import encode_frame
@@ -288,7 +283,7 @@ class BookieConnection(PipelinedConnection):
         :meth:`read` would have raised for it (a timeout, a lost connection and NoSuchEntry
         alike). Each read has its own deadline.
 
-        One future for them all (:class:`~bklib.client.transport.RequestGroup`): what a probe,
+        One future for them all (:class:`~bklib.client.outcomes.RequestGroup`): what a probe,
         a sampled check or a digest check saves over as many :meth:`read` calls. Raises only
         when no read could be sent (the bookie is unavailable, or the client closed).
         """

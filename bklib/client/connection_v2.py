@@ -35,15 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bklib.client.operations import ClientConfig, ReadResult, bookie_operation
-from bklib.client.transport import (
-    AddressResolver,
-    BadFrame,
-    Channel,
-    Outcome,
-    Pending,
-    PipelinedConnection,
-    RequestExpired,
-)
+from bklib.client.outcomes import Outcome, Pending, RequestExpired
+from bklib.client.responses import BadFrame
+from bklib.client.transport import AddressResolver, Channel, PipelinedConnection
 from bklib.errors import (
     BKError,
     BKTimeoutError,

@@ -4,21 +4,22 @@ What a Java ``PerChannelBookieClient`` does underneath its protocol, for a Pytho
 
 * one TCP connection per bookie; requests are written as soon as they are issued (frames of one
   loop turn corked into one send) and replies, which a bookie sends in any order, are matched
-  to :class:`Pending` requests by the protocol (:mod:`bklib.client.connection` for v3,
-  :mod:`bklib.client.connection_v2` for v2);
+  to their :class:`~bklib.client.outcomes.Pending` requests by the protocol
+  (:mod:`bklib.client.connection` for v3, :mod:`bklib.client.connection_v2` for v2);
 * every request has its own deadline (5 s by default, like ``addEntryTimeoutSec`` and
   ``readEntryTimeoutSec``), served by one timer per connection; an expired request fails with
-  :class:`RequestExpired`, which the protocol raises as :class:`~bklib.errors.BKTimeoutError`.
-  A timeout does not close the connection and a late reply is dropped;
+  :class:`~bklib.client.outcomes.RequestExpired`, which the protocol raises as
+  :class:`~bklib.errors.BKTimeoutError`. A timeout does not close the connection and a late
+  reply is dropped;
 * when the connection drops, or the bookie sends a frame we refuse (too large, or
-  :class:`BadFrame`), every outstanding request fails with :class:`ConnectionLostError`. That
-  is an *unknown* outcome (the bookie may or may not have applied the request), never a
-  negative answer such as NoSuchEntry;
+  :class:`~bklib.client.responses.BadFrame`), every outstanding request fails with
+  :class:`ConnectionLostError`. That is an *unknown* outcome (the bookie may or may not have
+  applied the request), never a negative answer such as NoSuchEntry;
 * the next request reconnects; consecutive connect failures back off exponentially, and requests
   issued inside the back-off window fail fast with BookieHandleNotAvailableError instead of
   hammering a dead host;
 * with ``ClientConfig.tls`` a fresh connection is upgraded by a v3 START_TLS exchange before
-  its first request, whatever the protocol (``PerChannelBookieClient.initiateTLS``).
+  its first request, whatever the protocol (:mod:`bklib.client.start_tls`).
 
 Connecting is bounded by ``connect_timeout`` (BookKeeper's clientConnectTimeoutMillis), the
 request itself by the operation timeout. All coroutines must run on one event loop (the one the
@@ -37,9 +38,12 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from bklib.client.operations import ClientConfig
+from bklib.client.outcomes import Outcome, Pending, RequestExpired, RequestGroup
+from bklib.client.responses import BadFrame
+from bklib.client.start_tls import dial, start_tls
 from bklib.errors import (
     BKError,
     BKTimeoutError,
@@ -49,13 +53,11 @@ from bklib.errors import (
     UnauthorizedAccessError,
 )
 from bklib.proto import protocol_pb2 as pb
-from bklib.proto.framing import FramingError, check_length, encode_frame
-from bklib.proto.status import error_for_status, status_name
+from bklib.proto.framing import FramingError, check_length
+from bklib.proto.status import error_for_status
 from bklib.tls import (
     BookieTlsError,
     TlsContextSource,
-    TlsHandshakeError,
-    TlsNotConfiguredError,
     describe_ssl_error,
 )
 
@@ -65,16 +67,11 @@ R = TypeVar("R")
 
 __all__ = [
     "AddressResolver",
-    "BadFrame",
     "BadResponseError",
     "Channel",
     "ConnectionLostError",
-    "Pending",
     "PipelinedConnection",
-    "RequestExpired",
-    "RequestGroup",
     "TlsConnectionLostError",
-    "parse_response",
 ]
 
 AddressResolver = Callable[[bool], Awaitable[tuple[str, int]]]
@@ -99,92 +96,6 @@ class TlsConnectionLostError(ConnectionLostError, BookieTlsError):
     """The TLS session failed after the handshake, e.g. the bookie sent an alert refusing our
     client certificate (TLS 1.3 checks it after the client's side of the handshake is done).
     Outcome unknown, like every ConnectionLostError; code is BookKeeper's SecurityException."""
-
-
-class Outcome(Protocol):
-    """Where a request's reply, deadline or failure lands: an asyncio future, or one
-    :class:`RequestGroup` slot. The first outcome set is the one kept."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: Any, /) -> None: ...
-
-    def set_exception(self, exception: type | BaseException, /) -> None: ...
-
-
-@dataclass
-class Pending:
-    """One request awaiting its reply: where its outcome goes, and the ledger and entry every
-    error about it names. Protocols subclass it to remember what the reply must match."""
-
-    future: Outcome
-    ledger_id: int | None
-    entry_id: int | None
-
-
-_UNSET: Any = object()
-_ABANDONED: Any = object()
-
-
-class RequestGroup:
-    """The outcomes of several requests sent together, awaited as one future.
-
-    A request of its own costs its sender a task, a chain of coroutines and a future; a probe
-    reading a few hundred thousand entries one by one spent most of its CPU there. A group's
-    requests are registered, timed and failed one by one, as any request is (each slot is an
-    :class:`Outcome`), so a reply, an expired deadline or a lost connection settles exactly
-    its own slot; :attr:`future` completes when every slot is settled.
-    """
-
-    __slots__ = ("future", "left", "outcomes")
-
-    def __init__(self, n: int) -> None:
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.outcomes: list[Any] = [_UNSET] * n
-        self.left = n
-        if n == 0:
-            self.future.set_result(None)
-
-    def slot(self, index: int) -> _Slot:
-        """The :class:`Outcome` of request ``index``."""
-        return _Slot(self, index)
-
-    def abandon(self) -> None:
-        """Close the slots still open: the sender gave up on them (cancelled, or failed while
-        sending), so the deadline queue may drop them at once, as it drops a cancelled
-        future."""
-        outcomes = self.outcomes
-        for i, out in enumerate(outcomes):
-            if out is _UNSET:
-                outcomes[i] = _ABANDONED
-        self.left = 0
-
-    def _settle(self, index: int, outcome: Any) -> None:
-        if self.outcomes[index] is not _UNSET:
-            return
-        self.outcomes[index] = outcome
-        self.left -= 1
-        if self.left == 0 and not self.future.done():
-            self.future.set_result(None)
-
-
-class _Slot:
-    """One request's place in a :class:`RequestGroup`; an exception is stored as its outcome."""
-
-    __slots__ = ("group", "index")
-
-    def __init__(self, group: RequestGroup, index: int) -> None:
-        self.group = group
-        self.index = index
-
-    def done(self) -> bool:
-        return self.group.outcomes[self.index] is not _UNSET
-
-    def set_result(self, result: Any, /) -> None:
-        self.group._settle(self.index, result)
-
-    def set_exception(self, exception: type | BaseException, /) -> None:
-        self.group._settle(self.index, exception)
 
 
 @dataclass
@@ -336,7 +247,7 @@ class PipelinedConnection:
                     asyncio.open_connection(host, port), self.config.connect_timeout
                 )
             else:
-                sock = await asyncio.wait_for(_dial(host, port), self.config.connect_timeout)
+                sock = await asyncio.wait_for(dial(host, port), self.config.connect_timeout)
         except asyncio.TimeoutError:
             raise BookieHandleNotAvailableError(
                 f"connect to {host}:{port} timed out after {self.config.connect_timeout}s",
@@ -377,72 +288,19 @@ class PipelinedConnection:
     async def _start_tls(
         self, sock: socket.socket, host: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Upgrade a fresh connection as ``PerChannelBookieClient.initiateTLS`` does: a v3
-        START_TLS request (also on v2 connections, before any v2 request), the bookie's EOK in
-        plaintext, then the TLS handshake on the same socket; the streams over TLS. Raises a
-        BookieTlsError subclass naming the bookie; nothing else was sent on the connection."""
+        """Upgrade a fresh connection with a v3 START_TLS exchange
+        (:func:`bklib.client.start_tls.start_tls`); raises a BookieTlsError subclass naming the
+        bookie."""
         assert self._tls is not None
-        ctx = self._tls.get()
-        timeout = self._tls.settings.handshake_timeout
-        where = f"{host}:{port}"
-        req = pb.Request()
-        req.header.version = pb.VERSION_THREE
-        req.header.operation = pb.START_TLS
-        req.header.txnId = next(self._txn_ids)
-        req.startTLSRequest.SetInParent()
-        try:
-            frame = await asyncio.wait_for(
-                _exchange(sock, encode_frame(req.SerializeToString()), self.config.max_frame_size),
-                timeout,
-            )
-        except asyncio.TimeoutError:
-            raise BookieTlsError(
-                f"no answer to START_TLS from {where} within {timeout}s", bookie=self.bookie_id
-            ) from None
-        except EOFError:
-            raise BookieTlsError(
-                f"{where} closed the connection on START_TLS (not a BookKeeper bookie, or one "
-                "that does not speak START_TLS)",
-                bookie=self.bookie_id,
-            ) from None
-        except (OSError, FramingError) as exc:
-            raise BookieTlsError(
-                f"START_TLS to {where} failed: {getattr(exc, 'reason', None) or exc}",
-                bookie=self.bookie_id,
-            ) from exc
-        try:
-            resp = parse_response(frame)
-        except BadFrame as exc:
-            raise BookieTlsError(
-                f"{where} answered START_TLS with something else ({exc})", bookie=self.bookie_id
-            ) from None
-        if resp.header.operation != pb.START_TLS:
-            op = pb.OperationType.Name(resp.header.operation)
-            raise BookieTlsError(
-                f"{where} answered START_TLS with a {op} response", bookie=self.bookie_id
-            )
-        if resp.status == pb.EBADREQ:
-            raise TlsNotConfiguredError(
-                f"TLS requested but {where} has no TLS configured (START_TLS answered EBADREQ)",
-                bookie=self.bookie_id,
-            )
-        if resp.status != pb.EOK:
-            raise BookieTlsError(
-                f"{where} refused START_TLS: {status_name(resp.status)}", bookie=self.bookie_id
-            )
-        try:
-            # The handshake runs on the connected socket: what asyncio offers on Python 3.10
-            # (StreamWriter.start_tls is 3.11+).
-            reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=ctx, server_hostname=host, ssl_handshake_timeout=timeout
-            )
-        except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
-            raise TlsHandshakeError(
-                f"TLS handshake with {where} failed: {describe_ssl_error(exc)}",
-                bookie=self.bookie_id,
-            ) from None
-        log.debug("bookie %s: TLS with %s (%s)", self.bookie_id, where, _cipher(writer))
-        return reader, writer
+        return await start_tls(
+            sock,
+            host,
+            port,
+            self._tls,
+            txn_id=next(self._txn_ids),
+            max_frame=self.config.max_frame_size,
+            bookie_id=self.bookie_id,
+        )
 
     def _status_error(
         self, status: int, op: int, *, ledger_id: int | None, entry_id: int | None
@@ -642,9 +500,9 @@ class PipelinedConnection:
         forget: Callable[[Channel, Any, Pending], None] | None = None,
     ) -> list[R | BKError]:
         """Send one request per ``(ledger_id, entry_id)`` of ``targets`` (of one ledger or of
-        many) as one :class:`RequestGroup` and return how each ended, in order:
-        ``answer(reply, ledger_id, entry_id)`` for a reply (or the BKError it raises), else the
-        error the request's own call would have raised (a timeout, a lost connection).
+        many) as one :class:`~bklib.client.outcomes.RequestGroup` and return how each ended, in
+        order: ``answer(reply, ledger_id, entry_id)`` for a reply (or the BKError it raises),
+        else the error the request's own call would have raised (a timeout, a lost connection).
         ``request(ch, ledger_id, entry_id, outcome)`` builds one request's ``(key, pending,
         frame)``; ``forget(ch, key, pending)`` clears what the protocol kept of it besides
         ``ch.pending``. Raises only when nothing could be sent."""
@@ -756,11 +614,6 @@ class PipelinedConnection:
                 await ch.writer.drain()
 
 
-class RequestExpired(Exception):
-    """A request's deadline passed before its response arrived. Set on the request's future by
-    the deadline timer; the sender turns it into BKTimeoutError naming the operation."""
-
-
 _DRAIN_ABOVE = 1 << 20  # bytes queued in the transport before a sender waits for the socket
 
 
@@ -812,73 +665,5 @@ def _expire(fut: Outcome) -> None:
         fut.set_exception(RequestExpired())
 
 
-class BadFrame(Exception):
-    """A reply frame that is not a usable response (v3 here, v2 in
-    :mod:`bklib.client.connection_v2`). Raised by :meth:`PipelinedConnection._on_frame`, it
-    closes the connection: outstanding requests fail with :class:`BadResponseError`."""
-
-
 _LEN = struct.Struct(">i")
 _READ_CHUNK = 1 << 18  # bytes asked of the stream per read; many replies arrive together
-
-
-def _cipher(writer: asyncio.StreamWriter) -> str:
-    cipher = writer.get_extra_info("cipher")
-    return f"{cipher[1]} {cipher[0]}" if cipher else "?"
-
-
-async def _dial(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket (what open_connection does, keeping the socket so
-    START_TLS can run on it before the streams exist)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    error: OSError = OSError(f"no address for {host}")
-    for family, kind, proto, _, addr in infos:
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(sock, addr)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-        except BaseException:
-            sock.close()
-            raise
-    raise error
-
-
-async def _exchange(sock: socket.socket, request: bytes, max_frame: int) -> bytes:
-    """Send ``request`` and read exactly one reply frame (without its length), nothing more:
-    the bytes after it belong to the TLS handshake. EOFError if the peer closes first."""
-    loop = asyncio.get_running_loop()
-    await loop.sock_sendall(sock, request)
-
-    async def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = await loop.sock_recv(sock, n - len(buf))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return bytes(buf)
-
-    (length,) = _LEN.unpack(await exactly(4))
-    check_length(length, max_frame)
-    return await exactly(length)
-
-
-def parse_response(frame: bytes) -> pb.Response:
-    """Decode one v3 ``Response`` frame (without its length prefix); BadFrame if it is not one.
-    Here because every connection's START_TLS reply is v3, whatever the protocol after it."""
-    try:
-        resp: pb.Response = pb.Response.FromString(frame)
-    except Exception as exc:  # DecodeError; any parse failure is equally fatal
-        raise BadFrame(f"undecodable response frame of {len(frame)} bytes: {exc}") from exc
-    # upb does not enforce proto2 required fields (Java does, and drops the connection); an
-    # unknown StatusCode also lands here, as a missing status.
-    if not resp.IsInitialized():
-        missing = ", ".join(resp.FindInitializationErrors())
-        raise BadFrame(f"response missing required fields: {missing}")
-    return resp
