@@ -29,7 +29,7 @@ from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 if TYPE_CHECKING:
     from bklib.pulsar.admin import AdminSettings
-    from jobs.watch.loop import WatchConfig
+    from jobs.watch.config import WatchConfig
 
 __all__ = [
     "add_status_arguments",
@@ -219,7 +219,7 @@ def use_json_logs() -> None:
 
 def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -> WatchConfig:
     """The service's configuration from the parsed flags (:func:`add_watch_arguments`)."""
-    from jobs.watch.loop import WatchConfig
+    from jobs.watch.config import WatchConfig
 
     config = WatchConfig(
         zk=args.zk,

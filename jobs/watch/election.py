@@ -14,6 +14,10 @@ root has a child that is neither special nor a ledger directory.
 A member dies with its session, so a killed leader is replaced once its session expires, and
 a leader whose session expired is no longer one: :meth:`LeaderElection.is_leader` asks
 ZooKeeper, and says no unless the member was created in the client's current session.
+
+:class:`Leadership` is the service's side of it: whether this instance leads now, asked of
+ZooKeeper before every step that changes the cluster (:meth:`Leadership.confirm`), and what
+``/readyz`` and the leader gauge say about it.
 """
 
 from __future__ import annotations
@@ -21,12 +25,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from bklib.meta import paths
 from bklib.meta.stores import KeyNotFound, MetadataStore, StoreUnavailable
+from jobs.runtime.messages import one_line
+from jobs.watch.http_server import Health
+from jobs.watch.metrics import WatchMetrics
+from jobs.watch.watcher import ClusterWatcher
 
-__all__ = ["LeaderElection", "election_path", "read_leader"]
+__all__ = ["LeaderElection", "Leadership", "Stopped", "election_path", "read_leader"]
 
 log = logging.getLogger("jobs.watch")
 
@@ -119,3 +129,112 @@ class LeaderElection:
             with contextlib.suppress(KeyNotFound, StoreUnavailable):
                 self.zk.delete(paths.join(self.path, self.node))
         self.node = None
+
+
+class Stopped(Exception):
+    """The service was asked to stop, or lost its leadership, between two steps."""
+
+
+class Leadership:
+    """Whether this instance leads now, as the service acts on it.
+
+    ``leading`` is True from a completed take-over until the term ends; every step that
+    changes the cluster calls :meth:`confirm` first, which asks ZooKeeper. ``ready_reason()``
+    is what ``/readyz`` says apart from the role (the warehouse's state).
+    """
+
+    def __init__(
+        self,
+        election: LeaderElection,
+        watcher: ClusterWatcher,
+        stopping: threading.Event,
+        health: Health,
+        metrics: WatchMetrics,
+        ready_reason: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self.election = election
+        self.watcher = watcher
+        self.stopping = stopping
+        self.health = health
+        self.metrics = metrics
+        self.ready_reason = ready_reason
+        self.leading = False
+
+    def watch_members(self) -> None:
+        """Wake the loop at once when the election's members change (a leader left)."""
+        wake = self.watcher.wake
+
+        def changed(_children: list[str] | None) -> None:
+            wake.set()
+
+        self.election.zk.watch_children(self.election.path, changed)
+
+    def elected(self) -> bool | None:
+        """Ask ZooKeeper whether this instance leads, rejoining the election first when its
+        session expired (its member died with it; whatever it knew belongs to the old
+        term). True: it leads; False: it stands by; None: unknown, so it steps down (fails
+        closed)."""
+        e = self.election
+        try:
+            if not e.in_current_session():
+                self.step_down("session expired; rejoining the election")
+                e.join()
+            leader = e.is_leader()
+        except Exception as exc:  # noqa: BLE001 - unknown leadership: step down (fails closed)
+            log.warning("watch: election: %s", one_line(exc))
+            self.step_down("election unavailable")
+            return None
+        if not leader:
+            self.step_down(None)
+        return leader
+
+    def begin_term(self, instance_id: str) -> None:
+        """Elected: the take-over starts (``leading`` only once it completed, :meth:`lead`)."""
+        log.info("watch: elected leader (%s)", instance_id)
+        self.metrics.leader.set(1)
+        self.health.role = "leader"
+        self.health.ready_reason = None
+
+    def lead(self) -> None:
+        """The take-over completed: this instance acts from now on."""
+        self.leading = True
+        self.health.ready_reason = self.ready_reason()
+
+    def step_down(self, why: str | None) -> None:
+        """No longer act: standing by (``why`` None), or disconnected for ``why``."""
+        if self.leading:
+            log.warning("watch: no longer the leader%s", f" ({why})" if why else "")
+        self.leading = False
+        self.metrics.leader.set(0)
+        if why is None:
+            self.health.role = "standby"
+            self.health.ready_reason = self.ready_reason()
+        else:
+            self.health.role = "disconnected"
+            self.health.ready_reason = why
+
+    def confirm(self) -> None:
+        """Raise :class:`Stopped` unless this instance may act now (asks ZooKeeper)."""
+        self.health.heartbeat()  # long work is a series of steps: each one proves liveness
+        if self.stopping.is_set():
+            raise Stopped("stop requested")
+        if not self.watcher.connected or not self.election.is_leader():
+            self.leading = False
+            raise Stopped("leadership lost; the step is abandoned")
+
+    def may_proceed(self) -> bool:
+        """:meth:`confirm` as a yes or no (asked before each ledger of a repair starts)."""
+        try:
+            self.confirm()
+        except Stopped:
+            return False
+        return True
+
+    def leave(self) -> None:
+        """End the term and delete our member, so a standby takes over at once."""
+        self.leading = False
+        self.metrics.leader.set(0)
+        try:
+            self.election.leave()
+        except Exception as exc:  # noqa: BLE001 - the session may be gone; it ends anyway
+            log.debug("watch: leaving the election: %s", exc)

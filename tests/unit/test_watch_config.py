@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from jobs.commands.watch import add_watch_arguments, watch_config
-from jobs.watch.loop import audit_config, repair_config
+from jobs.watch.config import audit_config, repair_config
 
 REQUIRED = ["--zk", "127.0.0.1:2181", "--warehouse", "/tmp/wh"]
 

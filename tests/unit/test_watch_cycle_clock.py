@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from bklib.states import Check
-from jobs.watch import loop
-from jobs.watch.loop import WatchConfig, WatchService
+from jobs.watch import cycle
+from jobs.watch.config import WatchConfig
+from jobs.watch.cycle import Cycle
+from jobs.watch.election import Leadership
+from jobs.watch.http_server import Health
+from jobs.watch.metrics import WatchMetrics
+from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterSnapshot
 
 VICTIM = "10.0.0.3:3181"
@@ -61,38 +66,45 @@ class _Election:
         return True
 
 
-def _service(tmp_path: Path, clock: _Clock, pause: float) -> tuple[WatchService, list[str]]:
-    svc = WatchService(
-        WatchConfig(
-            zk="127.0.0.1:1",
-            warehouse=str(tmp_path / "wh"),
-            spool_dir=str(tmp_path / "spool"),
-            delay_override=DELAY,
-        )
+def _cycle(tmp_path: Path, clock: _Clock, pause: float) -> tuple[Cycle, list[str]]:
+    config = WatchConfig(
+        zk="127.0.0.1:1",
+        warehouse=str(tmp_path / "wh"),
+        spool_dir=str(tmp_path / "spool"),
+        delay_override=DELAY,
     )
-    svc.watcher = _Watcher()  # type: ignore[assignment]
-    svc.election = _Election(clock, pause)  # type: ignore[assignment]
-    svc.leading = True
-    svc.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
-    svc.tracker.observe(OTHERS, clock.now, DELAY)  # the victim left: pending from now
+    metrics, health = WatchMetrics(), Health(stale_after=60.0)
+    watcher = _Watcher()
+    leadership = Leadership(
+        _Election(clock, pause),  # type: ignore[arg-type]
+        watcher,  # type: ignore[arg-type]
+        threading.Event(),
+        health,
+        metrics,
+    )
+    leadership.leading = True
+    warehouse = WatchWarehouse(config, metrics, health, leading=lambda: leadership.leading)
+    c = Cycle(config, metrics, health, watcher, leadership, warehouse)  # type: ignore[arg-type]
+    c.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
+    c.tracker.observe(OTHERS, clock.now, DELAY)  # the victim left: pending from now
     responded: list[str] = []
 
     def respond(check: str, _snap: ClusterSnapshot, scheduled: bool = False) -> None:
         responded.append(check)
 
-    svc._respond = respond  # type: ignore[method-assign]
-    return svc, responded
+    c.respond = respond  # type: ignore[method-assign]
+    return c, responded
 
 
 def test_a_pause_after_the_leadership_check_does_not_make_a_bookie_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(loop.time, "monotonic", clock)
-    svc, responded = _service(tmp_path, clock, pause=DELAY + 10)
-    svc._cycle()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, responded = _cycle(tmp_path, clock, pause=DELAY + 10)
+    c.run()
     assert responded == []
-    assert VICTIM in svc.tracker.pending and not svc.tracker.due
+    assert VICTIM in c.tracker.pending and not c.tracker.due
 
 
 def test_time_that_passed_before_the_check_counts(
@@ -101,9 +113,9 @@ def test_time_that_passed_before_the_check_counts(
     # The same pause before the cycle's check: the term was confirmed after it, so the
     # bookie is due and the loss is acted on (the test above can fail).
     clock = _Clock()
-    monkeypatch.setattr(loop.time, "monotonic", clock)
-    svc, responded = _service(tmp_path, clock, pause=0.0)
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, responded = _cycle(tmp_path, clock, pause=0.0)
     clock.now += DELAY + 10
-    svc._cycle()
+    c.run()
     assert responded == [Check.LOST]
-    assert VICTIM in svc.tracker.due
+    assert VICTIM in c.tracker.due

@@ -1,0 +1,240 @@
+"""One cycle of the watch's main loop: confirm the term, then, as the leader, take over (a new
+term) or decide once as of now: the lost bookies past ``lostBookieRecoveryDelay`` and the
+checks due on the schedule are audited, marked and repaired (:mod:`jobs.watch.decide`'s rules,
+:class:`~jobs.watch.audits.WatchAudits`, :class:`~jobs.watch.repair.WatchRepair`).
+
+A cycle that raises is counted in ``bkaudit_watch_cycle_failures_total``, and ``/healthz``
+turns red after ``--max-failed-cycles`` failed cycles in a row (docs/watch.md, "Metrics and
+health").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from bklib.states import ActionStatus, BookieState, Check, CountKey, Reason
+from jobs.runtime.messages import one_line
+from jobs.watch.audits import WatchAudits
+from jobs.watch.config import WatchConfig
+from jobs.watch.decide import LossTracker, Schedule
+from jobs.watch.election import Leadership, Stopped
+from jobs.watch.http_server import Health
+from jobs.watch.metrics import WatchMetrics
+from jobs.watch.repair import WatchRepair
+from jobs.watch.spool import SpoolError
+from jobs.watch.warehouse import WatchWarehouse
+from jobs.watch.watcher import ClusterSnapshot, ClusterWatcher
+
+__all__ = ["Cycle"]
+
+log = logging.getLogger("jobs.watch")
+
+
+class Cycle:
+    """The leader's decisions from one cycle to the next: the loss tracker, the schedule and
+    when unfinished work is retried. :meth:`run` is one cycle."""
+
+    def __init__(
+        self,
+        config: WatchConfig,
+        metrics: WatchMetrics,
+        health: Health,
+        watcher: ClusterWatcher,
+        leadership: Leadership,
+        warehouse: WatchWarehouse,
+        schedule: Schedule | None = None,
+    ) -> None:
+        self.cfg = config
+        self.metrics = metrics
+        self.health = health
+        self.watcher = watcher
+        self.leadership = leadership
+        self.warehouse = warehouse
+        self.tracker = LossTracker()
+        self.schedule = schedule or Schedule(dict(config.every))
+        self.retry_at = 0.0
+        self.lost_sessions_seen = 0
+        self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule)
+        self.repair = WatchRepair(config, metrics, leadership, warehouse, watcher)
+
+    def run(self) -> float:
+        """Decide and act once; returns how long to sleep unless woken."""
+        w = self.watcher
+        if w.lost_sessions != self.lost_sessions_seen:
+            self.metrics.session_losses.inc(w.lost_sessions - self.lost_sessions_seen)
+            self.lost_sessions_seen = w.lost_sessions
+        if not w.connected:
+            self.leadership.step_down(f"{w.zk.kind} disconnected")
+            return self.cfg.poll_interval
+        # The cycle decides as of this instant, taken before ZooKeeper confirms the term: a
+        # process paused after the confirmation (SIGSTOP, a long GC, a frozen VM) must not
+        # wake up and count the pause towards a bookie's delay on a view of the old term.
+        as_of = time.monotonic()
+        leader = self.leadership.elected()
+        if leader is None:
+            return self.cfg.poll_interval
+        if not leader:
+            return self.cfg.poll_interval * 5
+        try:
+            if not self.leadership.leading:
+                # The take-over reads the whole cluster, so this cycle's check is long past:
+                # the term's first decisions wait for the next cycle's.
+                self._take_over()
+                wait = 0.0
+            else:
+                wait = self._lead(as_of)
+        except Stopped as exc:
+            log.info("watch: %s", exc)
+            return 0.0
+        except SpoolError:
+            raise  # the service stops (run_watch prints it and exits 2)
+        except Exception as exc:  # logged, counted, and /healthz turns red if it keeps failing
+            self.health.cycle_failed(one_line(exc))
+            self.metrics.cycle_failures.inc()
+            log.exception(
+                "watch: cycle failed (%d in a row): %s",
+                self.health.failed_cycles,
+                one_line(exc),
+            )
+            return self.cfg.retry_interval
+        self.health.cycle_ok()
+        return wait
+
+    def _take_over(self) -> None:
+        """A new term: read the cluster afresh, the schedule and history from the tables,
+        and audit the lost bookies now (as the Auditor's bookie check does at start)."""
+        self.leadership.begin_term(self.cfg.instance_id)
+        self.tracker = LossTracker()
+        self.retry_at = 0.0
+        history = self.warehouse.history(self.schedule)
+        self.audits.first_seen = history.first_seen
+        if history.no_replica is not None:
+            self.repair.no_replica = history.no_replica
+        self.watcher.watch_registrations()
+        snap = self.watcher.snapshot()
+        audit = self.audits.run(Check.LOST)
+        if audit is None:
+            # Fail closed: without this audit the bookies lost before the take-over are
+            # unknown, not absent. The cycle fails and the take-over is retried whole.
+            raise RuntimeError("take-over audit failed; retrying the take-over")
+        lost = {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
+        marked = {b for bookies in snap.marked.values() for b in bookies}
+        self.tracker.seed(snap.available, lost, marked, time.monotonic())
+        self.leadership.lead()  # only now: a failed take-over is retried whole
+        if self.tracker.due or self.tracker.pending:
+            log.info(
+                "watch: at take-over, lost bookies due now %s, waiting for the delay %s",
+                sorted(self.tracker.due),
+                sorted(self.tracker.pending),
+            )
+
+    def _delay(self, snap: ClusterSnapshot) -> float:
+        if self.cfg.delay_override is not None:
+            return self.cfg.delay_override
+        # Absent znode: BookKeeper's default lostBookieRecoveryDelay (0); the Auditor would
+        # create it from its own configuration.
+        return float(snap.delay_znode or 0)
+
+    def _lead(self, now: float) -> float:
+        """One leader cycle deciding as of ``now`` (monotonic seconds, taken before the
+        cycle's leadership check); returns the sleep until the next thing is due."""
+        cfg, m = self.cfg, self.metrics
+        snap = self.watcher.snapshot()
+        delay = self._delay(snap)
+        became = self.tracker.observe(snap.available, now, delay)
+        if became:
+            log.info("watch: lost bookies due for repair: %s (delay %gs)", became, delay)
+            self.retry_at = 0.0  # a new loss widens the work at once
+        m.bookies.labels(BookieState.WRITABLE).set(len(snap.writable))
+        m.bookies.labels(BookieState.READONLY).set(len(snap.readonly))
+        m.bookies.labels(BookieState.LOST).set(len(self.tracker.pending) + len(self.tracker.due))
+        m.marks.set(len(snap.marked))
+        m.paused.set(1 if snap.disabled else 0)
+        m.delay.set(delay)
+        acted = False
+        if self.tracker.due and now >= self.retry_at:
+            self.respond(Check.LOST, snap)
+            acted = True
+        for check in self.schedule.due(time.time()):
+            self.leadership.confirm()
+            self.respond(check, snap, scheduled=True)
+            acted = True
+        if acted:  # the gauges say what the work left, not what it started from
+            m.marks.set(sum(1 for _ in self.watcher.urm.list_underreplicated()))
+            m.bookies.labels(BookieState.LOST).set(
+                len(self.tracker.pending) + len(self.tracker.due)
+            )
+        # Sleep until the next thing is due; a registration change wakes us earlier.
+        now = time.monotonic()
+        wakes = [now + cfg.poll_interval]
+        if self.tracker.due:
+            wakes.append(max(self.retry_at, now))
+        deadline = self.tracker.next_deadline(delay)
+        if deadline is not None:
+            wakes.append(deadline)
+        nxt = self.schedule.next_due()
+        if nxt is not None:
+            wakes.append(now + (nxt - time.time()))
+        return max(0.0, min(wakes) - now)
+
+    def respond(self, check: str, snap: ClusterSnapshot, scheduled: bool = False) -> None:
+        """Audit ``check``; publish marks for what is due; repair it; for a scheduled check
+        with findings, audit again. Lost bookies waiting for the delay are left alone."""
+        self.leadership.confirm()
+        job = self.audits.run(check)
+        now = time.monotonic()
+        if job is None:
+            self.retry_at = now + self.cfg.retry_interval
+            return
+        lost = {b.bookie_id for b in job.bookies if b.state == BookieState.LOST}
+        self.tracker.add_lost(lost - set(self.tracker.due), now)
+        # Both halves' count, when a helper scanned half the ledgers (its views stay there).
+        unreadable = job.run.counts[CountKey.METADATA_ERRORS]
+        named = {f.bookie_id for f in job.findings if f.reason in Reason.WHOLE_BOOKIE}
+        # Fail closed: while a ledger is unreadable it may still name a due bookie.
+        for b in [] if unreadable else sorted(set(self.tracker.due) - named):
+            t0 = self.tracker.resolve(b)
+            if t0 is not None:
+                self.metrics.time_to_repair.observe(now - t0)
+                log.info(
+                    "watch: bookie %s: no ledger names it any more, %.1fs after its loss",
+                    b,
+                    now - t0,
+                )
+        rows = [self._row(f) for f in job.findings if self._actionable(f)]
+        if not rows:
+            self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
+            return
+        self.repair.mark(rows)
+        if self.repair.paused():
+            log.info(
+                "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
+            )
+            self.retry_at = now + self.cfg.retry_interval
+            return
+        actions = self.repair.repair(rows, job.run.run_id)
+        progressed = any(a["status"] == ActionStatus.DONE for a in actions)
+        pending = any(a["status"] not in ActionStatus.FINAL for a in actions)
+        # All done: re-audit at once (the next cycle's audit is the re-audit); otherwise retry
+        # after the interval (grace period, locks held elsewhere, failures).
+        done = progressed and not pending
+        self.retry_at = 0.0 if done else time.monotonic() + self.cfg.retry_interval
+        if scheduled and check != Check.LOST:
+            self.leadership.confirm()
+            self.audits.run(check)
+
+    def _actionable(self, f: Any) -> bool:
+        """Findings the watch repairs: not placement (rereplicate --fix-placement's job), and
+        not a lost bookie still within lostBookieRecoveryDelay."""
+        if f.reason == Reason.PLACEMENT_VIOLATION:
+            return False
+        if f.reason in Reason.WHOLE_BOOKIE and f.bookie_id in self.tracker.pending:
+            return False
+        return not (f.reason == Reason.BOOKIE_LOST and f.bookie_id not in self.tracker.due)
+
+    def _row(self, f: Any) -> dict[str, Any]:
+        row = f.as_row()
+        row["first_detected_at"] = self.audits.first_seen.get(f.key)
+        return dict(row)

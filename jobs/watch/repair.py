@@ -1,0 +1,143 @@
+"""The watch's repair of what an audit found: BookKeeper's marks first (as the Auditor
+publishes them), then ``rereplicate``'s engine (:func:`jobs.runs.repair_partition.
+repair_partition`, the :class:`~bklib.repair.worker.LedgerRepairer` with its locks, grace
+period and compare-and-set) in this process, its actions written to ``replication_actions``,
+then the Pulsar topics whose ledgers changed unloaded (docs/watch.md, docs/repair.md).
+Leadership is confirmed before the marks and before each ledger starts."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bklib.repair.requests import requests_from_findings
+from bklib.states import ActionStatus, Executor, RepairMode
+from jobs.runs.repair_run import RepairConfig, stamp
+from jobs.runtime.messages import one_line
+from jobs.tables.runs import new_run_id
+from jobs.tables.schema import ACTIONS
+from jobs.watch.config import WatchConfig, repair_config
+from jobs.watch.election import Leadership
+from jobs.watch.metrics import WatchMetrics
+from jobs.watch.warehouse import WatchWarehouse
+from jobs.watch.watcher import ClusterWatcher
+
+__all__ = ["WatchRepair"]
+
+log = logging.getLogger("jobs.watch")
+
+
+class WatchRepair:
+    """Marks and repairs for the leader's cycles."""
+
+    def __init__(
+        self,
+        config: WatchConfig,
+        metrics: WatchMetrics,
+        leadership: Leadership,
+        warehouse: WatchWarehouse,
+        watcher: ClusterWatcher,
+    ) -> None:
+        self.cfg = config
+        self.metrics = metrics
+        self.leadership = leadership
+        self.warehouse = warehouse
+        self.watcher = watcher
+        self.no_replica: list[dict[str, Any]] = []
+        """NO_REPLICA actions of earlier runs: reported again, not copied again."""
+
+    def paused(self) -> bool:
+        """``underreplication/disable`` exists: mark, but repair nothing."""
+        return not self.watcher.urm.is_replication_enabled()
+
+    def mark(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Publish BookKeeper's marks (merged into existing ones), as the Auditor does, so
+        ``listunderreplicated`` and Java ReplicationWorkers see the work."""
+        self.leadership.confirm()
+        missing: dict[int, set[str]] = {}
+        for r in rows:
+            missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
+        urm = self.watcher.urm
+        # Many marks at once (kazoo is thread-safe): one round trip each in sequence was most
+        # of the reaction time to a lost bookie named by hundreds of ledgers.
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(missing)) or 1) as pool:
+            for _ in pool.map(
+                lambda m: urm.mark_underreplicated(m[0], sorted(m[1])), missing.items()
+            ):
+                pass
+
+    def repair(self, rows: list[dict[str, Any]], audit_run_id: str) -> list[dict[str, Any]]:
+        """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
+        or a lost leadership waits only for the ledgers in flight); the actions it wrote."""
+        from jobs.runs.repair_partition import repair_partition
+
+        cfg = self.cfg
+        reqs = requests_from_findings(rows, self.no_replica)
+        config = repair_config(cfg, audit_run_id)
+        run_id = new_run_id()
+        log.info("watch: repair %s: %d ledgers (audit %s)", run_id, len(reqs), audit_run_id)
+        out: list[dict[str, Any]] = []
+        # One session and one bookie client for the whole repair; leadership is asked before
+        # each ledger starts, so a stop or a lost leadership waits only for those in flight.
+        try:
+            self.leadership.confirm()
+            for actions in repair_partition(config, reqs, self.leadership.may_proceed):
+                out.extend(actions)
+            self.leadership.confirm()  # the ledgers not started were abandoned: say so
+        finally:
+            self._record(out, config, run_id)
+        self._unload(out, config, run_id)
+        return out
+
+    def _unload(self, rows: list[dict[str, Any]], config: RepairConfig, run_id: str) -> None:
+        """After a repair, the Pulsar topics whose ledgers changed: unloaded through the admin
+        API (``--pulsar-admin-url``), so brokers drop stale ledger handles, or recorded and
+        named for the operator. Never undoes the repair."""
+        from bklib.pulsar.unload import operator_command
+        from jobs.runs.pulsar_unload import unload_changed_topics
+
+        try:
+            done = unload_changed_topics(
+                rows,
+                run_id=run_id,
+                mode=RepairMode.REREPLICATE,
+                zk_hosts=self.cfg.zk,
+                ledgers_root=self.cfg.ledgers_root,
+                auth=self.cfg.zk_auth,
+                warehouse=self.cfg.warehouse,
+                audit_run_id=config.audit_run_id,
+                dry_run=False,
+                settings=self.cfg.pulsar_admin,
+                unload_rate=self.cfg.unload_rate,
+            )
+        except Exception as exc:  # noqa: BLE001 - logged with the repair's id; the repair stands
+            log.error("watch: repair %s: Pulsar topic unloads not done: %s", run_id, one_line(exc))
+            return
+        if not done.rows:
+            return
+        self.metrics.count_actions(done.rows)
+        self.warehouse.write([(ACTIONS, done.rows)])
+        for o in done.outcomes:
+            if o.status == ActionStatus.DONE:
+                log.info("watch: repair %s: unloaded Pulsar topic %s", run_id, o.topic)
+            else:
+                log.warning(
+                    "watch: repair %s: Pulsar topic %s still holds stale ledger handles (%s); "
+                    "run: %s",
+                    run_id,
+                    o.topic,
+                    o.error,
+                    operator_command(o.topic),
+                )
+
+    def _record(self, rows: list[dict[str, Any]], config: RepairConfig, run_id: str) -> None:
+        if not rows:
+            return
+        stamp(rows, config, run_id, Executor.LOCAL)
+        self.metrics.count_actions(rows)
+        self.no_replica.extend(r for r in rows if r["status"] == ActionStatus.NO_REPLICA)
+        self.warehouse.write([(ACTIONS, rows)])
+        done = sum(1 for r in rows if r["status"] == ActionStatus.DONE)
+        log.info("watch: repair %s: %d actions, %d done", run_id, len(rows), done)
