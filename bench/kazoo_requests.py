@@ -1,5 +1,5 @@
 """Benchmark: the CPU of one kazoo request, with kazoo's own threading handler and with bklib's
-:class:`~bklib.meta.zkhandler.PollingHandler`.
+:class:`~bklib.meta.stores.zookeeper.handler.PollingHandler`.
 
 Starts its own ZooKeeper, then for each handler and each thread count sends ``--requests``
 requests of the kinds the repair sends (a ``get`` of a ledger's metadata, a versioned
@@ -23,7 +23,7 @@ import psutil
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-from bklib.meta.zkhandler import PollingHandler
+from bklib.meta.stores.zookeeper.handler import PollingHandler
 from bklib.testing.zkserver import ZooKeeperServer
 
 HANDLERS: dict[str, Callable[[], SequentialThreadingHandler]] = {

@@ -166,10 +166,10 @@ def meta_store(store_locator: str) -> Iterator[MetadataStore]:
 
 @pytest.fixture
 def restore_zk_budget() -> Iterator[None]:
-    """Put back this process's ZooKeeper request budget (bklib.meta.zkbudget) after a test
-    that sets its own."""
-    from bklib.meta import zkbudget
+    """Put back this process's ZooKeeper request budget (bklib.meta.stores.zookeeper.budget) after
+    a test that sets its own."""
+    from bklib.meta.stores.zookeeper import budget as zk_budget
 
-    before = zkbudget.request_budget()
+    before = zk_budget.request_budget()
     yield
-    zkbudget._budget = before
+    zk_budget._budget = before

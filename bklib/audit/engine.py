@@ -34,7 +34,7 @@ from bklib.meta.registration import BookieRegistry
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_directories, scan_ledgers
 from bklib.meta.store import LeafDir, LedgerStore
 from bklib.meta.stores import StoreTarget, store_session
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
 from bklib.tls import TlsSettings
 

@@ -42,7 +42,11 @@ from bklib.bookie.server import BookieServer
 from bklib.bookie.storage import Storage
 from bklib.cancellation import cancel_and_wait
 from bklib.errors import BKError
-from bklib.meta.zkaccess import ZkAuth, add_zk_access_arguments, zk_access_from_args
+from bklib.meta.stores.zookeeper.security import (
+    ZkAuth,
+    add_zk_access_arguments,
+    zk_access_from_args,
+)
 from bklib.proto.framing import MAX_FRAME_SIZE
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsSettings, add_tls_arguments, tls_settings_from_args
@@ -70,7 +74,8 @@ class BookieConfig:
     fault_injection: bool = False
     admin_port: int = 0
     zk_timeout: float = 10.0
-    # TLS / SASL / ACLs of the ZooKeeper session (bklib.meta.zkaccess); None: plaintext.
+    # TLS / SASL / ACLs of the ZooKeeper session (bklib.meta.stores.zookeeper.security);
+    # None: plaintext.
     zk_auth: ZkAuth = None
     max_frame: int = MAX_FRAME_SIZE
     journal_file_size: int = jr.DEFAULT_FILE_SIZE

@@ -21,9 +21,9 @@ deleted) holding a BookieServiceInfo with one ``bookie-rpc`` endpoint. A node le
 previous incarnation (kill -9: its session is still alive) is waited for until it expires.
 After a session expiry the store opens a new session and the bookie re-registers.
 
-On a secured ZooKeeper (``zk_auth``: a :class:`~bklib.meta.zkaccess.ZkAccess` with TLS and
-SASL) the cookie and registration znodes get CREATOR_ALL ACLs under ``zkEnableSecurity``,
-as a Java bookie's ``ZKRegistrationManager`` creates them.
+On a secured ZooKeeper (``zk_auth``: a :class:`~bklib.meta.stores.zookeeper.security.ZkAccess` with
+TLS and SASL) the cookie and registration znodes get CREATOR_ALL ACLs under
+``zkEnableSecurity``, as a Java bookie's ``ZKRegistrationManager`` creates them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from bklib.meta.formats import (
 from bklib.meta.model import is_valid_bookie_id
 from bklib.meta.stores import KeyExists, KeyNotFound, MetadataStore, SessionState, open_store
 from bklib.meta.stores.zookeeper import ZooKeeperStore
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class Registration:
 
     def start(self, timeout: float = 30.0) -> None:
         """Open the store session; a rejected certificate or SASL secret raises
-        :class:`~bklib.meta.zkaccess.ZkSecurityError` at once."""
+        :class:`~bklib.meta.stores.zookeeper.security.ZkSecurityError` at once."""
         self._zk = open_store(
             self.zk_hosts, auth=self.zk_auth, timeout=timeout, session_timeout=self.session_timeout
         )

@@ -39,7 +39,7 @@ from bklib.client.operations import TIMEOUTS, ClientConfig
 from bklib.client.resolver import BookieAddressResolver
 from bklib.errors import BKTimeoutError, ClientClosedError
 from bklib.meta.stores import MetadataStore
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsContextSource, TlsSettings
 

@@ -25,7 +25,7 @@ from bklib.meta import paths
 from bklib.meta.formats import decode_service_info
 from bklib.meta.stores import KeyNotFound, MetadataStore, open_store
 from bklib.meta.stores.zookeeper import as_store
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,9 @@ class BookieAddressResolver:
     session is opened on first use and closed by :meth:`close`) or None (no registry: ids
     must be ``host:port`` or be in ``addresses``).
     ``addresses`` pins ids to fixed addresses and wins over everything else. ``zk_auth``
-    (digest ``user:password`` or a :class:`~bklib.meta.zkaccess.ZkAccess`: TLS, SASL) is
-    how a client started here reaches ZooKeeper: the same access as the job's metadata reads.
+    (digest ``user:password`` or a :class:`~bklib.meta.stores.zookeeper.security.ZkAccess`: TLS,
+    SASL) is how a client started here reaches ZooKeeper: the same access as the job's
+    metadata reads.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
 from bklib.meta.stores import MetadataStore, StoreTarget, ValueRead, store_session
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.records import frozen_record
 from bklib.states import DEFAULT_LEDGERS_ROOT
 

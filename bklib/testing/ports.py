@@ -54,8 +54,13 @@ def outside_ephemeral(first: int, last: int) -> list[range]:
     return [r for r in spans if len(r) > 0]
 
 
+def _family(host: str) -> socket.AddressFamily:
+    """IPv6 for an IPv6 literal (``::1``), else IPv4."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 def _bindable(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         try:
             s.bind((host, port))
         except OSError:
@@ -64,15 +69,15 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def _kernel_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now on ``host`` (IPv4), outside the ephemeral range where there
-    is room, new to this process.
+    """A TCP port free right now on ``host`` (an IPv4 address or name, or an IPv6 literal),
+    outside the ephemeral range where there is room, new to this process.
 
     On a host whose ephemeral range leaves no room (``ip_local_port_range`` set to nearly
     every port), the kernel's pick is taken, with a warning: the race above is possible there.

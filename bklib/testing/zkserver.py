@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bklib.meta.stores.zookeeper.connect_string import format_server
 from bklib.testing.ports import free_port
 from bklib.testing.zookeeper_dist import is_complete, zookeeper_lib
 
 if TYPE_CHECKING:
-    from bklib.meta.zkaccess import ZkAuth
+    from bklib.meta.stores.zookeeper.security import ZkAuth
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,8 @@ def _listening(host: str, port: int) -> bool:
 class ZooKeeperServer:
     """One standalone ZooKeeper server on loopback, with its data under ``data_dir``;
     optionally with a TLS secure port (``tls``) and SASL DIGEST-MD5 required for every
-    session (``sasl_users``: user -> password)."""
+    session (``sasl_users``: user -> password). ``host`` is the address it listens on
+    (``clientPortAddress``): ``::1`` serves IPv6 loopback alone."""
 
     def __init__(
         self,
@@ -130,14 +132,15 @@ class ZooKeeperServer:
 
     @property
     def connect_string(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:clientPort``, an IPv6 host in brackets (``[::1]:2181``)."""
+        return format_server(self.host, self.port)
 
     @property
     def secure_connect_string(self) -> str:
         """``host:secureClientPort`` (TLS only)."""
         if self.secure_port is None:
             raise ValueError("this ZooKeeper has no TLS port")
-        return f"{self.host}:{self.secure_port}"
+        return format_server(self.host, self.secure_port)
 
     def _security_config(self) -> tuple[list[str], list[str]]:
         """(zoo.cfg lines, JVM flags) for TLS and SASL. zoo.cfg keys ZooKeeper does not know
@@ -256,9 +259,9 @@ class ZooKeeperServer:
     def private_chroot(self, prefix: str = "t", auth: ZkAuth = None) -> Iterator[str]:
         """A connect string ``host:port/<prefix>-<random>`` whose subtree is created now and
         deleted afterwards, so tests and sandboxes can share one server. With ``auth`` (a
-        :class:`~bklib.meta.zkaccess.ZkAccess` using TLS: the secure port) the chroot is
-        created and wiped through that access."""
-        from bklib.meta.zkaccess import ZkAccess
+        :class:`~bklib.meta.stores.zookeeper.ZkAccess` using TLS: the secure port) the chroot
+        is created and wiped through that access."""
+        from bklib.meta.stores.zookeeper.security import ZkAccess
         from bklib.testing.zkclient import connect
 
         chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"

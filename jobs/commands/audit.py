@@ -29,7 +29,7 @@ from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
-from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
+from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_percentage, parse_rate

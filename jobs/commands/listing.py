@@ -30,7 +30,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
 from bklib.repair.outcome import REPAIRED, RESOLVED
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity

@@ -25,7 +25,7 @@ from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.errors import BKError
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE, read_racks
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     ActionStatus,

@@ -45,7 +45,7 @@ from bklib.meta.racks import (
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.stores import open_store
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,

@@ -33,7 +33,7 @@ from bklib.meta.registration import list_bookies
 from bklib.meta.store import LeafDir
 from bklib.meta.stores import MetadataStore, StoreTarget, store_session
 from bklib.meta.stores.session_guard import SessionGuard
-from bklib.meta.zkbudget import shared_budget
+from bklib.meta.stores.zookeeper.budget import shared_budget
 from bklib.states import BookieState, Check, CountKey, Executor
 from jobs.local.scan_shard import (
     SPLIT_MIN_LEDGERS,

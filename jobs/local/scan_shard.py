@@ -19,8 +19,8 @@ helper answers in two rounds instead:
    (ledger, bookie) answers it counted, and its rows of the ``ledgers`` table as Arrow.
 
 The helper reads its half's entries with a bookie client of its own. The run's bounds stay the
-run's: the ZooKeeper budget is shared (:func:`bklib.meta.zkbudget.shared_budget`), and each
-process reads any one bookie at half of ``--reads-in-flight`` and ``--read-rate``
+run's: the ZooKeeper budget is shared (:func:`bklib.meta.stores.zookeeper.budget.shared_budget`),
+and each process reads any one bookie at half of ``--reads-in-flight`` and ``--read-rate``
 (:func:`split_bounds`). Any failure of the helper (an unreachable store or bookie client, an
 expired session, the process killed) fails the run: nothing it scanned counts as read.
 """
@@ -47,8 +47,8 @@ from bklib.audit.engine import check_client, check_ledgers, scan_dirs
 from bklib.audit.model import Finding, LedgerView, named_bookies
 from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
-from bklib.meta.zkaccess import ZkAuth
-from bklib.meta.zkbudget import set_request_rate
+from bklib.meta.stores.zookeeper.budget import set_request_rate
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.tls import TlsSettings
 from jobs.runtime.logs import is_verbose, log_format, setup_logging
 from jobs.runtime.progress import MODE_ENV as PROGRESS_MODE_ENV

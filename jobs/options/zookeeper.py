@@ -8,7 +8,7 @@ parsed by :mod:`bklib.meta.uri`), ``--zk-auth-file`` and, where the command has
 Secrets may also come from ``$BKAUDIT_ZK_AUTH`` and ``$BKAUDIT_PASSWORD``; they are never
 logged nor shown in ``--help``. ZooKeeper TLS and SASL (``--zk-tls*``, ``--zk-sasl-jaas-file``,
 ``--zk-enable-security``) come from :mod:`jobs.options.zookeeper_security`; with any of them
-``args.zk_auth`` becomes a :class:`bklib.meta.zkaccess.ZkAccess`.
+``args.zk_auth`` becomes a :class:`bklib.meta.stores.zookeeper.security.ZkAccess`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from bklib.meta import zkaccess
+from bklib.meta.stores.zookeeper import security as zk_security
+from bklib.meta.stores.zookeeper.budget import DEFAULT_REQUEST_RATE, set_request_rate
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
-from bklib.meta.zkbudget import DEFAULT_REQUEST_RATE, set_request_rate
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
 from jobs.options.units import parse_duration, parse_request_rate
@@ -111,7 +111,7 @@ def add_session_timeout_argument(
 
 def read_secret_file(path: str, flag: str) -> str:
     """The file's text without its trailing line break; a one-line error when unreadable."""
-    return zkaccess.read_secret_file(path, flag, ConnectionArgsError)
+    return zk_security.read_secret_file(path, flag, ConnectionArgsError)
 
 
 class _Redact(logging.Filter):

@@ -1,7 +1,7 @@
 """ZooKeeper TLS, SASL and ACL flags for every command that takes ``--zk``.
 
-The flags themselves are :func:`bklib.meta.zkaccess.add_zk_access_arguments`, shared with the
-Python bookie (``bkaudit bookie``) so both read a secured cluster the same way:
+The flags themselves are :func:`bklib.meta.stores.zookeeper.security.add_zk_access_arguments`,
+shared with the Python bookie (``bkaudit bookie``) so both read a secured cluster the same way:
 
 ==========================================  ==================================================
 flag / config key                            ZooKeeper / BookKeeper equivalent
@@ -20,16 +20,16 @@ flag / config key                            ZooKeeper / BookKeeper equivalent
 :func:`resolve_zk_security` runs after parsing (from
 :func:`jobs.options.zookeeper.resolve_connection`) and turns them, with the digest
 ``--zk-auth`` already resolved, into ``args.zk_auth``: the digest string as before when no
-flag is given, else a picklable :class:`~bklib.meta.zkaccess.ZkAccess` that the jobs hand on
-unchanged to the driver's and the executors' connections. Secrets (the SASL password in the
-JAAS file, the key password) are read from files only and returned for log redaction.
+flag is given, else a picklable :class:`~bklib.meta.stores.zookeeper.ZkAccess` that the jobs
+hand on unchanged to the driver's and the executors' connections. Secrets (the SASL password
+in the JAAS file, the key password) are read from files only and returned for log redaction.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bklib.meta.zkaccess import (
+from bklib.meta.stores.zookeeper.security import (
     ZkAccess,
     ZkAccessConfigError,
     add_zk_access_arguments,
@@ -73,8 +73,8 @@ def add_zk_security_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
 
 def resolve_zk_security(args: argparse.Namespace) -> tuple[str, ...]:
     """Replace ``args.zk_auth`` (a digest ``user:password`` or None) by the
-    :data:`~bklib.meta.zkaccess.ZkAuth` the flags describe; returns the secrets to keep out
-    of logs. Raises :class:`ZkSecurityArgsError`."""
+    :data:`~bklib.meta.stores.zookeeper.security.ZkAuth` the flags describe; returns the secrets to
+    keep out of logs. Raises :class:`ZkSecurityArgsError`."""
     if not hasattr(args, "zk_tls"):
         return ()
     digest = getattr(args, "zk_auth", None)

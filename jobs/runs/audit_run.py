@@ -13,8 +13,8 @@ from bklib.audit.placement import PlacementRule
 from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL
 from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
-from bklib.meta.zkaccess import ZkAuth
-from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT
+from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
 from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args

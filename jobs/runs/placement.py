@@ -16,7 +16,7 @@ from bklib.audit.placement import PlacementRule, placement_findings
 from bklib.audit.placement import rack_resolver as _resolver
 from bklib.meta.racks import RackDocument, load_racks_file, read_racks_strict
 from bklib.meta.stores import StoreTarget
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import UNKNOWN_RACK, CountKey, Reason
 
 __all__ = [

@@ -26,7 +26,7 @@ from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.scan import scan_ledgers
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import KeyNotFound, MetadataStore, open_store
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.crosscheck import (
     BookKeeperLedger,
     Orphan,

@@ -18,7 +18,7 @@ from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import open_store
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.admin import AdminSettings, PulsarAdmin
 from bklib.pulsar.unload import (
     UnloadOutcome,

@@ -12,7 +12,7 @@ from typing import Any
 
 from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL
 from bklib.meta.model import DigestType
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from bklib.tls import TlsSettings

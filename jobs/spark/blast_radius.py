@@ -24,7 +24,7 @@ from bklib.audit.blast_radius import ScopeImpact, blast_radius, merge_scopes
 from bklib.audit.engine import ScanPlan
 from bklib.audit.model import LedgerView
 from bklib.audit.whatif import COVERAGE_SAMPLE, ScanCoverage
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState
 from jobs.spark.extract import bookies_df, scan_ledgers_df
 from jobs.spark.schema import spark_schema

@@ -35,7 +35,7 @@ from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.store import LeafDir
 from bklib.meta.stores import open_store
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsSettings
 from jobs.spark.schema import BOOKIE_ENTRIES_SCHEMA, BOOKIE_SCHEMA, LEDGER_SCHEMA

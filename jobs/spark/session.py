@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from bklib.meta.zkbudget import RATE_ENV, request_budget
+from bklib.meta.stores.zookeeper.budget import RATE_ENV, request_budget
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.logs import is_verbose
 from jobs.spark.defaults import LOG4J_FILE, REQUIRED_CONF, read_spark_defaults
@@ -126,8 +126,8 @@ def task_slots(conf: Mapping[str, str]) -> int:
 
 
 def _share_zk_budget(conf: dict[str, str]) -> None:
-    """Give each task slot its share of this run's ZooKeeper budget (bklib.meta.zkbudget):
-    the Python workers read it from their environment."""
+    """Give each task slot its share of this run's ZooKeeper budget
+    (bklib.meta.stores.zookeeper.budget): the Python workers read it from their environment."""
     rate = request_budget().rate
     key = f"spark.executorEnv.{RATE_ENV}"
     if rate is not None and key not in conf:

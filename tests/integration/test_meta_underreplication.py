@@ -150,8 +150,8 @@ def test_a_lock_taken_with_the_markers_version_keeps_a_re_mark(urm):
 @pytest.fixture
 def counted(zk_chroot, restore_zk_budget):
     """A manager on a budgeted session (unlimited, counting every request) and its budget."""
-    from bklib.meta.zkaccess import new_client
-    from bklib.meta.zkbudget import set_request_rate
+    from bklib.meta.stores.zookeeper.budget import set_request_rate
+    from bklib.meta.stores.zookeeper.client import new_client
 
     client = new_client(zk_chroot, timeout=10)
     client.start(timeout=15)

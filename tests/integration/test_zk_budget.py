@@ -9,8 +9,8 @@ import time
 import pytest
 
 from bklib.meta.stores.zookeeper import ZooKeeperStore
-from bklib.meta.zkaccess import new_client
-from bklib.meta.zkbudget import BudgetedKazooClient, set_request_rate
+from bklib.meta.stores.zookeeper.budget import BudgetedKazooClient, set_request_rate
+from bklib.meta.stores.zookeeper.client import new_client
 from tests.cli_helpers import bkaudit
 from tests.integration.test_executor_cli import _metadata_only_cluster
 

@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from bklib.meta.zkbulk import READS_PER_MULTI, ZNOAUTH, ZNONODE, BulkReader
+from bklib.meta.stores.zookeeper.bulk import READS_PER_MULTI, ZNOAUTH, ZNONODE, BulkReader
 from bklib.testing.zkserver import ZooKeeperServer, four_letter_word
 
 pytestmark = pytest.mark.integration

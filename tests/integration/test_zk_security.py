@@ -26,7 +26,7 @@ from bklib.client.operations import ClientConfig
 from bklib.client.pool import SyncBookieClient
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores.zookeeper import as_store
-from bklib.meta.zkaccess import ZkAccess, ZkSasl, ZkSecurityError, ZkTls
+from bklib.meta.stores.zookeeper.security import ZkAccess, ZkSasl, ZkSecurityError, ZkTls
 from bklib.testing.zkclient import connect
 from bklib.testing.zkserver import ServerTls, ZooKeeperServer
 from jobs.tables.delta import read_rows

@@ -27,8 +27,8 @@ from bklib.meta.serde import (
     encode_metadata,
 )
 from bklib.meta.stores.base import ValueRead
-from bklib.meta.stores.zookeeper import _value_read
-from bklib.meta.zkbulk import _STAT, GetResult, _get_data_at
+from bklib.meta.stores.zookeeper.bulk import _STAT, GetResult, _get_data_at
+from bklib.meta.stores.zookeeper.store import _value_read
 from bklib.proto import protocol_pb2 as pb
 from bklib.proto import v2
 from bklib.records import frozen_record

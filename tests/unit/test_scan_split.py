@@ -1,7 +1,7 @@
 """The pure parts of the local audit's split: directories cut into contiguous halves of about
 equal ledger counts (jobs.local.scan_shard.split_dirs), the run's ZooKeeper budget shared
-while two processes scan (bklib.meta.zkbudget.shared_budget), and the per-bookie read bounds
-shared while two processes read (jobs.local.scan_shard.split_bounds)."""
+while two processes scan (bklib.meta.stores.zookeeper.budget.shared_budget), and the per-bookie read
+bounds shared while two processes read (jobs.local.scan_shard.split_bounds)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from bklib.audit.capabilities import ProbeCandidates, probe_targets
 from bklib.audit.checker import CheckSettings
 from bklib.audit.model import LedgerView, SegmentSpan
-from bklib.meta import zkbudget
 from bklib.meta.store import LeafDir
+from bklib.meta.stores.zookeeper import budget as zk_budget
 from jobs.local.scan_shard import split_bounds, split_dirs
 
 
@@ -38,19 +38,19 @@ def test_uneven_and_small_plans() -> None:
 
 
 def test_the_budget_is_shared_then_restored_with_its_count() -> None:
-    whole = zkbudget.set_request_rate(1000.0)
+    whole = zk_budget.set_request_rate(1000.0)
     try:
-        with zkbudget.shared_budget(2) as share:
+        with zk_budget.shared_budget(2) as share:
             assert share == 500.0
-            assert zkbudget.request_budget().rate == 500.0
-            assert zkbudget.request_budget().take_up_to(3) == 3
-        assert zkbudget.request_budget() is whole and whole.rate == 1000.0
+            assert zk_budget.request_budget().rate == 500.0
+            assert zk_budget.request_budget().take_up_to(3) == 3
+        assert zk_budget.request_budget() is whole and whole.rate == 1000.0
         assert whole.requests == 3
-        zkbudget.set_request_rate(None)
-        with zkbudget.shared_budget(2) as share:
-            assert share is None and zkbudget.request_budget().rate is None
+        zk_budget.set_request_rate(None)
+        with zk_budget.shared_budget(2) as share:
+            assert share is None and zk_budget.request_budget().rate is None
     finally:
-        zkbudget.set_request_rate(zkbudget.DEFAULT_REQUEST_RATE)
+        zk_budget.set_request_rate(zk_budget.DEFAULT_REQUEST_RATE)
 
 
 def test_each_of_two_processes_reads_a_bookie_within_half_the_runs_bounds() -> None:

@@ -1,6 +1,6 @@
-"""The ZooKeeper request budget's arithmetic (bklib.meta.zkbudget), the ``--zk-rate`` parser, and
-how a Spark run shares the budget among its task slots. The budget against a real ZooKeeper
-server is in tests/integration/test_zk_budget.py."""
+"""The ZooKeeper request budget's arithmetic (bklib.meta.stores.zookeeper.budget), the
+``--zk-rate`` parser, and how a Spark run shares the budget among its task slots. The budget
+against a real ZooKeeper server is in tests/integration/test_zk_budget.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from bklib.meta.zkbudget import RATE_ENV, RequestBudget, set_request_rate
+from bklib.meta.stores.zookeeper.budget import RATE_ENV, RequestBudget, set_request_rate
 from jobs.options.units import parse_request_rate
 from jobs.spark.session import spark_conf, task_slots
 

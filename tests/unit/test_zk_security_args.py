@@ -18,7 +18,7 @@ from kazoo.security import CREATOR_ALL_ACL
 
 from bklib.bookie.main import build_parser as bookie_parser
 from bklib.bookie.main import config_from_args
-from bklib.meta.zkaccess import (
+from bklib.meta.stores.zookeeper.security import (
     ZkAccess,
     ZkAccessConfigError,
     ZkSasl,

@@ -24,7 +24,7 @@ from bklib.meta.stores.base import (
     StoreUnavailable,
     ValueRead,
 )
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper import ZkAuth, connect_zookeeper
 
 __all__ = [
     "ANY_VERSION",
@@ -79,8 +79,8 @@ def open_store(
     """A session on the store ``locator`` names, connected within ``timeout`` seconds.
     ``session_timeout`` (default: ``timeout``) is how long the store keeps the session, and
     its ephemeral keys, after the client goes silent. ZooKeeper takes ``auth`` (digest or a
-    :class:`~bklib.meta.zkaccess.ZkAccess`); Oxia has no authentication yet, and its client
-    is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line when
+    :class:`~bklib.meta.stores.zookeeper.ZkAccess`); Oxia has no authentication yet, and its
+    client is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line when
     the store cannot be reached."""
     session = session_timeout if session_timeout is not None else timeout
     if is_oxia(locator):
@@ -90,8 +90,6 @@ def open_store(
         # The Oxia client heartbeats every 2 s at least: a shorter session cannot live.
         session_ms = max(2_000, int(session * 1000))
         return connect_oxia(address, namespace, timeout=timeout, session_timeout_ms=session_ms)
-    from bklib.meta.stores.zookeeper import connect_zookeeper
-
     return connect_zookeeper(
         locator, timeout=timeout, auth=auth, read_only=read_only, session_timeout=session
     )

@@ -1,7 +1,8 @@
 """The seeder: writes a scale plan's ledger metadata to ZooKeeper through pipelined creates.
 
 A million znodes one round trip at a time would take most of an hour; with a thousand creates
-in flight on one session (bklib.meta.zkbulk.BulkWriter) it takes minutes (docs/benchmarks.md).
+in flight on one session (bklib.meta.stores.zookeeper.bulk.BulkWriter) it takes minutes
+(docs/benchmarks.md).
 Parents are created first, level by level, then the ledgers in id order.
 """
 
@@ -17,7 +18,7 @@ from bklib.meta import paths
 from bklib.meta.serde import encode_metadata
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import open_store
-from bklib.meta.zkbulk import ERROR_NAMES, ZNODEEXISTS, ZOK, BulkWriter
+from bklib.meta.stores.zookeeper.bulk import ERROR_NAMES, ZNODEEXISTS, ZOK, BulkWriter
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.testing.scale.plan import ScalePlan
 

@@ -1,5 +1,5 @@
-"""The bulk reader's multiRead replies, parsed (bklib.meta.zkbulk), and its fallback to one
-getData per znode when a server before ZooKeeper 3.6 refuses the request.
+"""The bulk reader's multiRead replies, parsed (bklib.meta.stores.zookeeper.bulk), and its
+fallback to one getData per znode when a server before ZooKeeper 3.6 refuses the request.
 
 A real ZooKeeper 3.9 answers multiRead in tests/integration/test_zk_multiread.py. No server
 before 3.6 is served here, so the refusal comes from a socket server that answers as their
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from bklib.errors import ZKError
-from bklib.meta.zkbulk import (
+from bklib.meta.stores.zookeeper.bulk import (
     OP_GET_DATA,
     OP_MULTI_READ,
     ZNONODE,

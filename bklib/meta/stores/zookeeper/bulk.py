@@ -14,6 +14,9 @@ On ZooKeeper 3.6 and later the reads go :data:`READS_PER_MULTI` to a ``multiRead
 costs the server, which shares the cores with everything else, far less CPU per read
 (docs/benchmarks.md). A server that does not know the opcode answers UNIMPLEMENTED and closes
 the session; the reader then reconnects and reads znode by znode.
+
+The servers and chroot come from :mod:`~bklib.meta.stores.zookeeper.connect_string`, the
+parser kazoo's sessions use too (``[::1]:2181`` connects to ``::1``).
 """
 
 from __future__ import annotations
@@ -30,8 +33,15 @@ from itertools import chain, islice
 from typing import TypeVar
 
 from bklib.errors import ZKError
-from bklib.meta.zkaccess import ZkAccess, ZkAuth, ZkSasl, ZkSecurityError, probe_tls
-from bklib.meta.zkbudget import request_budget
+from bklib.meta.stores.zookeeper.budget import request_budget
+from bklib.meta.stores.zookeeper.connect_string import format_server, parse_connect_string
+from bklib.meta.stores.zookeeper.security import (
+    ZkAccess,
+    ZkAuth,
+    ZkSasl,
+    ZkSecurityError,
+    probe_tls,
+)
 from bklib.records import frozen_record
 
 log = logging.getLogger(__name__)
@@ -105,16 +115,6 @@ class GetResult:
         return ERROR_NAMES.get(self.err, str(self.err))
 
 
-def parse_connect_string(hosts: str) -> tuple[list[tuple[str, int]], str]:
-    """``h1:2181,h2:2181/chroot`` -> ([(h1, 2181), (h2, 2181)], "/chroot")."""
-    servers, _, chroot = hosts.partition("/")
-    out = []
-    for part in servers.split(","):
-        host, _, port = part.strip().rpartition(":")
-        out.append((host or part.strip(), int(port) if host else 2181))
-    return out, ("/" + chroot.rstrip("/")) if chroot else ""
-
-
 def _string(s: str) -> bytes:
     b = s.encode()
     return _INT.pack(len(b)) + b
@@ -134,7 +134,10 @@ class BulkReader:
         auth: ZkAuth = None,
         session_timeout_ms: int = int(DEFAULT_SESSION_TIMEOUT * 1000),
     ) -> None:
-        self.servers, self.chroot = parse_connect_string(hosts)
+        parsed = parse_connect_string(hosts)
+        # IPv6 literals without their brackets: socket addresses, not connect-string text.
+        self.servers: list[tuple[str, int]] = list(parsed.servers)
+        self.chroot = parsed.chroot
         self.hosts = hosts
         self.access = ZkAccess.of(auth)
         self.session_timeout_ms = session_timeout_ms
@@ -178,7 +181,7 @@ class BulkReader:
             negotiated = _INT.unpack_from(resp, 4)[0] if len(resp) >= 16 else 0
             if negotiated <= 0:
                 self.close()
-                last = ZKError(f"ZooKeeper {host}:{port} refused the session")
+                last = ZKError(f"ZooKeeper {format_server(host, port)} refused the session")
                 continue
             self.session_timeout_ms = negotiated  # the server's bounds may have changed it
             if self.access.sasl is not None:

@@ -4,10 +4,10 @@ ZooKeeper is the part of a BookKeeper cluster every broker and bookie shares, an
 BP-66 was written because re-replication pushed its read latency to minutes. bkaudit sends its
 requests through two clients, and both draw from one token bucket per process:
 
-- every kazoo session (:func:`bklib.meta.zkaccess.new_client` makes them
-  :class:`BudgetedKazooClient`): marks, locks, compare-and-set, the watch, the listings;
-- the pipelined bulk session of :mod:`bklib.meta.zkbulk` (the metadata scan), which sends as
-  many requests as the bucket holds and waits for tokens only when nothing is in flight.
+- every kazoo session (:func:`~.client.new_client` makes them :class:`BudgetedKazooClient`):
+  marks, locks, compare-and-set, the watch, the listings;
+- the pipelined bulk session of :mod:`~.bulk` (the metadata scan), which sends as many
+  requests as the bucket holds and waits for tokens only when nothing is in flight.
 
 A Spark run shares its budget among its task slots: each Python worker takes its share from
 ``$BKAUDIT_ZK_RATE`` (:data:`RATE_ENV`), which the driver sets for the executors

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from kazoo.handlers.utils import selector_select
 
-from bklib.meta.zkaccess import new_client
-from bklib.meta.zkhandler import PollingHandler
+from bklib.meta.stores.zookeeper.client import new_client
+from bklib.meta.stores.zookeeper.handler import PollingHandler
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ selector on every call. Its connection thread waits about five times per request
 the write, the reply's header and body), so those system calls and objects were a quarter to
 a third of the client's CPU per request: 341-519 µs against 249-372 µs with one ``poll``
 (docs/benchmarks.md, "kazoo's waits"). The repair's marks, locks and compare-and-sets and the
-watch's reads all go through kazoo; the scan's reads do not (:mod:`bklib.meta.zkbulk`).
+watch's reads all go through kazoo; the scan's reads do not (:mod:`~.bulk`).
 """
 
 from __future__ import annotations

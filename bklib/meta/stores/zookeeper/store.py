@@ -1,5 +1,5 @@
 """The metadata-store interface on ZooKeeper: kazoo for everything, and the pipelined
-:class:`~bklib.meta.zkbulk.BulkReader` for bulk reads (kazoo costs ~250 µs per request).
+:class:`~.bulk.BulkReader` for bulk reads (kazoo costs ~250 µs per request).
 
 Transient errors (connection loss, timeouts) are retried with back-off before a call fails;
 anything else that ends the session raises :class:`~bklib.meta.stores.base.StoreUnavailable`
@@ -40,8 +40,10 @@ from bklib.meta.stores.base import (
     StoreUnavailable,
     ValueRead,
 )
-from bklib.meta.zkaccess import ZkAuth, ZkSecurityError, new_client, start_client
-from bklib.meta.zkbulk import DEFAULT_SESSION_TIMEOUT, ZNONODE, BulkReader, GetResult
+from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT, ZNONODE, BulkReader, GetResult
+from bklib.meta.stores.zookeeper.client import new_client, start_client
+from bklib.meta.stores.zookeeper.connect_string import ConnectString
+from bklib.meta.stores.zookeeper.security import ZkAuth, ZkSecurityError
 from bklib.records import frozen_record
 
 __all__ = ["ZooKeeperStore", "connect_zookeeper"]
@@ -306,9 +308,9 @@ def connect_zookeeper(
     session_timeout: float | None = None,
 ) -> ZooKeeperStore:
     """A started session on ZooKeeper. ``hosts`` may carry a chroot; ``auth`` is
-    ``user:password`` digest auth or a :class:`~bklib.meta.zkaccess.ZkAccess` (TLS, SASL,
-    ACLs). Raises :class:`~bklib.meta.zkaccess.ZkSecurityError` for an untrusted certificate
-    or rejected credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
+    ``user:password`` digest auth or a :class:`~.security.ZkAccess` (TLS, SASL, ACLs).
+    Raises :class:`~.security.ZkSecurityError` for an untrusted certificate or rejected
+    credentials, :class:`~bklib.errors.ZKError` when ZooKeeper cannot be reached."""
     session = session_timeout if session_timeout is not None else timeout
     client = new_client(hosts, auth, timeout=session, read_only=read_only)
     with warnings.catch_warnings():
@@ -329,6 +331,5 @@ def as_store(zk: MetadataStore | KazooClient) -> MetadataStore:
     no digest auth). For callers not yet handed a store; see docs/metadata-stores.md."""
     if isinstance(zk, MetadataStore):
         return zk
-    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in zk.hosts)
-    hosts += zk.chroot or ""
+    hosts = str(ConnectString(tuple((h, int(p)) for h, p in zk.hosts), zk.chroot or ""))
     return ZooKeeperStore(zk, hosts)

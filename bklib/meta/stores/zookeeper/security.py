@@ -15,6 +15,9 @@ have no digest login), so nodes we created as a digest user would be closed to t
 auditor; give ``enable_security=True`` (``--zk-enable-security true``) to use it anyway, and
 False for a SASL cluster running ``zkEnableSecurity=false``.
 
+Sessions with these settings come from :mod:`bklib.meta.stores.zookeeper.client`; this module
+only describes them, reads the flags and JAAS files, and probes a TLS port (:func:`probe_tls`).
+
 Flags (the same for the jobs, through :mod:`jobs.options.zookeeper_security`, and the Python bookie)
 mirror ZooKeeper's client properties: ``--zk-tls`` (``zookeeper.client.secure``),
 ``--zk-tls-ca`` (``zookeeper.ssl.trustStore.location``, PEM), ``--zk-tls-cert`` /
@@ -29,8 +32,6 @@ mirror ZooKeeper's client properties: ``--zk-tls`` (``zookeeper.client.secure``)
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import os
 import re
 import socket
@@ -39,13 +40,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, KazooException
 from kazoo.security import ACL, CREATOR_ALL_ACL
 
 from bklib.errors import ZKError
-from bklib.meta.zkbudget import BudgetedKazooClient
-from bklib.meta.zkhandler import PollingHandler
+from bklib.meta.stores.zookeeper.connect_string import parse_connect_string
 
 __all__ = [
     "JAAS_DIGEST_MODULE",
@@ -58,14 +56,11 @@ __all__ = [
     "ZkSecurityError",
     "ZkTls",
     "add_zk_access_arguments",
-    "new_client",
+    "probe_tls",
     "read_jaas_section",
     "read_secret_file",
-    "start_client",
     "zk_access_from_args",
 ]
-
-log = logging.getLogger(__name__)
 
 SaslMechanism = Literal["DIGEST-MD5", "GSSAPI"]
 JAAS_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
@@ -226,32 +221,12 @@ ZkAuth = str | ZkAccess | None
 """What bklib accepts as ``auth``: None, digest ``user:password``, or a :class:`ZkAccess`."""
 
 
-# ---- clients ---------------------------------------------------------------------------------
+# ---- the TLS handshake ---------------------------------------------------------------------
 
 
-def new_client(
-    hosts: str, auth: ZkAuth = None, *, timeout: float = 30.0, read_only: bool = False
-) -> KazooClient:
-    """An unstarted KazooClient for ``hosts`` with ``auth``'s TLS, SASL, digest and default
-    ACL. Start it with :func:`start_client`."""
-    access = ZkAccess.of(auth)
-    if access.sasl is not None and access.sasl.keytab:
-        # GSSAPI reads the client keytab from the environment (MIT krb5); an explicit
-        # setting wins.
-        os.environ.setdefault("KRB5_CLIENT_KTNAME", access.sasl.keytab)
-    # Every request of every session draws from the process's ZooKeeper budget (zkbudget),
-    # and its connection thread waits through one poll per wait (zkhandler).
-    return BudgetedKazooClient(
-        hosts=hosts,
-        timeout=timeout,
-        read_only=read_only,
-        handler=PollingHandler(),
-        **access.kazoo_kwargs(),
-    )
-
-
-_PROBED: set[tuple[str, object]] = set()
-"""(hosts, settings) that passed a probe in this process: probed once, not per client."""
+_TLS_PROBED: set[tuple[str, ZkTls]] = set()
+"""(hosts, TLS settings) that passed a handshake in this process: probed once, not per
+client."""
 
 
 def probe_tls(hosts: str, tls: ZkTls, timeout: float = 10.0) -> None:
@@ -259,11 +234,9 @@ def probe_tls(hosts: str, tls: ZkTls, timeout: float = 10.0) -> None:
     :class:`ZkSecurityError` when every reachable server failed the handshake (an untrusted
     certificate, a plaintext port): kazoo would retry those until its timeout. Servers that
     cannot be reached are left to kazoo."""
-    if (hosts, tls) in _PROBED:
+    if (hosts, tls) in _TLS_PROBED:
         return
-    from bklib.meta.zkbulk import parse_connect_string
-
-    servers, _ = parse_connect_string(hosts)
+    servers = parse_connect_string(hosts).servers
     try:
         ctx = tls.context()
     except (OSError, ValueError) as exc:
@@ -276,7 +249,7 @@ def probe_tls(hosts: str, tls: ZkTls, timeout: float = 10.0) -> None:
             continue
         try:
             with ctx.wrap_socket(raw, server_hostname=host):
-                _PROBED.add((hosts, tls))
+                _TLS_PROBED.add((hosts, tls))
                 return
         except (ssl.SSLError, ssl.CertificateError) as exc:
             failure = failure or f"{host}:{port}: {_ssl_reason(exc)}"
@@ -290,65 +263,11 @@ def probe_tls(hosts: str, tls: ZkTls, timeout: float = 10.0) -> None:
         raise ZkSecurityError(f"ZooKeeper TLS handshake failed at {failure}")
 
 
-def probe_sasl(hosts: str, access: ZkAccess, timeout: float = 10.0) -> None:
-    """Run the SASL exchange once on a short session of our own. Raises
-    :class:`ZkSecurityError` when ZooKeeper rejects the credentials: kazoo would die in its
-    connection thread (ZooKeeper 3.9 answers SessionClosedRequireSasl) and then retry. Any
-    other failure is left to kazoo's own connection retries."""
-    if access.sasl is None or (hosts, access) in _PROBED:
-        return
-    from bklib.meta.zkbulk import BulkReader
-
-    reader = BulkReader(hosts, auth=access, session_timeout_ms=max(int(timeout * 1000), 4000))
-    try:
-        reader.connect(timeout)
-    except ZkSecurityError:
-        raise
-    except (ZKError, OSError) as exc:
-        log.debug("SASL probe of %s inconclusive: %s", hosts, exc)
-        return
-    finally:
-        reader.close()
-    _PROBED.add((hosts, access))
-
-
 def _ssl_reason(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"certificate not trusted: {exc.verify_message}"
     reason = getattr(exc, "reason", None)
     return str(reason or exc).strip() or type(exc).__name__
-
-
-def start_client(
-    client: KazooClient, hosts: str, auth: ZkAuth = None, timeout: float = 30.0
-) -> None:
-    """Start ``client`` (from :func:`new_client`) and make sure the security holds: a TLS
-    certificate problem or rejected SASL credentials raise :class:`ZkSecurityError` at once
-    instead of an endless reconnect, anything else :class:`~bklib.errors.ZKError`. A failed
-    client is stopped and closed."""
-    access = ZkAccess.of(auth)
-    try:
-        if access.tls is not None:
-            probe_tls(hosts, access.tls, timeout)
-        probe_sasl(hosts, access, timeout)
-        client.start(timeout=timeout)
-        if access.sasl is not None:
-            # kazoo reports CONNECTED before the SASL exchange; a request after it fails
-            # with AuthFailedError if the server rejected the credentials.
-            client.exists("/")
-    except Exception as exc:
-        with contextlib.suppress(Exception):
-            client.stop()
-            client.close()
-        if isinstance(exc, ZKError):
-            raise
-        if isinstance(exc, AuthFailedError):
-            who = access.sasl.describe() if access.sasl else "authentication"
-            raise ZkSecurityError(f"ZooKeeper at {hosts} rejected {who}") from None
-        reason = str(exc) or type(exc).__name__
-        if isinstance(exc, KazooException) and not str(exc):
-            reason = type(exc).__name__
-        raise ZKError(f"cannot connect to ZooKeeper at {hosts}: {reason}") from exc
 
 
 # ---- JAAS ------------------------------------------------------------------------------------
