@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL, WireProtocol
 from bklib.meta.model import DigestType
-from bklib.meta.zkaccess import ZkAuth
+from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.admin import AdminSettings
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, RepairMode
