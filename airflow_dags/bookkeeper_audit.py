@@ -14,7 +14,9 @@ audit ─▶ check_findings ─┬─▶ rereplicate ─▶ verify_audit ─▶ 
 * **check_findings**: reads that run's row of `audit_runs` with delta-rs (no Spark on the
   worker) and branches: `rereplicate` when it found under-replicated fragments, `no_findings`
   when clean. A failed or missing run fails the task: never "clean" for an audit that did not
-  finish.
+  finish. It also runs after an audit task that failed with exit 3 (an incomplete run, after
+  its retries), so that what that run did find is repaired; an incomplete run that found
+  nothing fails it.
 * **rereplicate**: `spark-submit jobs/rereplicate.py --run-id <that audit run>` with the grace
   period, rate and dry-run params. It exits 1 while ledgers still need work (waiting for the
   grace period, locked, failed, no replica); the task then fails and is retried after
@@ -182,7 +184,10 @@ with DAG(
         [*ZK_WAREHOUSE, "--check", "{{ params.check }}", "--run-id", AUDIT_RUN_ID],
     )
 
-    @task.branch(task_id="check_findings", retries=1)
+    # ALL_DONE: an audit that exits 3 (incomplete, docs/exit-status.md) fails its task, yet
+    # what it did find is repaired; choose_branch refuses a FAILED run, and an incomplete one
+    # that found nothing, so the DAG run never ends green on a partial picture.
+    @task.branch(task_id="check_findings", retries=1, trigger_rule=TriggerRule.ALL_DONE)
     def check_findings(params: Any = None, dag_run: Any = None, ti: Any = None) -> str:
         """Branch on the audit run this DAG run just wrote (read with delta-rs)."""
         prefix = run_id_prefix(run_stamp(dag_run), "audit")
@@ -216,7 +221,8 @@ with DAG(
         trigger_rule=TriggerRule.NONE_SKIPPED,
     )
 
-    @task(task_id="verify_result", retries=0)
+    # NONE_SKIPPED: an incomplete verifying audit (exit 3) is judged here too, and fails.
+    @task(task_id="verify_result", retries=0, trigger_rule=TriggerRule.NONE_SKIPPED)
     def verify_result(params: Any = None, dag_run: Any = None) -> str:
         """Fail the DAG run when the verifying audit still finds under-replicated ledgers."""
         prefix = run_id_prefix(run_stamp(dag_run), "verify")

@@ -85,6 +85,7 @@ def command_main(name: str, argv: Sequence[str] | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``bkaudit [-v] [--log-format F] COMMAND ...``; returns the exit status."""
     from jobs.cli.config import config_path_from_argv, configure_logging, pop_log_format
+    from jobs.runtime.exit_status import ExitStatus
     from jobs.runtime.messages import one_line, spark_missing
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose, config_path_from_argv(argv), log_format=args.log_format)
     if args.command is None:
         parser.print_help()
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     try:
         return run_command(COMMANDS[args.command], rest)
     except ModuleNotFoundError as exc:
@@ -105,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # `pip install bkaudit` has no pyspark: one line naming the extra, not a traceback.
         print(f"bkaudit {args.command}: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
 
 
 def run() -> int:

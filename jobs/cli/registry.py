@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from jobs.runtime.exit_status import CommandExits
+
 __all__ = ["COMMANDS", "Command", "command"]
 
 AddArguments = Callable[[argparse.ArgumentParser], object]
@@ -28,8 +30,10 @@ class Command:
     name: str
     summary: str
     """One line, in ``bkaudit --help``."""
-    description: str
-    """The paragraph at the top of ``bkaudit NAME --help``, ending with the exit statuses."""
+    about: str
+    """What the command does: the top of ``bkaudit NAME --help``."""
+    exits: CommandExits
+    """What its exit statuses mean (:mod:`jobs.runtime.exit_status`, the one rule)."""
     examples: tuple[str, ...]
     module: str
     """The module holding ``add_arguments`` and ``run``."""
@@ -41,6 +45,11 @@ class Command:
     """Whether the command may start Spark (``--executor spark|auto``): needs ``bkaudit[spark]``."""
     own_parser: bool = False
     """The command parses its own argv (``run(argv)``): no config section, no ``--help`` here."""
+
+    @property
+    def description(self) -> str:
+        """The paragraph at the top of ``bkaudit NAME --help``, ending with the exit statuses."""
+        return f"{self.about} {self.exits.sentence()}"
 
     def load(self) -> tuple[AddArguments, Runner]:
         """Import the command's module and return its flag and run functions."""
@@ -57,14 +66,15 @@ class Command:
         )
 
 
-_EXIT_FINDINGS = "Exit 0 when clean, 1 when findings exist, 2 on error."
+_REPAIR_EXITS = CommandExits(ok="done", findings="ledgers need another run")
 
 _COMMANDS = (
     Command(
         name="bookie",
         summary="run one Python bookie",
-        description="Run one BookKeeper 4.17-compatible Python bookie. All arguments go to "
+        about="Run one BookKeeper 4.17-compatible Python bookie. All arguments go to "
         "`python -m bklib.bookie` (see --help there).",
+        exits=CommandExits(ok="stopped by SIGTERM", reads_cluster=False),
         examples=("bkaudit bookie --zk 127.0.0.1:2181 --port 3181 --data-dir /var/lib/bookie",),
         module="bklib.bookie.main",
         add_arguments="",
@@ -74,8 +84,8 @@ _COMMANDS = (
     Command(
         name="audit",
         summary="audit a cluster into Delta tables (--check lost|sample|replicas|deep|pulsar)",
-        description="Write one audit run of the cluster to the Delta tables under --warehouse. "
-        "Exit 0 when the run completed (findings or not), 2 on error.",
+        about="Write one audit run of the cluster to the Delta tables under --warehouse.",
+        exits=CommandExits(ok="the run completed and read everything (findings or not)"),
         examples=(
             "bkaudit audit --zk zk1:2181/pulsar --warehouse /data/bkaudit --check replicas",
             "bkaudit audit --check lost          # zk and warehouse from conf/bkaudit.yaml",
@@ -91,8 +101,11 @@ _COMMANDS = (
     Command(
         name="listunderreplicated",
         summary="print the latest audit report",
-        description="Print the latest audit report, like BookKeeper's shell command. "
-        + _EXIT_FINDINGS,
+        about="Print the latest audit report, like BookKeeper's shell command. Over an "
+        "incomplete audit run its first line says so.",
+        exits=CommandExits(
+            ok="nothing is under-replicated", findings="under-replicated ledgers are listed"
+        ),
         examples=(
             "bkaudit listunderreplicated --warehouse /data/bkaudit",
             "bkaudit listunderreplicated --missing-replica 10.0.0.7:3181 || echo findings",
@@ -105,9 +118,10 @@ _COMMANDS = (
     Command(
         name="rereplicate",
         summary="repair what the latest audit found",
-        description="Repair what the latest audit found: fence open ledgers past the grace "
+        about="Repair what the latest audit found: fence open ledgers past the grace "
         "period, copy missing entries to replacement bookies, swap them into the metadata by "
-        "compare-and-set. Exit 0 when done, 1 when ledgers need another run, 2 on error.",
+        "compare-and-set.",
+        exits=_REPAIR_EXITS,
         examples=(
             "bkaudit rereplicate --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
             "bkaudit rereplicate --grace-period 5m --rate 20MiB",
@@ -124,9 +138,9 @@ _COMMANDS = (
     Command(
         name="recover",
         summary="re-replicate everything on given bookies",
-        description="Manual bookie recovery: re-replicate every fragment of every ledger that "
-        "uses the given bookies (open ledgers are fenced at once, as BookKeeper does). Exit 0 "
-        "when done, 1 when ledgers need another run, 2 on error.",
+        about="Manual bookie recovery: re-replicate every fragment of every ledger that "
+        "uses the given bookies (open ledgers are fenced at once, as BookKeeper does).",
+        exits=_REPAIR_EXITS,
         examples=(
             "bkaudit recover 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit --dry-run",
             "bkaudit recover 10.0.0.7:3181,10.0.0.8:3181 --target 10.0.0.9:3181",
@@ -139,9 +153,9 @@ _COMMANDS = (
     Command(
         name="decommission",
         summary="recover a stopped bookie, verify",
-        description="Decommission a stopped bookie: recover it, verify no ensemble names it any "
-        "more, then delete its cookie. Exit 0 when done, 1 when ledgers need another run, 2 on "
-        "error.",
+        about="Decommission a stopped bookie: recover it, verify no ensemble names it any "
+        "more, then delete its cookie.",
+        exits=_REPAIR_EXITS,
         examples=(
             "bkaudit decommission 10.0.0.7:3181 --zk zk1:2181 --warehouse /data/bkaudit",
             "bkaudit decommission 10.0.0.7:3181 --keep-cookie --dry-run",
@@ -154,8 +168,8 @@ _COMMANDS = (
     Command(
         name="report",
         summary="write a self-contained HTML report",
-        description="Write a self-contained HTML report (charts, stuck ledgers, latest "
-        "findings). Exit 0 when written, 2 on error.",
+        about="Write a self-contained HTML report (charts, stuck ledgers, latest findings).",
+        exits=CommandExits(ok="written", reads_cluster=False),
         examples=(
             "bkaudit report --warehouse /data/bkaudit --out report.html",
             "bkaudit report --warehouse s3a://ops/bkaudit --out /tmp/r.html --runs 90",
@@ -168,10 +182,13 @@ _COMMANDS = (
     Command(
         name="whatif",
         summary="may these bookies (or this rack) stop now?",
-        description="What fails if the given bookies, or every bookie of a rack, fail next: "
+        about="What fails if the given bookies, or every bookie of a rack, fail next: "
         "ledgers and entries below AQ, data lost, open ledgers whose writer could not replace "
-        "them, and their topics. Prints SAFE or UNSAFE; with --exit-code exit 0 SAFE, "
-        "1 UNSAFE; 2 on error.",
+        "them, and their topics. Prints SAFE or UNSAFE.",
+        exits=CommandExits(
+            ok="SAFE (without --exit-code: when the report was printed)",
+            findings="UNSAFE, with --exit-code",
+        ),
         examples=(
             "bkaudit whatif --zk zk1:2181/pulsar --bookie 10.0.0.7:3181 --exit-code",
             "bkaudit whatif --zk zk1:2181/pulsar --rack /rack-a --warehouse /data/bkaudit",
@@ -183,8 +200,9 @@ _COMMANDS = (
     Command(
         name="blastradius",
         summary="blast radius of every bookie and rack into Delta",
-        description="Compute what each bookie and each rack failing alone would do, in one "
-        "pass, into the blast_radius table. Exit 0 when written, 2 on error.",
+        about="Compute what each bookie and each rack failing alone would do, in one "
+        "pass, into the blast_radius table.",
+        exits=CommandExits(ok="written"),
         examples=(
             "bkaudit blastradius --zk zk1:2181/pulsar --warehouse /data/bkaudit",
             "bkaudit blastradius --executor spark --zk zk1:2181 --warehouse s3a://ops/bkaudit",
@@ -197,9 +215,10 @@ _COMMANDS = (
     Command(
         name="triage",
         summary="why each NO_REPLICA or stuck ledger cannot be repaired",
-        description="Classify each unrecoverable ledger of the latest audit (write quorum 1, "
+        about="Classify each unrecoverable ledger of the latest audit (write quorum 1, "
         "deleted, entries lost on every replica, no replacement bookie) with its topic and "
-        "age, into the triage table. Exit 0 nothing to triage, 1 ledgers triaged, 2 on error.",
+        "age, into the triage table.",
+        exits=CommandExits(ok="there is nothing to triage", findings="ledgers were triaged"),
         examples=(
             "bkaudit triage --warehouse /data/bkaudit --zk zk1:2181/pulsar",
             "bkaudit triage --warehouse /data/bkaudit       # from the audit's own rows",
@@ -211,10 +230,11 @@ _COMMANDS = (
     Command(
         name="watch",
         summary="run continuously: repair lost bookies, audit on a schedule, export metrics",
-        description="Run until SIGTERM: elect a leader among instances, react to lost bookies "
+        about="Run until SIGTERM: elect a leader among instances, react to lost bookies "
         "after lostBookieRecoveryDelay (audit, mark, repair, re-audit into the Delta tables), "
-        "run periodic audits, and serve Prometheus metrics, /healthz and /readyz. Exit 0 on "
-        "SIGTERM, 2 when it cannot start.",
+        "run periodic audits, and serve Prometheus metrics, /healthz and /readyz (red after "
+        "a cycle whose audit missed something).",
+        exits=CommandExits(ok="stopped by SIGTERM", reads_cluster=False),
         examples=(
             "bkaudit watch --zk zk1:2181/pulsar --warehouse /data/bkaudit --metrics-port 9464",
             "bkaudit watch --every lost=1h,sample=24h --lost-bookie-recovery-delay 60s "
@@ -227,10 +247,12 @@ _COMMANDS = (
     Command(
         name="status",
         summary="bookies, marks, watch leader, Java Auditor, last audits",
-        description="One screen of cluster state: writable, readonly and down bookies, "
+        about="One screen of cluster state: writable, readonly and down bookies, "
         "under-replicated ledgers from BookKeeper's marks, the watch leader, the Java Auditor, "
-        "the disable flag and the age of each check's last audit. Exit 0 nothing marked or "
-        "down, 1 otherwise, 2 error.",
+        "the disable flag and the age of each check's last audit.",
+        exits=CommandExits(
+            ok="nothing is marked or down", findings="ledgers are marked or bookies down"
+        ),
         examples=(
             "bkaudit status --zk zk1:2181/pulsar --warehouse /data/bkaudit",
             "bkaudit status --zk zk1:2181/pulsar --format json",
@@ -242,10 +264,12 @@ _COMMANDS = (
     Command(
         name="orphans",
         summary="delete ledgers Pulsar no longer lists",
-        description="Delete orphan ledgers: ledgers whose Pulsar owner (managed ledger, "
+        about="Delete orphan ledgers: ledgers whose Pulsar owner (managed ledger, "
         "cursor, schema) no longer lists them, older than --older-than, found by two reads "
-        "--delay apart that agree. Every deletion is recorded in replication_actions. Exit 0 "
-        "when all agreed orphans were deleted, 1 when some were not, 2 on error.",
+        "--delay apart that agree. Every deletion is recorded in replication_actions.",
+        exits=CommandExits(
+            ok="all agreed orphans were deleted", findings="some agreed orphans were not"
+        ),
         examples=(
             "bkaudit orphans delete --metadata-uri metadata-store:zk:zk1:2181 "
             "--warehouse /data/bkaudit --older-than 7d --dry-run",
@@ -258,9 +282,10 @@ _COMMANDS = (
     Command(
         name="maintain",
         summary="delete old runs, compact, vacuum, migrate the Delta tables",
-        description="Keep the Delta tables healthy: delete runs older than --keep (keeping the "
+        about="Keep the Delta tables healthy: delete runs older than --keep (keeping the "
         "latest run of each check and every run with open findings), compact small files, "
-        "vacuum; --migrate relays old tables out by run_date. Exit 0 when done, 2 on error.",
+        "vacuum; --migrate relays old tables out by run_date.",
+        exits=CommandExits(ok="done", reads_cluster=False),
         examples=(
             "bkaudit maintain --warehouse /data/bkaudit --keep 30d --dry-run",
             "bkaudit maintain --warehouse /data/bkaudit --migrate      # once, after upgrading",
@@ -273,9 +298,10 @@ _COMMANDS = (
     Command(
         name="sandbox",
         summary="start, stop or inspect a local cluster",
-        description="A local cluster on loopback: a real ZooKeeper (or Oxia, with --metadata "
+        about="A local cluster on loopback: a real ZooKeeper (or Oxia, with --metadata "
         "oxia) and N Python bookies, kept running after the command returns. State lives in "
-        "--dir. Exit 0 when done, 2 on error.",
+        "--dir.",
+        exits=CommandExits(ok="done", reads_cluster=False),
         examples=(
             "bkaudit sandbox up --bookies 5 --dir sandbox-data",
             "bkaudit sandbox up --metadata oxia --dir sandbox-oxia",
@@ -289,9 +315,13 @@ _COMMANDS = (
     Command(
         name="demo",
         summary="run the whole story on a throw-away sandbox",
-        description="Start a sandbox, write a workload, lose a bookie, find what is "
-        "under-replicated, repair it, re-audit, read everything back, and clean up. Exit 0 "
-        "when every step behaved as expected.",
+        about="Start a sandbox, write a workload, lose a bookie, find what is "
+        "under-replicated, repair it, re-audit, read everything back, and clean up.",
+        exits=CommandExits(
+            ok="every step behaved as expected",
+            findings="a step did not",
+            reads_cluster=False,
+        ),
         examples=("bkaudit demo", "bkaudit demo --ledgers 1000 --bookies 7 --dir /tmp/demo"),
         module="jobs.commands.demo",
         add_arguments="add_demo_arguments",

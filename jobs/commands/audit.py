@@ -13,7 +13,9 @@ and the load into ``audit_runs``, ``ledgers``, ``bookies`` and ``underreplicated
 The steps are :mod:`bklib.audit`'s; ``--executor`` picks where they run (:mod:`jobs.runs.executor`):
 in this process (:mod:`jobs.local.audit`) or on Spark (:mod:`jobs.spark.audit_job`).
 
-Exit status: 0 when the run completed (findings or not), 2 on error.
+Exit status (:mod:`jobs.runtime.exit_status`): 0 when the run completed and read everything
+(findings or not), 2 on an operator error, 3 when the run missed something (COMPLETED_WITH_ERRORS,
+or a run that failed part-way, e.g. on an expired session).
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
+from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
-from jobs.options.units import parse_percentage, parse_rate
+from jobs.options.units import parse_duration, parse_percentage, parse_rate
 from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
     DEFAULT_READ_RATE,
@@ -45,6 +48,7 @@ from jobs.runs.executor import (
     choose_executor,
     limits_from_args,
 )
+from jobs.runtime.exit_status import ExitStatus, for_run_status
 from jobs.runtime.messages import one_line
 
 __all__ = ["AuditConfig", "add_audit_arguments", "main", "run_audit"]
@@ -92,11 +96,17 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
     parser.add_argument(
         "--read-timeout",
-        type=float,
+        type=parse_duration,
         default=5.0,
-        help="seconds to wait for a bookie answer; a list-entries timeout switches to probing",
+        help="how long to wait for a bookie's answer (e.g. 5s, 500ms); a list-entries timeout "
+        "switches to probing",
     )
-    parser.add_argument("--connect-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--connect-timeout",
+        type=parse_duration,
+        default=5.0,
+        help="how long to wait for a bookie connection (e.g. 5s)",
+    )
     parser.add_argument(
         "--scan-in-flight",
         type=int,
@@ -143,7 +153,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
-    """Run one audit from parsed arguments; 0 when the run completed, 2 on error.
+    """Run one audit from parsed arguments; its :class:`ExitStatus`.
 
     A caller that hands in a SparkSession gets Spark under ``--executor auto``.
     """
@@ -164,7 +174,7 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
     except Exception as exc:  # no session, no run: one line, exit 2, nothing recorded
         log.debug("audit could not start", exc_info=True)
         print(f"audit: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     with session:
         return _run_with(args, config, session, requested, spark)
 
@@ -188,11 +198,11 @@ def _run_with(
         )
     except LocalTooBigError as exc:
         print(f"audit: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     except Exception as exc:
         log.debug("audit could not start", exc_info=True)
         print(f"audit: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     log.info(
         "audit: check %s of %s into %s, executor %s (%s)",
         config.check,
@@ -236,18 +246,17 @@ def _run_local(config: AuditConfig, plan: ScanPlan, session: MetadataStore) -> i
     except delta.TableError as exc:
         log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
         print(f"audit: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     except Exception as exc:
         log.debug("audit run %s failed", job.run.run_id, exc_info=True)
         _failed(job.run, exc)
         try:
             delta.append_rows(config.warehouse, AUDIT_RUNS, [job.run.as_row()])
-        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 2
+        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 3
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
-        return 2
-    print(summary_line(run.run_id, run.status, run.counts, run.executor))
-    return 0
+        return ExitStatus.INCOMPLETE
+    return _finished(run)
 
 
 def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | None) -> int:
@@ -266,20 +275,31 @@ def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | No
     except TableError as exc:  # a warehouse this bkaudit may not write: nothing to record in it
         log.debug("audit run %s: warehouse refused", job.run.run_id, exc_info=True)
         print(f"audit: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     except Exception as exc:
         log.debug("audit run %s failed", job.run.run_id, exc_info=True)
         _failed(job.run, exc)
         try:
             load.write_run_record(spark, config.warehouse, job.run)
-        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 2
+        except Exception as exc2:  # noqa: BLE001 - the run still ends FAILED, exit 3
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.INCOMPLETE
     finally:
         job.close()
+    return _finished(run)
+
+
+def _finished(run: Any) -> ExitStatus:
+    """Print the run's summary line; a run that missed something exits 3, never 0."""
     print(summary_line(run.run_id, run.status, run.counts, run.executor))
-    return 0
+    status = for_run_status(run.status)
+    if status != ExitStatus.OK:
+        print(
+            f"audit {run.run_id} is incomplete ({run.status}): {incomplete_reasons(run.counts)}",
+            file=sys.stderr,
+        )
+    return status
 
 
 def _failed(run: Any, exc: BaseException) -> None:

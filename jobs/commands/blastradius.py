@@ -38,6 +38,7 @@ from jobs.commands.whatif import (
     read_cluster,
 )
 from jobs.runtime.cores import usable_cores
+from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 
 __all__ = [
@@ -199,11 +200,11 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
         delta.append_rows(args.warehouse, BLAST_RADIUS, rows)
     except (LocalTooBigError, UsageError) as exc:
         print(f"blastradius: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     except Exception as exc:
         log.debug("blastradius failed", exc_info=True)
         print(f"blastradius: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     worst = [r for r in rows if r["entries_lost"] or r["ledgers_below_aq"]]
     print(
         f"blastradius {run_id}: {sum(r['scope'] == Scope.BOOKIE for r in rows)} bookies, "
@@ -215,8 +216,8 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
         for gap in coverage.notes():
             log.warning("blastradius %s: %s", run_id, gap)
             print(f"blastradius: INCOMPLETE: {gap}; the figures are a lower bound", file=sys.stderr)
-        return 1
-    return 0
+        return ExitStatus.INCOMPLETE
+    return ExitStatus.OK
 
 
 def _spark_scopes(

@@ -27,6 +27,8 @@ from bklib.meta.store import LedgerStore
 from bklib.meta.stores import open_store
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
+from jobs.options.units import parse_duration
+from jobs.runtime.exit_status import ExitStatus
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +160,10 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--bookies", type=int, default=5)
     parser.add_argument("--ledgers", type=int, default=200)
     parser.add_argument(
-        "--grace-period", default="0s", help="rereplicate's grace period for open ledgers"
+        "--grace-period",
+        type=parse_duration,
+        default=0.0,
+        help="rereplicate's grace period for open ledgers (e.g. 0s, 30s)",
     )
     return parser
 
@@ -172,7 +177,7 @@ def run_demo(args: argparse.Namespace) -> int:
     missing = prepare_zookeeper()
     if missing is not None:
         print(f"demo: {missing}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     # Tables and step lines in order with the log lines when the output is a pipe or a file.
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
@@ -233,18 +238,18 @@ def run_demo(args: argparse.Namespace) -> int:
             _step(
                 7,
                 total,
-                f"bkaudit rereplicate --grace-period {args.grace_period} (executor auto: "
+                f"bkaudit rereplicate --grace-period {args.grace_period:g}s (executor auto: "
                 "in-process at this size; the demo's open ledgers have dead writers)",
             )
             ns = add_repair_arguments(argparse.ArgumentParser()).parse_args(
                 [
                     *("--zk", sb.zk_connect, "--warehouse", str(warehouse)),
-                    *("--grace-period", args.grace_period),
+                    *("--grace-period", f"{args.grace_period:g}s"),
                 ]
             )
             repaired = run_rereplicate(ns)
             for _ in range(3):  # WAITING_GRACE: wait the grace period out, as a schedule would
-                if repaired != 1:
+                if repaired != ExitStatus.FINDINGS:
                     break
                 time.sleep(ns.grace_period + 1)
                 repaired = run_rereplicate(ns)
@@ -273,4 +278,4 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
-    return 0 if ok else 1
+    return ExitStatus.OK if ok else ExitStatus.FINDINGS

@@ -30,11 +30,13 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bklib.audit.completeness import incomplete_reasons
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
 from bklib.repair.outcome import REPAIRED, RESOLVED
-from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, RunStatus, Severity
 from jobs.reports.arrow_queries import repair_status_of
+from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS
 
@@ -182,9 +184,12 @@ def format_report(
     repairs: RepairsSince | None = None,
 ) -> str:
     """The report text for one run's fragments (a table of :data:`FRAGMENT_COLUMNS`) and
-    unreadable znodes; ``repairs`` says what happened to each ledger since."""
+    unreadable znodes; ``repairs`` says what happened to each ledger since. Over a run that
+    missed something the first line says so, and "no under-replicated ledgers" is never said."""
     repairs = repairs or RepairsSince()
-    lines = [
+    missed = incomplete_line(run)
+    lines = [] if missed is None else [missed]
+    lines += [
         f"audit run {run['run_id']}: check {run['check']}, {run['status']}, "
         f"finished {run['finished_at']:%Y-%m-%d %H:%M:%S} UTC, zk {run['zk']}"
         if run.get("finished_at")
@@ -207,7 +212,7 @@ def format_report(
             f"unreadable metadata: ledger {e['ledger_id']} at {e['znode_path']}: {e['error']}"
         )
     ledgers = set(ledger_ids)
-    if not ledgers and not errors:
+    if not ledgers and not errors and missed is None:
         lines.append("no under-replicated ledgers")
     else:
         label = Severity.worst(_text(fragments, "severity").to_pylist())
@@ -225,6 +230,18 @@ def format_report(
     return "\n".join(lines)
 
 
+def incomplete_line(run: dict[str, Any]) -> str | None:
+    """The first line of a listing over a run that missed something (any status but
+    COMPLETED), or None over a complete one: what it could not read is not listed."""
+    if run["status"] == RunStatus.COMPLETED:
+        return None
+    return (
+        f"INCOMPLETE: audit run {run['run_id']} is {run['status']} "
+        f"({incomplete_reasons(run.get('counts') or {})}); ledgers it could not read are not "
+        "listed, so this is not a clean bill: fix the cause and run `bkaudit audit` again"
+    )
+
+
 NO_TOPIC = "(no topic)"
 
 
@@ -239,7 +256,9 @@ def format_by_topic(
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in fragments:
         by_topic[f.get("topic") or NO_TOPIC].append(f)
-    lines = [f"audit run {run['run_id']}: check {run['check']}, {run['status']}, by topic"]
+    missed = incomplete_line(run)
+    lines = [] if missed is None else [missed]
+    lines.append(f"audit run {run['run_id']}: check {run['check']}, {run['status']}, by topic")
 
     def worst(fs: list[dict[str, Any]]) -> str:
         return Severity.worst(f["severity"] for f in fs)
@@ -260,7 +279,7 @@ def format_by_topic(
         lines.append(
             "\tledgers: " + " ".join(map(str, ledgers[:50])) + (" ..." if len(ledgers) > 50 else "")
         )
-    if not by_topic:
+    if not by_topic and missed is None:
         lines.append("no under-replicated ledgers")
     else:
         named = len([t for t in by_topic if t != NO_TOPIC])
@@ -333,18 +352,18 @@ def list_underreplicated(
     out: TextIO | None = None,
     by_topic: bool = False,
 ) -> int:
-    """Print the report of the latest completed run (or ``run_id``): 0 clean, 1 findings,
+    """Print the report of the latest finished run (or ``run_id``): 0 clean, 1 findings,
     2 on error (no warehouse, no such run, a table that cannot be read), with one line on
-    stderr saying why."""
+    stderr saying why, and 3 when that run missed something (:func:`incomplete_line`)."""
     try:
         if _is_missing_dir(warehouse):
             print(f"listunderreplicated: no warehouse at {warehouse}", file=sys.stderr)
-            return 2
+            return ExitStatus.OPERATOR_ERROR
         run = delta.latest_run(warehouse, run_id)
         if run is None:
             what = f"run {run_id}" if run_id else "completed audit run"
             print(f"listunderreplicated: no {what} in {warehouse}", file=sys.stderr)
-            return 2
+            return ExitStatus.OPERATOR_ERROR
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="listing-read") as pool:
             # The reads that need no fragment run beside the ones that do: Arrow's scans
             # release the GIL, and a month of history makes each take a few tenths of a second.
@@ -365,7 +384,7 @@ def list_underreplicated(
     except Exception as exc:  # TableProtocolError, unreadable files, bad URIs: one line each
         log.debug("listunderreplicated could not read %s", warehouse, exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     if by_topic:
         print(format_by_topic(run, delta.arrow_rows(frags), repairs), file=out or sys.stdout)
         if pulsar:
@@ -382,7 +401,10 @@ def list_underreplicated(
         for topic in stale:
             print(f"  {operator_command(topic)}", file=out or sys.stdout)
     left = {lid for lid in frags["ledger_id"].to_pylist() if not repairs.resolved(lid)}
-    return 1 if left or errors else 0
+    return worst(
+        ExitStatus.FINDINGS if left or errors else ExitStatus.OK,
+        for_run_status(run["status"]),
+    )
 
 
 def list_live(
@@ -412,7 +434,7 @@ def list_live(
     except Exception as exc:
         log.debug("listunderreplicated --live failed", exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     stream = out or sys.stdout
     if count_only:
         print(len(marks), file=stream)
@@ -424,7 +446,7 @@ def list_live(
             if m.lock_holder:
                 print(f"\tReplicationWorkerId : {m.lock_holder}", file=stream)
         print(f"{len(marks)} ledgers marked under-replicated in {zk_hosts}", file=stream)
-    return 1 if marks else 0
+    return ExitStatus.FINDINGS if marks else ExitStatus.OK
 
 
 def run_listunderreplicated(args: argparse.Namespace) -> int:
@@ -434,7 +456,7 @@ def run_listunderreplicated(args: argparse.Namespace) -> int:
         if args.live:
             if not args.zk:
                 print("listunderreplicated: --live needs --zk", file=sys.stderr)
-                return 2
+                return ExitStatus.OPERATOR_ERROR
             return list_live(
                 args.zk,
                 ledgers_root=args.ledgers_root,
@@ -444,7 +466,7 @@ def run_listunderreplicated(args: argparse.Namespace) -> int:
             )
         if not args.warehouse:
             print("listunderreplicated: --warehouse is required (or --live)", file=sys.stderr)
-            return 2
+            return ExitStatus.OPERATOR_ERROR
         return list_underreplicated(
             args.warehouse,
             missing_replica=args.missing_replica,
@@ -454,4 +476,4 @@ def run_listunderreplicated(args: argparse.Namespace) -> int:
     except Exception as exc:  # formatting a malformed row, say: still one line, exit 2
         log.debug("listunderreplicated failed", exc_info=True)
         print(f"listunderreplicated: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TextIO
 
 from jobs.options.units import parse_duration
+from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 
 if TYPE_CHECKING:
@@ -233,9 +234,9 @@ def run_maintain(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(
             f"maintain: {text.strip().splitlines()[0] if text.strip() else text}", file=sys.stderr
         )
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     log.info("maintain: done in %.1fs", time.monotonic() - t0)
-    return 0
+    return ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

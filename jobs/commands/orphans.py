@@ -34,6 +34,7 @@ from bklib.meta.stores import open_store
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
+from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 
 __all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
@@ -153,7 +154,7 @@ def run_orphans(args: argparse.Namespace) -> int:
             "ledger before it lists it",
             file=sys.stderr,
         )
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     try:
         delta.check_writable(args.warehouse, (ACTIONS,))
         require_cluster(args.zk, args.ledgers_root, args.zk_auth)
@@ -164,7 +165,7 @@ def run_orphans(args: argparse.Namespace) -> int:
     except Exception as exc:  # one line for the operator; nothing was deleted
         log.debug("orphans failed", exc_info=True)
         print(f"orphans: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     agreed = agreed_orphans(first, second)
     rows: list[dict[str, Any]] = []
     try:
@@ -172,7 +173,7 @@ def run_orphans(args: argparse.Namespace) -> int:
     except Exception as exc:  # ZooKeeper lost mid-way: what was deleted is still recorded
         log.debug("orphans stopped", exc_info=True)
         print(f"orphans: stopped after {len(rows)} ledgers: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     finally:
         if rows:
             delta.append_rows(args.warehouse, ACTIONS, rows)
@@ -189,7 +190,7 @@ def run_orphans(args: argparse.Namespace) -> int:
         print(
             f"  ledger {r['ledger_id']:<12} {r['status']:<8} {r['topic'] or '-'} {r['error'] or ''}"
         )
-    return 0 if len(done) == len(agreed) else 1
+    return ExitStatus.OK if len(done) == len(agreed) else ExitStatus.FINDINGS
 
 
 def _delete(

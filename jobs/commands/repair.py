@@ -39,6 +39,7 @@ from jobs.runs.executor import (
     limits_from_args,
 )
 from jobs.runs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
+from jobs.runtime.exit_status import ExitStatus, worst
 from jobs.runtime.messages import one_line
 
 log = logging.getLogger("jobs.commands.repair")
@@ -191,53 +192,72 @@ def _execute(
     return job.execute(reqs), job.run_id
 
 
-def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | None]:
-    """Build the requests and run them; (exit status, run id). Errors are one line, 2."""
+def _requests(
+    mode: str, config: RepairConfig, local: Any
+) -> tuple[list[LedgerRequest] | None, Any]:
+    """The run's requests (None: no audit run to repair from) and, for recover and
+    decommission, the account of the scan that found the ledgers naming the bookies."""
+    from jobs.local.repair import scan_views
+
+    if mode != MODE_REREPLICATE:
+        views, account = scan_views(config)
+        reqs = local.requests_for_bookies(views)
+        for b in local.unnamed:
+            print(
+                f"{mode}: warning: no ledger's ensemble names bookie {b}; check the id "
+                "(host:port as the bookie registers it)",
+                file=sys.stderr,
+            )
+        return reqs, account
+    reqs = local.requests_from_audit()
+    if reqs is None:
+        return None, None
+    if not config.fix_placement:
+        reqs += local.requests_for_marks(reqs)
+    if local.placement_skipped and not config.fix_placement:
+        print(
+            f"{mode}: {local.placement_skipped} placement violations of the audit are "
+            "not under-replication and are left alone; `rereplicate --fix-placement` "
+            "moves replicas to satisfy the rack rule"
+        )
+    return reqs, None
+
+
+def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[ExitStatus, str | None]:
+    """Build the requests and run them; (exit status, run id). An error before any work is
+    one line and 2; a run that started and could not finish, or could not read every ledger
+    that may name its bookies, is 3 (:mod:`jobs.runtime.exit_status`)."""
     from bklib.audit.engine import require_cluster
-    from jobs.local.repair import LocalRepair, scan_views
+    from jobs.local.repair import LocalRepair
 
     args.mode = mode
     config = RepairConfig.from_args(args, mode)
     local = LocalRepair(config)
-    account = None
     try:
         from jobs.options.pulsar import admin_settings
 
         admin = admin_settings(args)
         # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
         require_cluster(config.zk, config.ledgers_root, config.zk_auth)
-        if mode == MODE_REREPLICATE:
-            if config.fix_placement:
-                _require_racks(config)
-            reqs = local.requests_from_audit()
-            if reqs is None:
-                print(
-                    f"no completed audit run in {config.warehouse}; run `bkaudit audit` first",
-                    file=sys.stderr,
-                )
-                return 2, None
-            if not config.fix_placement:
-                reqs += local.requests_for_marks(reqs)
-            if local.placement_skipped and not config.fix_placement:
-                print(
-                    f"{mode}: {local.placement_skipped} placement violations of the audit are "
-                    "not under-replication and are left alone; `rereplicate --fix-placement` "
-                    "moves replicas to satisfy the rack rule"
-                )
-        else:
-            views, account = scan_views(config)
-            reqs = local.requests_for_bookies(views)
-            for b in local.unnamed:
-                print(
-                    f"{mode}: warning: no ledger's ensemble names bookie {b}; check the id "
-                    "(host:port as the bookie registers it)",
-                    file=sys.stderr,
-                )
-        rows, run_id = _execute(config, args, spark, reqs, local)
-    except Exception as exc:
-        log.debug("%s run failed", mode, exc_info=True)
+        if mode == MODE_REREPLICATE and config.fix_placement:
+            _require_racks(config)
+    except Exception as exc:  # before any work: an operator error
+        log.debug("%s could not start", mode, exc_info=True)
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
-        return 2, None
+        return ExitStatus.OPERATOR_ERROR, None
+    try:
+        reqs, account = _requests(mode, config, local)
+        if reqs is None:
+            print(
+                f"no completed audit run in {config.warehouse}; run `bkaudit audit` first",
+                file=sys.stderr,
+            )
+            return ExitStatus.OPERATOR_ERROR, None
+        rows, run_id = _execute(config, args, spark, reqs, local)
+    except Exception as exc:  # the run started and did not finish: what it did is recorded
+        log.debug("%s run failed", mode, exc_info=True)
+        print(f"{mode}: {one_line(exc)}; run {mode} again", file=sys.stderr)
+        return ExitStatus.INCOMPLETE, None
     status = print_summary(mode, run_id, rows)
     from jobs.runs.pulsar_unload import report_unloads, unload_changed_topics
 
@@ -263,7 +283,7 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         # exit 1, and the line says why.
         log.debug("topic unloads after %s %s failed", mode, run_id, exc_info=True)
         print(f"  Pulsar topic unloads not done: {one_line(exc)}")
-        status = max(status, 1)
+        status = worst(status, ExitStatus.FINDINGS)
     if local.unreadable:
         # Fail closed: a ledger we cannot parse may still name the bookie.
         print(
@@ -272,11 +292,11 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[int, str | No
         )
         for v in local.unreadable[:20]:
             print(f"    ledger {v.ledger_id}: {v.error}")
-        status = max(status, 1)
+        status = worst(status, ExitStatus.INCOMPLETE)
     if account is not None and not account.complete:
         # Fail closed: ledgers the scan lost may name the bookie too.
         print(f"  the metadata scan was incomplete: {account.describe()}; run {mode} again")
-        status = max(status, 1)
+        status = worst(status, ExitStatus.INCOMPLETE)
     return status, run_id
 
 
@@ -313,7 +333,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     (bookie,) = config.bookies or ("",)
     if not bookie or len(config.bookies) != 1:
         print("decommission takes exactly one bookie id", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     zk = open_store(config.zk, auth=config.zk_auth)
     try:
         if list_bookies(zk, config.ledgers_root).is_available(bookie):
@@ -322,7 +342,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
                 "decommission a running bookie too)",
                 file=sys.stderr,
             )
-            return 2
+            return ExitStatus.OPERATOR_ERROR
         status, run_id = _run(MODE_DECOMMISSION, args, spark)
         if run_id is None or config.settings.dry_run:
             return status
@@ -330,7 +350,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
         remaining = [v for v in views if not v.ok or bookie in v.bookies()]
         if not account.complete:
             print(f"decommission of {bookie} unverified: {account.describe()}; its cookie is kept")
-            return 1
+            return ExitStatus.INCOMPLETE
         if remaining:
             print(
                 f"decommission of {bookie} incomplete: {len(remaining)} ledgers still name it "
@@ -342,11 +362,12 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
                     continue
                 segs = [s.first_entry_id for s in v.segments or () if bookie in s.ensemble]
                 print(f"  ledger {v.ledger_id} ({v.state}) segments {segs}")
-            return 1
+            unreadable = any(not v.ok for v in remaining)
+            return ExitStatus.INCOMPLETE if unreadable else ExitStatus.FINDINGS
         if not args.keep_cookie:
             delete_cookie(zk, bookie, config.ledgers_root)
         print(f"decommission of {bookie} complete: no ledger names it")
-        return 0
+        return ExitStatus.OK
     finally:
         zk.close()
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from jobs.reports.data import DEFAULT_MAX_FINDINGS, DEFAULT_TITLE, collect_report_data
 from jobs.reports.page import render_html
 from jobs.reports.queries import DEFAULT_RUNS
+from jobs.runtime.exit_status import ExitStatus
 
 __all__ = ["add_report_arguments", "main", "run_report"]
 
@@ -78,19 +79,19 @@ def run_report(args: argparse.Namespace) -> int:
         if data is None:
             what = f"audit run {args.run_id}" if args.run_id else "completed audit run"
             print(f"report: no {what} in {args.warehouse}", file=sys.stderr)
-            return 2
+            return ExitStatus.OPERATOR_ERROR
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_html(data), encoding="utf-8")
     except Exception as exc:  # TableProtocolError, unreadable tables, unwritable --out
         log.debug("report failed", exc_info=True)
         print(f"report: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     print(
         f"report of run {data.run['run_id']}: {len(data.findings)} fragments, "
         f"{len(data.stuck)} stuck ledgers -> {out}"
     )
-    return 0
+    return ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

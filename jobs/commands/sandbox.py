@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import cast
 
+from jobs.runtime.exit_status import ExitStatus
+
 __all__ = ["DEFAULT_SANDBOX_DIR", "add_sandbox_arguments", "prepare_zookeeper", "run_sandbox"]
 
 DEFAULT_SANDBOX_DIR = Path("sandbox-data")
@@ -79,7 +81,7 @@ def run_sandbox(args: argparse.Namespace) -> int:
             missing = prepare_zookeeper() if args.metadata != OXIA else None
             if missing is not None:
                 print(f"sandbox: {missing}", file=sys.stderr)
-                return 2
+                return ExitStatus.OPERATOR_ERROR
             return _up(args)
         if args.action == "down":
             from bklib.testing.sandbox import stop_detached
@@ -90,8 +92,8 @@ def run_sandbox(args: argparse.Namespace) -> int:
             _status(Path(args.dir))
     except (SandboxError, ZooKeeperUnavailable, OxiaUnavailable) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return ExitStatus.OPERATOR_ERROR
+    return ExitStatus.OK
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -100,7 +102,7 @@ def _up(args: argparse.Namespace) -> int:
     base = Path(args.dir)
     if (base / "sandbox.json").exists():
         print(f"a sandbox is already recorded in {base}; run `bkaudit sandbox down` first")
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     sb = Sandbox(
         base,
         num_bookies=args.bookies,
@@ -125,7 +127,7 @@ def _up(args: argparse.Namespace) -> int:
     )
     if sb.client_tls is not None:
         print("bookie TLS: add " + " ".join(client_tls_flags(sb.client_tls)))
-    return 0
+    return ExitStatus.OK
 
 
 def _status(base: Path) -> None:

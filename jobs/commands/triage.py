@@ -34,6 +34,7 @@ from bklib.states import (
     Severity,
 )
 from bklib.tls import TlsSettings
+from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 
 __all__ = ["add_triage_arguments", "collect_triage", "run_triage"]
@@ -288,7 +289,7 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except Exception as exc:
         log.debug("triage failed", exc_info=True)
         print(f"triage: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     for r in rows:
         print(
             f"{r['ledger_id']}\t{r['class']}\t{r['topic'] or '-'}\t{_age(r['age_seconds'])}"
@@ -307,4 +308,4 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
         counts[r["class"]] += 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to triage"
     print(f"triage of audit {audit}: {len(rows)} ledgers ({summary})", file=stream)
-    return 1 if rows else 0
+    return ExitStatus.FINDINGS if rows else ExitStatus.OK

@@ -24,6 +24,7 @@ from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
+from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
@@ -267,7 +268,7 @@ def run_watch(args: argparse.Namespace) -> int:
         pulsar_admin = admin_settings(args)
     except (ValueError, OSError) as exc:
         print(f"watch: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     config = watch_config(args, pulsar_admin)
     try:
         service = WatchService(config)
@@ -288,7 +289,7 @@ def run_watch(args: argparse.Namespace) -> int:
     except Exception as exc:
         log.debug("watch failed", exc_info=True)
         print(f"watch: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
 
 
 # ---- status -----------------------------------------------------------------------------------
@@ -384,11 +385,11 @@ def run_status(args: argparse.Namespace) -> int:
     except Exception as exc:
         log.debug("status failed", exc_info=True)
         print(f"status: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     attention = bool(st["marked_ledgers"] or st["down"] or st["lost"])
     if args.format == "json":
         print(json.dumps(st, indent=2, sort_keys=True))
-        return 1 if attention else 0
+        return ExitStatus.FINDINGS if attention else ExitStatus.OK
     print(
         f"bookies: {len(st['writable'])} writable, {len(st['readonly'])} readonly, "
         f"{len(st['down'])} down (cookie, not registered), {len(st['lost'])} lost (marked, "
@@ -432,4 +433,4 @@ def run_status(args: argparse.Namespace) -> int:
             for check, r in st["last_audits"].items()
         ]
         print("last audits: " + ", ".join(parts))
-    return 1 if attention else 0
+    return ExitStatus.FINDINGS if attention else ExitStatus.OK

@@ -53,6 +53,7 @@ from bklib.states import (
     Reason,
     Verdict,
 )
+from jobs.runtime.exit_status import ExitStatus, worst
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.messages import one_line
 
@@ -382,11 +383,13 @@ def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(format_whatif(res, state, args.max_ledgers), file=out or sys.stdout)
     except (UsageError, RacksFormatError) as exc:
         print(f"whatif: {exc}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
     except Exception as exc:  # no cluster, unreadable tables: one line each
         log.debug("whatif failed", exc_info=True)
         print(f"whatif: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return ExitStatus.OPERATOR_ERROR
+    # Unread ledgers make the verdict UNSAFE (fail closed) and the run incomplete: never 0.
+    missed = ExitStatus.OK if state.coverage.complete else ExitStatus.INCOMPLETE
     if args.exit_code and res.verdict == Verdict.UNSAFE:
-        return 1
-    return 0
+        return worst(ExitStatus.FINDINGS, missed)
+    return missed

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from bklib.audit.capabilities import ProbeCandidates
 from bklib.audit.classify import keep_still_current, summarize
+from bklib.audit.completeness import run_status
 from bklib.audit.engine import (
     ScanPlan,
     bookie_rows,
@@ -46,7 +47,7 @@ from jobs.local.scan_shard import (
     split_bounds,
     split_dirs,
 )
-from jobs.runs.audit_run import log_metadata, run_status
+from jobs.runs.audit_run import log_metadata
 from jobs.runs.placement import (
     PlacementPass,
     final_placement_counts,

@@ -15,12 +15,12 @@ from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.meta.stores.zookeeper.security import ZkAuth
-from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, Reason, RunStatus
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey
 from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args
 from jobs.runs.placement import placement_note
 
-__all__ = ["AuditConfig", "log_metadata", "run_status", "summary_line"]
+__all__ = ["AuditConfig", "log_metadata", "summary_line"]
 
 DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
@@ -86,18 +86,6 @@ class AuditConfig:
             placement_rule=rule_from_args(args),
             tls=getattr(args, "bookie_tls", None),
         )
-
-
-def run_status(counts: Mapping[str, int]) -> str:
-    """COMPLETED, or COMPLETED_WITH_ERRORS when some znode was unreadable, some bookie did not
-    answer, or the scan read a different number of ledgers than the directories announced for
-    no recorded reason: what could not be read is never reported as fine."""
-    errors = (
-        counts.get(CountKey.METADATA_ERRORS, 0)
-        + counts.get(CountKey.reason(Reason.BOOKIE_UNREACHABLE), 0)
-        + counts.get(CountKey.LEDGERS_UNACCOUNTED, 0)
-    )
-    return RunStatus.COMPLETED_WITH_ERRORS if errors else RunStatus.COMPLETED
 
 
 def summary_line(run_id: str, status: str, counts: Mapping[str, int], executor: str) -> str:

@@ -46,6 +46,7 @@ from bklib.pulsar.references import (
 )
 from bklib.pulsar.topics import InvalidTopicName, parse_topic
 from bklib.states import PulsarFinding, RunStatus, Severity
+from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
 from jobs.runtime.messages import one_line
 
 __all__ = [
@@ -106,7 +107,8 @@ class PulsarCheck:
     def status(self) -> str:
         if not self.scan_complete:
             return RunStatus.FAILED
-        return RunStatus.COMPLETED_WITH_ERRORS if self.refs.errors else RunStatus.COMPLETED
+        missed = self.refs.errors or self.unreadable_ledgers
+        return RunStatus.COMPLETED_WITH_ERRORS if missed else RunStatus.COMPLETED
 
     def counts(self) -> dict[str, int]:
         return {
@@ -308,6 +310,11 @@ def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int
     try:
         delta.check_writable(args.warehouse, (PULSAR_CHECKS, PULSAR_REFERENCES))
         require_cluster(args.zk, args.ledgers_root, args.zk_auth)
+    except Exception as exc:  # before any work: an operator error, one line, nothing recorded
+        log.debug("pulsar check could not start", exc_info=True)
+        print(f"audit: {one_line(exc)}", file=sys.stderr)
+        return ExitStatus.OPERATOR_ERROR
+    try:
         check = check_pulsar(
             args.zk,
             args.ledgers_root,
@@ -323,7 +330,7 @@ def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int
             delta.append_rows(args.warehouse, PULSAR_CHECKS, [record])
         except Exception:  # the warehouse itself may be what failed; the line above says why
             log.debug("could not record the failed run", exc_info=True)
-        return 2
+        return ExitStatus.INCOMPLETE
     at = _now()
     rows = finding_rows(check, run_id, at)
     if rows:
@@ -334,8 +341,16 @@ def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int
     _print_summary(run_id, check)
     if check.status == RunStatus.FAILED:
         print(f"audit: {error}; run the check again", file=sys.stderr)
-        return 2
-    return 1 if (check.dangling or check.orphans or check.refs.errors) else 0
+    elif check.status != RunStatus.COMPLETED:
+        print(
+            f"audit: pulsar check {run_id} is incomplete: {check.refs.errors} undecodable "
+            f"Pulsar keys, {check.unreadable_ledgers} unreadable ledger znodes",
+            file=sys.stderr,
+        )
+    return worst(
+        for_run_status(check.status),
+        ExitStatus.FINDINGS if (check.dangling or check.orphans) else ExitStatus.OK,
+    )
 
 
 def _now() -> datetime:

@@ -16,6 +16,7 @@ from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from bklib.tls import TlsSettings
+from jobs.runtime.exit_status import ExitStatus
 
 __all__ = [
     "RepairConfig",
@@ -181,7 +182,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> int:
+def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> ExitStatus:
     """Print what the run did; returns the exit status (0 done, 1 work left)."""
     s = summarize(rows)
     ledgers = len({r["ledger_id"] for r in rows})
@@ -207,4 +208,4 @@ def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> 
         print(f"  NO_REPLICA ledger {lid} segment {seg}: entries {shown or '(earlier run)'}")
     if s["ledgers_pending"]:
         print(f"  ledgers needing another run: {s['ledgers_pending'][:30]}")
-    return 1 if s["ledgers_pending"] else 0
+    return ExitStatus.FINDINGS if s["ledgers_pending"] else ExitStatus.OK

@@ -14,11 +14,12 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bklib.audit.completeness import run_status
 from bklib.audit.engine import BookieRow, ScanPlan, capability_counts
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.states import BookieState, Check, CountKey, Executor, Reason
-from jobs.runs.audit_run import log_metadata, run_status
+from jobs.runs.audit_run import log_metadata
 from jobs.runs.placement import PlacementPass, placement_counts
 from jobs.spark import extract, load, transform
 from jobs.spark.schema import FRAGMENT_ARROW, FRAGMENT_SCHEMA

@@ -104,3 +104,15 @@ def test_no_fragments_and_unreadable_znodes() -> None:
         "unreadable metadata: ledger 9 at /ledgers/00/0000/L0009: bad protobuf",
         "0 under-replicated ledgers, 0 fragments, 1 unreadable znodes; worst severity none",
     ]
+
+
+def test_an_incomplete_run_says_so_first_and_is_never_clean() -> None:
+    run = {**RUN, "status": "COMPLETED_WITH_ERRORS",
+           "counts": {"metadata_errors": 2, "reason_BOOKIE_UNREACHABLE": 44}}  # fmt: skip
+    for frags in (_fragments([]), _fragments([_frag(3, 0, "b1:3181", missing_entries=4)])):
+        lines = format_report(run, frags, []).splitlines()
+        assert lines[0].startswith("INCOMPLETE: audit run audit-1 is COMPLETED_WITH_ERRORS")
+        assert "(2 unreadable znodes, 44 fragments on unreachable bookies)" in lines[0]
+        assert "no under-replicated ledgers" not in lines
+    # the complete run over no fragments is the only clean bill
+    assert format_report(RUN, _fragments([]), []).splitlines()[-1] == "no under-replicated ledgers"
