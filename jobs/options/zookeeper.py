@@ -26,7 +26,9 @@ from jobs.options.units import parse_duration, parse_request_rate
 from jobs.options.zookeeper_security import (
     ZkSecurityArgsError,
     add_zk_security_arguments,
+    refuse_on_other_stores,
     resolve_zk_security,
+    zk_security_given,
 )
 
 __all__ = [
@@ -165,15 +167,18 @@ def resolve_connection(
     redact_in_logs(
         zk_auth, zk_auth.partition(":")[2] if zk_auth else None, getattr(args, "password", None)
     )
-    try:  # TLS / SASL flags: args.zk_auth becomes a ZkAccess when any is given
-        redact_in_logs(*resolve_zk_security(args))
+    # Refused before anything else is read or checked: a ZooKeeper-only flag on Oxia.
+    zk_only = zk_security_given(parser, args)
+    _apply_metadata_uri(parser, args, argv)
+    try:
+        refuse_on_other_stores(args.zk or "", zk_only)
+        redact_in_logs(*resolve_zk_security(args))  # args.zk_auth: a ZkAccess with any flag
     except ZkSecurityArgsError as exc:
         raise ConnectionArgsError(str(exc)) from None
     try:  # bookie TLS flags: args.bookie_tls, a TlsSettings or None
         setattr(args, TLS_DEST, tls_from_args(args))
     except TlsConfigError as exc:
         raise ConnectionArgsError(exc.reason) from None
-    _apply_metadata_uri(parser, args, argv)
     set_request_rate(getattr(args, "zk_rate", DEFAULT_REQUEST_RATE))
     return args
 

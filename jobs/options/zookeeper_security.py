@@ -40,7 +40,9 @@ __all__ = [
     "ZK_SECURITY_DESTS",
     "ZkSecurityArgsError",
     "add_zk_security_arguments",
+    "refuse_on_other_stores",
     "resolve_zk_security",
+    "zk_security_given",
 ]
 
 ZK_SECURITY_DESTS = frozenset(
@@ -86,3 +88,30 @@ def resolve_zk_security(args: argparse.Namespace) -> tuple[str, ...]:
         raise ZkSecurityArgsError(str(exc)) from None
     args.zk_auth = auth
     return ZkAccess.of(auth).secrets()
+
+
+def zk_security_given(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The ZooKeeper-only security flags ``args`` sets away from their defaults (``--zk-auth``
+    and its file or variable included), as flags: what a store other than ZooKeeper would
+    have to refuse."""
+    given = [
+        "--" + dest.replace("_", "-")
+        for dest in sorted(ZK_SECURITY_DESTS)
+        if hasattr(args, dest) and getattr(args, dest) != parser.get_default(dest)
+    ]
+    if getattr(args, "zk_auth", None):
+        given.insert(0, "--zk-auth")
+    return given
+
+
+def refuse_on_other_stores(locator: str, given: list[str]) -> None:
+    """A flag that cannot be applied is refused, never dropped: ZooKeeper's TLS, SASL and
+    digest flags on a store that is not ZooKeeper (Oxia) raise :class:`ZkSecurityArgsError`,
+    so a user who asked for TLS never gets plain text unawares."""
+    from bklib.meta.stores import is_oxia
+
+    if given and is_oxia(locator):
+        raise ZkSecurityArgsError(
+            f"{', '.join(given)} secure ZooKeeper only and cannot be applied to the Oxia "
+            f"store {locator}; drop them (docs/security.md)"
+        )
