@@ -1,5 +1,13 @@
 """The watch's audits: one run of a check in this process (:class:`jobs.local.audit.LocalAudit`,
-as ``bkaudit audit`` runs it), its rows written through the warehouse's spool, its metrics."""
+as ``bkaudit audit`` runs it), its rows written through the warehouse's spool, its metrics; and
+whether it completed.
+
+An audit that raised (FAILED) or finished missing something (COMPLETED_WITH_ERRORS: an
+unreadable znode, a bookie that did not answer; :mod:`bklib.audit.completeness`) still drives
+the repair with what it found, but it is an :class:`AuditIncomplete`: the cycle that ran it
+fails, as a cycle that raises does (:meth:`jobs.watch.cycle.Cycle.run`, docs/watch.md
+"Metrics and health").
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
 from bklib.states import CountKey, RunStatus
 from jobs.runtime.messages import one_line
@@ -18,14 +27,23 @@ from jobs.watch.http_server import Health
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.warehouse import WatchWarehouse
 
-__all__ = ["WatchAudits"]
+__all__ = ["AuditIncomplete", "WatchAudits"]
 
 log = logging.getLogger("jobs.watch")
 
 
+class AuditIncomplete(Exception):
+    """An audit of the watch did not complete: it raised (``status`` FAILED, ``run_id`` None
+    when no run was started), or it finished missing something (COMPLETED_WITH_ERRORS)."""
+
+    def __init__(self, check: str, run_id: str | None, status: str, why: str) -> None:
+        self.check, self.run_id, self.status, self.why = check, run_id, status, why
+        super().__init__(f"{check} audit {run_id or '(no run)'} {status}: {why}")
+
+
 class WatchAudits:
     """Runs the leader's audits and remembers what the term needs of them: when each finding
-    was first detected."""
+    was first detected, and the audits of the current cycle that did not complete."""
 
     def __init__(
         self,
@@ -42,16 +60,19 @@ class WatchAudits:
         self.schedule = schedule
         self.first_seen: dict[tuple[int, int, str], datetime] = {}
         """When each finding was first detected (grace period of open ledgers)."""
+        self.incomplete: list[AuditIncomplete] = []
+        """This cycle's audits that did not complete (cleared as each cycle starts)."""
 
     def run(self, check: str) -> Any:
         """One audit run of ``check`` in this process, written to the tables (a warehouse
-        failure is logged and counted: the findings still drive the repair). None if the
-        cluster could not be read."""
+        failure is logged and counted: the findings still drive the repair). None if it
+        raised. Either way, an audit that did not complete is added to :attr:`incomplete`."""
         from jobs.local.audit import LocalAudit
 
         cfg = self.cfg
         config = audit_config(cfg, check)
         started = time.time()
+        job: Any = None
         try:
             plan = ScanPlan.read(cfg.zk, cfg.ledgers_root, cfg.zk_auth)
             job = LocalAudit(config, plan)
@@ -61,8 +82,9 @@ class WatchAudits:
             finally:
                 job.close_helper()  # a failed audit must not leave its helper reading
             job.recheck()
-        except Exception as exc:  # noqa: BLE001 - counted FAILED in metrics; retried next cycle
-            log.error("watch: %s audit failed: %s", check, one_line(exc))
+        except Exception as exc:  # noqa: BLE001 - counted FAILED; the cycle fails; retried
+            run_id = job.run.run_id if job is not None else None
+            self._incomplete(AuditIncomplete(check, run_id, RunStatus.FAILED, one_line(exc)))
             self.metrics.audits.labels(check, RunStatus.FAILED).inc()
             return None
         self.health.heartbeat()
@@ -82,7 +104,15 @@ class WatchAudits:
             job.run.counts[CountKey.LEDGERS],
             len(job.findings),
         )
+        if run.status != RunStatus.COMPLETED:
+            # Its findings are still acted on (the cluster comes first); the cycle fails.
+            why = incomplete_reasons(run.counts)
+            self._incomplete(AuditIncomplete(check, run.run_id, run.status, why))
         return job
+
+    def _incomplete(self, failure: AuditIncomplete) -> None:
+        log.error("watch: %s", failure)
+        self.incomplete.append(failure)
 
     def _load(self, job: Any) -> Any:
         """The run's rows as :meth:`jobs.local.audit.LocalAudit.load` writes them (per-run

@@ -3,9 +3,10 @@ term) or decide once as of now: the lost bookies past ``lostBookieRecoveryDelay`
 checks due on the schedule are audited, marked and repaired (:mod:`jobs.watch.decide`'s rules,
 :class:`~jobs.watch.audits.WatchAudits`, :class:`~jobs.watch.repair.WatchRepair`).
 
-A cycle that raises is counted in ``bkaudit_watch_cycle_failures_total``, and ``/healthz``
-turns red after ``--max-failed-cycles`` failed cycles in a row (docs/watch.md, "Metrics and
-health").
+A cycle fails when it raises, or when an audit it ran did not complete
+(:class:`~jobs.watch.audits.AuditIncomplete`: FAILED, or COMPLETED_WITH_ERRORS). Both are
+counted the same way, in ``bkaudit_watch_cycle_failures_total``, and ``/healthz`` turns red
+after ``--max-failed-cycles`` failed cycles in a row (docs/watch.md, "Metrics and health").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from bklib.states import ActionStatus, BookieState, Check, CountKey, Reason
 from jobs.runtime.messages import one_line
-from jobs.watch.audits import WatchAudits
+from jobs.watch.audits import AuditIncomplete, WatchAudits
 from jobs.watch.config import WatchConfig
 from jobs.watch.decide import LossTracker, Schedule
 from jobs.watch.election import Leadership, Stopped
@@ -77,6 +78,7 @@ class Cycle:
             return self.cfg.poll_interval
         if not leader:
             return self.cfg.poll_interval * 5
+        self.audits.incomplete.clear()
         try:
             if not self.leadership.leading:
                 # The take-over reads the whole cluster, so this cycle's check is long past:
@@ -85,18 +87,23 @@ class Cycle:
                 wait = 0.0
             else:
                 wait = self._lead(as_of)
+            if self.audits.incomplete:
+                # The work went on with what the audit found; the cycle still failed.
+                raise self.audits.incomplete[0]
         except Stopped as exc:
             log.info("watch: %s", exc)
             return 0.0
         except SpoolError:
             raise  # the service stops (run_watch prints it and exits 2)
         except Exception as exc:  # logged, counted, and /healthz turns red if it keeps failing
+            # One rule for every failed cycle, whether it raised or its audit did not complete.
             self.health.cycle_failed(one_line(exc))
             self.metrics.cycle_failures.inc()
-            log.exception(
+            log.error(
                 "watch: cycle failed (%d in a row): %s",
                 self.health.failed_cycles,
                 one_line(exc),
+                exc_info=not isinstance(exc, AuditIncomplete),  # its line says it all
             )
             return self.cfg.retry_interval
         self.health.cycle_ok()
@@ -118,7 +125,7 @@ class Cycle:
         if audit is None:
             # Fail closed: without this audit the bookies lost before the take-over are
             # unknown, not absent. The cycle fails and the take-over is retried whole.
-            raise RuntimeError("take-over audit failed; retrying the take-over")
+            raise self.audits.incomplete[-1]
         lost = {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
         marked = {b for bookies in snap.marked.values() for b in bookies}
         self.tracker.seed(snap.available, lost, marked, time.monotonic())

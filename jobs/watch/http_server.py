@@ -32,8 +32,9 @@ class Health:
         self.ready_reason: str | None = "starting"
         self.role = "starting"
         self.failed_cycles = 0
-        """Consecutive leader cycles that raised: a loop that beats but fails every cycle
-        is alive but useless, and ``/healthz`` says so."""
+        """Consecutive leader cycles that failed (raised, or their audit did not complete): a
+        loop that beats but fails every cycle is alive but useless, and ``/healthz`` says
+        so."""
         self.last_failure: str | None = None
 
     def heartbeat(self) -> None:
@@ -41,7 +42,8 @@ class Health:
         self.beat = time.monotonic()
 
     def cycle_failed(self, why: str) -> None:
-        """One more leader cycle failed in a row, ``why``."""
+        """One more leader cycle failed in a row, ``why`` (the one rule: see
+        :meth:`jobs.watch.cycle.Cycle.run`)."""
         self.failed_cycles += 1
         self.last_failure = why
 

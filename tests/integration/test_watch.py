@@ -344,3 +344,46 @@ def test_a_cycle_that_keeps_raising_turns_healthz_red(tmp_path: Path, zk_chroot:
             assert w.metrics()["bkaudit_watch_cycle_failures_total"] >= 3
             c.store.zk.delete(mark)  # mended: the next cycle succeeds and resets the count
             wait_for(lambda: w.get("/healthz")[0] == 200, 60, "healthz green again", w)
+
+
+def test_audits_that_do_not_complete_turn_healthz_red(tmp_path: Path, zk_chroot: str) -> None:
+    # A corrupt ledger znode makes every lost audit COMPLETED_WITH_ERRORS (the run missed a
+    # ledger), and a lost bookie keeps the watch auditing every --retry-interval (while a
+    # ledger is unreadable the loss is never resolved). Each of those cycles fails as a cycle
+    # that raises does: /healthz turns red (--max-failed-cycles 3) while the repair still goes
+    # on, and green again once the znode is mended and an audit completes.
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        wh = str(tmp_path / "wh")
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=2, entries=10)]
+        bad = c.ledger(c.bookie_ids[:3], 5, wq=2, aq=2)  # never names the victim
+        bad_path = c.store.path_for(bad.ledger_id)
+        good_bytes = c.store.zk.get(bad_path)[0]
+        c.store.zk.set(bad_path, b"BookieMetadataFormatVersion\t3\n\x05garbage")
+        flags = ("--lost-bookie-recovery-delay", "0s", "--max-failed-cycles", "3")
+        with watching(c.zk, wh, tmp_path, "w1", *flags) as w:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(victim)
+            wait_for(lambda: w.get("/healthz")[0] == 503, 60, "healthz red", w)
+            _, body = w.get("/healthz")
+            assert "cycles failed in a row" in body, body
+            assert "COMPLETED_WITH_ERRORS" in body and "1 unreadable znodes" in body, body
+            m = w.metrics()
+            assert m["bkaudit_watch_cycle_failures_total"] >= 3, m
+            assert m['bkaudit_audit_runs_total{check="lost",status="COMPLETED_WITH_ERRORS"}'] >= 3
+            # The cluster comes first: the readable ledgers were repaired all the same.
+            wait_for(lambda: not naming(c, ids, victim), 60, "repair", w)
+            assert m['bkaudit_bookies{state="lost"}'] == 1  # never resolved on a partial view
+            c.store.zk.set(bad_path, good_bytes)  # mended: the next audit completes
+            wait_for(lambda: w.get("/healthz")[0] == 200, 60, "healthz green again", w)
+            wait_for(lambda: w.metrics().get('bkaudit_bookies{state="lost"}') == 0, 30, "resolved",
+                     w)  # fmt: skip
+        assert w.proc.returncode == 0, w.tail()
+        text = w.log.read_text()
+        # Each failed cycle's line names the run and why.
+        runs = [r for r in rows(wh, AUDIT_RUNS) if r["status"] == "COMPLETED_WITH_ERRORS"]
+        assert runs and all(
+            f"lost audit {r['run_id']} COMPLETED_WITH_ERRORS: 1 unreadable znodes" in text
+            for r in runs
+        ), text[-3000:]
+        assert_clean(c, ids, victim)

@@ -1,0 +1,155 @@
+"""A leader cycle whose audit did not complete fails, by the rule of a cycle that raises.
+
+An audit that raised (FAILED) or finished missing something (COMPLETED_WITH_ERRORS) still
+drives the repair, but the cycle counts in ``bkaudit_watch_cycle_failures_total`` and
+``/healthz`` turns red after ``--max-failed-cycles`` such cycles in a row; a cycle whose audit
+completes resets the count. The audits are stand-ins here (the integration side, a corrupt
+ledger znode under a real watch, is ``tests/integration/test_watch.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bklib.states import CountKey, RunStatus
+from jobs.watch import cycle
+from jobs.watch.audits import AuditIncomplete
+from jobs.watch.config import WatchConfig
+from jobs.watch.cycle import Cycle
+from jobs.watch.election import Leadership
+from jobs.watch.http_server import Health
+from jobs.watch.metrics import WatchMetrics
+from jobs.watch.warehouse import WatchWarehouse
+from jobs.watch.watcher import ClusterSnapshot
+
+VICTIM = "10.0.0.3:3181"
+OTHERS = frozenset({"10.0.0.1:3181", "10.0.0.2:3181"})
+RETRY = 5.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Watcher:
+    """The victim gone, no marks."""
+
+    def __init__(self) -> None:
+        self.connected = True
+        self.lost_sessions = 0
+        self.wake = threading.Event()
+        self.urm = SimpleNamespace(list_underreplicated=lambda: iter(()))
+
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            writable=OTHERS, readonly=frozenset(), delay_znode=None, disabled=False
+        )
+
+
+class _Election:
+    def in_current_session(self) -> bool:
+        return True
+
+    def is_leader(self) -> bool:
+        return True
+
+
+class _Audits:
+    """Stands in for :meth:`jobs.watch.audits.WatchAudits.run`: each audit ends as
+    ``status`` says (raised when FAILED), with no finding."""
+
+    def __init__(self, c: Cycle) -> None:
+        self.c = c
+        self.status = RunStatus.COMPLETED
+        self.runs = 0
+
+    def __call__(self, check: str) -> Any:
+        self.runs += 1
+        run_id = f"run-{self.runs}"
+        if self.status == RunStatus.FAILED:
+            self.c.audits.incomplete.append(AuditIncomplete(check, None, self.status, "boom"))
+            return None
+        counts = {CountKey.METADATA_ERRORS: 0, CountKey.LEDGERS: 3}
+        if self.status == RunStatus.COMPLETED_WITH_ERRORS:
+            counts[CountKey.METADATA_ERRORS] = 1
+            why = "1 unreadable znodes"
+            self.c.audits.incomplete.append(AuditIncomplete(check, run_id, self.status, why))
+        run = SimpleNamespace(run_id=run_id, counts=counts, status=self.status)
+        return SimpleNamespace(run=run, bookies=[], findings=[])
+
+
+def _cycle(tmp_path: Path, clock: _Clock) -> tuple[Cycle, _Audits]:
+    config = WatchConfig(
+        zk="127.0.0.1:1",
+        warehouse=str(tmp_path / "wh"),
+        spool_dir=str(tmp_path / "spool"),
+        delay_override=0.0,
+        retry_interval=RETRY,
+        max_failed_cycles=3,
+    )
+    metrics, health = WatchMetrics(), Health(stale_after=60.0, max_failed_cycles=3)
+    watcher = _Watcher()
+    leadership = Leadership(
+        _Election(),  # type: ignore[arg-type]
+        watcher,  # type: ignore[arg-type]
+        threading.Event(),
+        health,
+        metrics,
+    )
+    leadership.leading = True
+    warehouse = WatchWarehouse(config, metrics, health, leading=lambda: leadership.leading)
+    c = Cycle(config, metrics, health, watcher, leadership, warehouse)  # type: ignore[arg-type]
+    c.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
+    c.tracker.observe(OTHERS, clock.now, 0.0)  # the victim is lost, due at once
+    audits = _Audits(c)
+    c.audits.run = audits  # type: ignore[method-assign]
+    return c, audits
+
+
+def _failures(c: Cycle) -> float:
+    value = c.metrics.registry.get_sample_value("bkaudit_watch_cycle_failures_total")
+    return float(value or 0)
+
+
+@pytest.mark.parametrize("status", [RunStatus.COMPLETED_WITH_ERRORS, RunStatus.FAILED])
+def test_cycles_whose_audit_did_not_complete_fail_and_turn_healthz_red(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, audits = _cycle(tmp_path, clock)
+    audits.status = status
+    for n in (1, 2, 3):
+        assert c.run() == RETRY  # a failed cycle waits the retry interval, as a raised one
+        assert (audits.runs, c.health.failed_cycles, _failures(c)) == (n, n, n)
+        clock.now += RETRY + 1  # the loss's retry is due again
+    ok, why = c.health.healthy()
+    assert not ok
+    assert "3 cycles failed in a row" in why and status in why, why
+    # The fault is gone: the next audit completes, and the count starts again.
+    audits.status = RunStatus.COMPLETED
+    c.run()
+    assert c.health.healthy() == (True, "ok")
+    assert (c.health.failed_cycles, _failures(c)) == (0, 3)
+    assert not c.tracker.due  # a complete audit naming no ledger resolves the loss
+
+
+def test_a_completed_audit_keeps_healthz_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, audits = _cycle(tmp_path, clock)
+    c.run()
+    assert audits.runs == 1
+    assert (c.health.failed_cycles, _failures(c)) == (0, 0)
+    assert c.health.healthy() == (True, "ok")
