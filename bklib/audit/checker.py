@@ -61,7 +61,7 @@ from bklib.errors import (
 )
 from bklib.meta.model import DigestType
 from bklib.quorum import contiguous_chunks, iter_stripe, sample_stripe
-from bklib.states import Check, FetchMethod, ReplicaStatus
+from bklib.states import FetchMethod, ReplicaStatus
 
 __all__ = [
     "LEDGERS_IN_FLIGHT",
@@ -169,23 +169,25 @@ class ReplicaChecker:
     """One run's (or one Spark task's) replica check, and what it learnt about each bookie.
 
     ``client`` is a :class:`~bklib.client.pool.SyncBookieClient`; ``lost`` the bookies known to
-    be gone (never asked: the classifier reports them as BOOKIE_LOST).
+    be gone (never asked: the classifier reports them as BOOKIE_LOST). Entry lists by default;
+    ``deep`` reads every entry and verifies its digest, ``sample`` only a sample of them (the
+    check kinds of :mod:`bklib.audit.checks` say which).
     """
 
     def __init__(
         self,
         client: SyncBookieClient,
         settings: CheckSettings,
-        check: str,
         lost: frozenset[str] = frozenset(),
+        *,
+        sample: bool = False,
+        deep: bool = False,
     ) -> None:
-        if check not in Check.READS_ENTRIES:
-            raise ValueError(f"the replica checker runs one of {Check.READS_ENTRIES}")
         self.client = client
         self.settings = settings
-        self.sample = check == Check.SAMPLE
+        self.sample = sample
         # Both read entries and verify their digests; the sample reads only some of them.
-        self.deep = check in (Check.DEEP, Check.SAMPLE)
+        self.deep = deep or sample
         # Per-bookie bounds, used on the client's event loop only.
         self._limiters: dict[str, RateLimiter] = {}
         self._gates: dict[str, ReadGate] = {}
