@@ -51,6 +51,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from bklib.audit.checks import replication_names  # noqa: E402
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey  # noqa: E402
 from bklib.testing.scale.farm import FarmClient  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
@@ -234,7 +235,11 @@ def main() -> None:
     p.add_argument("--ledgers", type=int, default=100_000)
     p.add_argument("--bookies", type=int, default=100)
     p.add_argument("--executors", default="local,spark")
-    p.add_argument("--checks", default="lost", help="audit checks to run, comma-separated")
+    p.add_argument(
+        "--checks",
+        default="lost",
+        help=f"audit checks to run, comma-separated ({', '.join(replication_names())})",
+    )
     p.add_argument("--repair", action="store_true", help="lose one identity and rereplicate")
     p.add_argument(
         "--repair-executors", default="local", help="rereplicate on each, comma-separated"

@@ -18,8 +18,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from bklib.audit.checks import replication_names
 from bklib.meta.model import DigestType
-from bklib.states import DEFAULT_LEDGERS_ROOT, Check, RunStatus
+from bklib.states import DEFAULT_LEDGERS_ROOT, RunStatus
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
 from jobs.options.zookeeper import add_session_timeout_argument
@@ -273,9 +274,6 @@ def run_watch(args: argparse.Namespace) -> int:
     try:
         service = WatchService(config)
         service.install_signals()
-        from bklib.audit.engine import require_cluster
-
-        require_cluster(config.zk, config.ledgers_root, config.zk_auth)
         log.info(
             "watch: %s on %s%s into %s; periodic %s; delay %s",
             config.instance_id,
@@ -315,9 +313,9 @@ def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
     from jobs.watch.watcher import auditor_key, java_auditor
 
     root = args.ledgers_root
-    cluster = require_cluster(args.zk, root, args.zk_auth)
-    zk = open_store(args.zk, auth=args.zk_auth)
+    zk = open_store(args.zk, auth=args.zk_auth)  # the command's one session
     try:
+        cluster = require_cluster(zk, root)
         reg = list_bookies(zk, root)
         try:
             cookies = set(zk.children(paths.join(root, "cookies")))
@@ -358,7 +356,7 @@ def _last_audits(warehouse: str) -> dict[str, Any]:
     from jobs.tables import delta
     from jobs.tables.schema import AUDIT_RUNS
 
-    last: dict[str, Any] = {c: None for c in Check.ALL}
+    last: dict[str, Any] = {c: None for c in replication_names()}
     if not delta.table_exists(warehouse, AUDIT_RUNS):
         return last
     now = time.time()

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bklib.states import Check, Reason, Severity
+from bklib.audit.checks import CHECKS, replication_names
+from bklib.states import Reason, Severity
 from jobs.options.units import parse_duration
 
 __all__ = [
@@ -108,10 +109,10 @@ def parse_every(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for part in text.split(","):
         m = _EVERY_RE.fullmatch(part)
-        if not m or m.group(1) not in Check.ALL:
+        if not m or m.group(1) not in replication_names():
             raise ValueError(
                 f"--every: {part.strip()!r} is not CHECK=DURATION with CHECK one of "
-                f"{', '.join(Check.ALL)}"
+                f"{', '.join(replication_names())}"
             )
         try:
             seconds = parse_duration(m.group(2))
@@ -133,11 +134,17 @@ class Schedule:
     """check -> wall-clock time of its last run (finished or attempted)."""
 
     def due(self, now: float) -> list[str]:
-        """Checks due now, cheapest first (``lost`` reads metadata only)."""
-        order = {c: i for i, c in enumerate(Check.ALL)}
+        """Checks due now, cheapest first: those that read metadata only (``lost``), then the
+        registry's order."""
+        order = {c: i for i, c in enumerate(replication_names())}
+
+        def cost(c: str) -> tuple[bool, int]:
+            kind = CHECKS.get(c)
+            return kind is None or kind.reads_entries, order.get(c, 99)
+
         return sorted(
             (c for c, every in self.every.items() if now - self.last.get(c, -1e18) >= every),
-            key=lambda c: (c != Check.LOST, order.get(c, 99)),
+            key=cost,
         )
 
     def ran(self, check: str, when: float) -> None:

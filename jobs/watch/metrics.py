@@ -15,7 +15,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from bklib.states import ActionKind, ActionStatus, BookieState, Check
+from bklib.audit.checks import replication_names
+from bklib.states import ActionKind, ActionStatus, BookieState
 from jobs.watch.decide import SEVERITY_ORDER
 
 __all__ = ["WatchMetrics"]
@@ -116,7 +117,7 @@ class WatchMetrics:
         )
         for s in BookieState.ALL:
             self.bookies.labels(s).set(0)
-        for c in Check.ALL:
+        for c in replication_names():
             for sev in SEVERITY_ORDER:
                 self.ur_ledgers.labels(c, sev)
                 self.ur_fragments.labels(c, sev)
