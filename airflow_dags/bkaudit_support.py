@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 # The Airflow worker may have the checkout (BKAUDIT_HOME) rather than the installed package;
-# bklib.states and jobs.tables need nothing beyond the standard library, pyarrow and deltalake.
+# bklib.states, bklib.audit.checks and jobs.tables need nothing beyond the standard library,
+# pyarrow and deltalake.
 _HOME = os.environ.get("BKAUDIT_HOME") or str(Path(__file__).resolve().parents[1])
 if _HOME not in sys.path:
     sys.path.append(_HOME)
 
+from bklib.audit.checks import DEFAULT_CHECK, replication_names  # noqa: E402
+from bklib.audit.checks.render import dag_description  # noqa: E402
 from bklib.states import CountKey, Reason, RunStatus  # noqa: E402
 from jobs.tables.schema import AUDIT_RUNS  # noqa: E402
 
@@ -30,6 +33,17 @@ COMPLETED = RunStatus.FINISHED
 
 TASK_REPAIR = "rereplicate"
 TASK_CLEAN = "no_findings"
+
+
+def check_param() -> dict[str, Any]:
+    """The DAG's ``check`` Param (default, enum, description), from the check registry: the
+    replication checks, since the DAG repairs what ``audit_runs`` lists (``pulsar`` has tables
+    of its own)."""
+    return {
+        "default": DEFAULT_CHECK,
+        "enum": list(replication_names()),
+        "description": dag_description(),
+    }
 
 
 def run_stamp(dag_run: Any) -> str:

@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers next to 
 from bkaudit_support import (
     TASK_CLEAN,
     TASK_REPAIR,
+    check_param,
     choose_branch,
     drop_empty,
     find_run,
@@ -163,12 +164,7 @@ with DAG(
             minLength=1,
             description="directory or URI of the Delta tables (default $BKAUDIT_WAREHOUSE)",
         ),
-        "check": Param(
-            "replicas",
-            enum=["lost", "sample", "replicas", "deep"],
-            description="lost: metadata only; sample: first/last entry of each fragment "
-            "(Java's checkAllLedgers); replicas: bookie entry lists; deep: read all",
-        ),
+        "check": Param(**check_param()),  # from the check registry (bklib.audit.checks)
         "grace_period": Param(
             "30s", type="string", description="open ledgers are fenced only after this long"
         ),

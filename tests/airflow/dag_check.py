@@ -106,6 +106,12 @@ def main() -> int:
         "default_args": {k: str(v) for k, v in dag.default_args.items()},
         "params": params,
     }
+    # The check Param's choices and text, which the DAG takes from bkaudit's check registry.
+    check = dag.params.get_param("check")
+    out["dag"]["check_param"] = {
+        "enum": check.schema.get("enum"),
+        "description": check.description,
+    }
     out["tasks"] = {
         t.task_id: {
             "operator": type(t).__name__,

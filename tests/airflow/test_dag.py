@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from bklib.audit.checks import replication_names
+from bklib.audit.checks.render import dag_description
 from bklib.states import RunStatus
 from jobs.commands.audit import add_audit_arguments
 from jobs.commands.repair import add_repair_arguments
@@ -122,6 +124,11 @@ def test_dag_imports_without_errors_and_is_configured(rendered: dict[str, Any]) 
         "grace_period": "30s",
         "rate": "50MB",
         "dry_run": False,
+    }
+    # The check Param is the check registry's replication checks (bkaudit_support.check_param).
+    assert dag["check_param"] == {
+        "enum": list(replication_names()),
+        "description": dag_description(),
     }
 
 
