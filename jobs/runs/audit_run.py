@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bklib.audit.checker import CheckSettings
+from bklib.audit.checks import DEFAULT_CHECK
 from bklib.audit.placement import PlacementRule
 from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL
 from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.meta.stores.zookeeper.security import ZkAuth
-from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, CountKey
 from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args
 from jobs.runs.placement import placement_note
@@ -37,7 +38,7 @@ class AuditConfig:
 
     zk: str
     warehouse: str
-    check: str = Check.REPLICAS
+    check: str = DEFAULT_CHECK
     ledgers_root: str = DEFAULT_LEDGERS_ROOT
     zk_auth: ZkAuth = None
     zk_session_timeout: float = DEFAULT_SESSION_TIMEOUT
