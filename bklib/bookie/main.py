@@ -42,6 +42,7 @@ from bklib.bookie.server import BookieServer
 from bklib.bookie.storage import Storage
 from bklib.cancellation import cancel_and_wait
 from bklib.errors import BKError
+from bklib.meta.oxia_security import add_oxia_access_arguments, oxia_access_from_args
 from bklib.meta.stores.zookeeper.security import (
     ZkAuth,
     add_zk_access_arguments,
@@ -400,7 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO")
     add_tls_arguments(p, role="server")
     add_zk_access_arguments(p)  # --zk-tls*, --zk-sasl-jaas-file, --zk-enable-security
+    add_oxia_access_arguments(p)  # --oxia-tls*, --oxia-token-file (a store at oxia://...)
     return p
+
+
+def store_auth_from_args(args: argparse.Namespace) -> ZkAuth:
+    """The store's access: Oxia's TLS and token when given (``--zk oxia://...``), else
+    ZooKeeper's. Raises ValueError (the refusal to start) for Oxia flags on ZooKeeper."""
+    oxia = oxia_access_from_args(args)
+    if oxia is None:
+        return zk_access_from_args(args)
+    if not args.zk.startswith("oxia://"):
+        raise ValueError(f"--oxia-tls and --oxia-token-file secure Oxia only, not {args.zk}")
+    return oxia
 
 
 def config_from_args(args: argparse.Namespace) -> BookieConfig:
@@ -416,7 +429,7 @@ def config_from_args(args: argparse.Namespace) -> BookieConfig:
         fault_injection=args.fault_injection,
         admin_port=args.admin_port,
         zk_timeout=args.zk_timeout,
-        zk_auth=zk_access_from_args(args),
+        zk_auth=store_auth_from_args(args),
         max_frame=args.max_frame_size,
         journal_file_size=args.journal_file_size,
         min_free_bytes=args.min_free_bytes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from bklib.meta.oxia_security import OxiaAccess
 from bklib.meta.stores.base import (
     ANY_VERSION,
     BadVersion,
@@ -79,8 +80,10 @@ def open_store(
     """A session on the store ``locator`` names, connected within ``timeout`` seconds.
     ``session_timeout`` (default: ``timeout``) is how long the store keeps the session, and
     its ephemeral keys, after the client goes silent. ZooKeeper takes ``auth`` (digest or a
-    :class:`~bklib.meta.stores.zookeeper.ZkAccess`); Oxia has no authentication yet, and its
-    client is the ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line when
+    :class:`~bklib.meta.stores.zookeeper.ZkAccess`), Oxia an
+    :class:`~bklib.meta.oxia_security.OxiaAccess` (TLS and a token; any other ``auth`` means
+    plain text, the ZooKeeper flags being refused on Oxia before this); its client is the
+    ``oxia`` extra. Raises :class:`StoreUnavailable` (a ZKError) with one line when
     the store cannot be reached."""
     session = session_timeout if session_timeout is not None else timeout
     if is_oxia(locator):
@@ -89,7 +92,10 @@ def open_store(
         address, namespace = parse_oxia_locator(locator)
         # The Oxia client heartbeats every 2 s at least: a shorter session cannot live.
         session_ms = max(2_000, int(session * 1000))
-        return connect_oxia(address, namespace, timeout=timeout, session_timeout_ms=session_ms)
+        access = auth if isinstance(auth, OxiaAccess) else None
+        return connect_oxia(
+            address, namespace, timeout=timeout, session_timeout_ms=session_ms, access=access
+        )
     return connect_zookeeper(
         locator, timeout=timeout, auth=auth, read_only=read_only, session_timeout=session
     )

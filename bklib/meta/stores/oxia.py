@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from bklib.errors import ZKError
+from bklib.meta.oxia_security import OxiaAccess
 from bklib.meta.stores.base import (
     ANY_VERSION,
     BadVersion,
@@ -185,10 +186,18 @@ class OxiaStore(MetadataStore):
     kind = "oxia"
     prunes_safely = False  # delete checks for children by a listing first: not atomic
 
-    def __init__(self, address: str, namespace: str, *, session_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        address: str,
+        namespace: str,
+        *,
+        session_timeout_ms: int = 30_000,
+        access: OxiaAccess | None = None,
+    ) -> None:
         self._oxia = _import_oxia()
         self.address = address
         self.namespace = namespace
+        self.access = access
         self.identity = ""
         self._session_timeout_ms = session_timeout_ms
         self._client: Any = None
@@ -205,8 +214,9 @@ class OxiaStore(MetadataStore):
         self._state = SessionState.SUSPENDED
         # grpc comes with the extra, so the scanner is imported only once the client is.
         from bklib.meta.stores.oxia_scan import RangeScanner
+        from bklib.meta.stores.oxia_transport import channel_opener
 
-        self._scanner = RangeScanner()
+        self._scanner = RangeScanner(channel_opener(access))
 
     # ---- session ---------------------------------------------------------------------------
 
@@ -219,16 +229,30 @@ class OxiaStore(MetadataStore):
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
         except (OSError, ValueError) as exc:
             raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {exc}") from None
+        from bklib.meta.stores.oxia_transport import probe, secure_client
+
+        # A wrong CA or token is one line now (OxiaSecurityError), not the client's retries.
+        probe(self.address, self.namespace, self.access, timeout)
         result: dict[str, Any] = {}
 
         def attempt() -> None:
             try:
-                client = self._oxia.Client(
-                    self.address,
-                    namespace=self.namespace,
-                    session_timeout_ms=self._session_timeout_ms,
-                    client_identifier=identity,
-                )
+                if self.access is not None and self.access.tls is not None:
+                    client = secure_client(
+                        self._oxia,
+                        self.address,
+                        self.access,
+                        namespace=self.namespace,
+                        session_timeout_ms=self._session_timeout_ms,
+                        client_identifier=identity,
+                    )
+                else:
+                    client = self._oxia.Client(
+                        self.address,
+                        namespace=self.namespace,
+                        session_timeout_ms=self._session_timeout_ms,
+                        client_identifier=identity,
+                    )
                 client.list("/", "//")  # one round trip to every shard
                 result["client"] = client
             except Exception as exc:  # noqa: BLE001 - reported below as StoreUnavailable
@@ -268,7 +292,7 @@ class OxiaStore(MetadataStore):
             self._set_state(SessionState.LOST)
             try:
                 client, identity = self._new_client(self._open_timeout)
-            except StoreUnavailable as exc:
+            except ZKError as exc:  # unreachable, or (a rotated token) refused
                 log.warning("%s", exc)
                 self._set_state(SessionState.SUSPENDED)
                 return
@@ -577,8 +601,16 @@ def _reason(exc: BaseException | None) -> str:
 
 
 def connect_oxia(
-    address: str, namespace: str, *, timeout: float = 30.0, session_timeout_ms: int = 30_000
+    address: str,
+    namespace: str,
+    *,
+    timeout: float = 30.0,
+    session_timeout_ms: int = 30_000,
+    access: OxiaAccess | None = None,
 ) -> OxiaStore:
-    """A connected :class:`OxiaStore`; :class:`StoreUnavailable` (one line) when the server
-    cannot be reached within ``timeout``, :class:`OxiaClientMissing` without the extra."""
-    return OxiaStore(address, namespace, session_timeout_ms=session_timeout_ms).open(timeout)
+    """A connected :class:`OxiaStore` (with TLS and a token per ``access``);
+    :class:`StoreUnavailable` (one line) when the server cannot be reached within ``timeout``,
+    :class:`~bklib.meta.stores.oxia_transport.OxiaSecurityError` when it refuses the
+    certificate or the token, :class:`OxiaClientMissing` without the extra."""
+    store = OxiaStore(address, namespace, session_timeout_ms=session_timeout_ms, access=access)
+    return store.open(timeout)

@@ -11,7 +11,7 @@ with the client.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,17 +48,19 @@ def record_stat(version: Any) -> Stat:
 
 
 class RangeScanner:
-    """RangeScan over one gRPC channel per shard leader (opened on first use)."""
+    """RangeScan over one gRPC channel per shard leader (opened on first use by ``opener``,
+    which carries the store's TLS and token settings: :mod:`bklib.meta.stores.oxia_transport`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, opener: Callable[[str], Any] = grpc.insecure_channel) -> None:
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
+        self._opener = opener
 
     def _call(self, leader: str) -> Any:
         with self._lock:
             channel = self._channels.get(leader)
             if channel is None:
-                channel = self._channels[leader] = grpc.insecure_channel(leader)
+                channel = self._channels[leader] = self._opener(leader)
         return channel.unary_stream(
             RANGE_SCAN,
             request_serializer=pb.RangeScanRequest.SerializeToString,

@@ -43,6 +43,7 @@ from typing import Any, Literal
 from kazoo.security import ACL, CREATOR_ALL_ACL
 
 from bklib.errors import ZKError
+from bklib.meta.oxia_security import OxiaAccess
 from bklib.meta.stores.zookeeper.connect_string import parse_connect_string
 
 __all__ = [
@@ -158,6 +159,8 @@ class ZkAccess:
         """Any accepted ``auth`` value as a ZkAccess (a string is digest ``user:password``)."""
         if isinstance(auth, ZkAccess):
             return auth
+        if isinstance(auth, OxiaAccess):  # Oxia's settings: nothing for ZooKeeper
+            return cls()
         return cls(digest=auth or None)
 
     @property
@@ -217,8 +220,10 @@ class ZkAccess:
         return kw
 
 
-ZkAuth = str | ZkAccess | None
-"""What bklib accepts as ``auth``: None, digest ``user:password``, or a :class:`ZkAccess`."""
+ZkAuth = str | ZkAccess | OxiaAccess | None
+"""What bklib accepts as ``auth``: None, digest ``user:password``, or a :class:`ZkAccess`; on an
+Oxia store the :class:`~bklib.meta.oxia_security.OxiaAccess` of ``--oxia-tls*`` travels in the
+same slot (the ZooKeeper flags being refused there), and means nothing to ZooKeeper."""
 
 
 # ---- the TLS handshake ---------------------------------------------------------------------
