@@ -8,7 +8,9 @@ parsed by :mod:`bklib.meta.uri`), ``--zk-auth-file`` and, where the command has
 Secrets may also come from ``$BKAUDIT_ZK_AUTH`` and ``$BKAUDIT_PASSWORD``; they are never
 logged nor shown in ``--help``. ZooKeeper TLS and SASL (``--zk-tls*``, ``--zk-sasl-jaas-file``,
 ``--zk-enable-security``) come from :mod:`jobs.options.zookeeper_security`; with any of them
-``args.zk_auth`` becomes a :class:`bklib.meta.stores.zookeeper.security.ZkAccess`.
+``args.zk_auth`` becomes a :class:`bklib.meta.stores.zookeeper.security.ZkAccess`. Oxia's TLS
+and token (``--oxia-tls*``, ``--oxia-token-file``) come from :mod:`jobs.options.oxia_security`
+and make it a :class:`bklib.meta.oxia_security.OxiaAccess`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from bklib.meta.stores.zookeeper import security as zk_security
 from bklib.meta.stores.zookeeper.budget import DEFAULT_REQUEST_RATE, set_request_rate
 from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
 from bklib.states import DEFAULT_LEDGERS_ROOT
+from jobs.options.oxia_security import (
+    OxiaSecurityArgsError,
+    add_oxia_security_arguments,
+    resolve_oxia_security,
+)
 from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
 from jobs.options.units import parse_duration, parse_request_rate
 from jobs.options.zookeeper_security import (
@@ -87,6 +94,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         f"(default {DEFAULT_REQUEST_RATE:g}, docs/zookeeper-budget.md)",
     )
     add_zk_security_arguments(parser)  # --zk-tls*, --zk-sasl-jaas-file, --zk-enable-security
+    add_oxia_security_arguments(parser)  # --oxia-tls*, --oxia-token-file
     add_tls_arguments(parser)  # bookie TLS: --tls-provider-factory-class, --tls-trust-store, ...
     if _action(parser, "password") is not None:
         parser.add_argument(
@@ -173,7 +181,9 @@ def resolve_connection(
     try:
         refuse_on_other_stores(args.zk or "", zk_only)
         redact_in_logs(*resolve_zk_security(args))  # args.zk_auth: a ZkAccess with any flag
-    except ZkSecurityArgsError as exc:
+        # On Oxia args.zk_auth becomes an OxiaAccess; on ZooKeeper the Oxia flags are refused.
+        redact_in_logs(*resolve_oxia_security(args, args.zk or ""))
+    except (ZkSecurityArgsError, OxiaSecurityArgsError) as exc:
         raise ConnectionArgsError(str(exc)) from None
     try:  # bookie TLS flags: args.bookie_tls, a TlsSettings or None
         setattr(args, TLS_DEST, tls_from_args(args))
