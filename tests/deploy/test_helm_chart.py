@@ -198,3 +198,47 @@ def test_spark_account_may_manage_pods_in_its_namespace_only() -> None:
     assert "--master=k8s://https://kubernetes.default.svc" in args
     # every other pod runs without an API token
     assert all(p.get("automountServiceAccountToken") is False for p in _pods(docs) if p is not job)
+
+
+def test_oxia_tls_and_token_are_files_in_every_pod_and_the_executors() -> None:
+    docs = render("oxia")
+    config = yaml.safe_load(_one(docs, "ConfigMap", "bkaudit")["data"]["bkaudit.yaml"])["global"]
+    assert config["oxia-tls"] is True
+    ca, token = config["oxia-tls-ca"], config["oxia-token-file"]
+    assert (ca, token) == ("/pulsar/certs/oxia-ca/ca.crt", "/etc/bkaudit/secrets/oxia-token/token")
+    assert "oxia-tls-cert" not in config and "zk-tls" not in config
+    pods = _pods(docs)
+    assert len(pods) == 3  # the watch, the scheduled audit and the Spark audit's driver
+    for pod in pods:
+        volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+        assert volumes["oxia-token"] == {"secretName": "bkaudit-oxia-token", "defaultMode": 0o400}
+        assert volumes["oxia-tls-ca"]["secretName"] == "pulsar-ca-tls"
+        for container in pod["containers"]:
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            assert token.startswith(mounts["oxia-token"] + "/")
+            assert ca.startswith(mounts["oxia-tls-ca"] + "/")
+            # the token is a file named in the config: an argument names at most its directory
+            for arg in container.get("args", []):
+                assert "token" not in arg or arg.endswith("=/etc/bkaudit/secrets/oxia-token"), arg
+    # Spark's executor pods get the same Secrets at the same paths (spark-submit --conf).
+    driver = _one(docs, "Job", "-spark-audit-1")["spec"]["template"]["spec"]["containers"][0]
+    assert (
+        "--conf=spark.kubernetes.executor.secrets.pulsar-ca-tls=/pulsar/certs/oxia-ca"
+        in (driver["args"])
+    )
+    assert (
+        "--conf=spark.kubernetes.executor.secrets.bkaudit-oxia-token="
+        "/etc/bkaudit/secrets/oxia-token" in driver["args"]
+    )
+
+
+def test_an_oxia_token_without_oxia_tls_is_refused_in_one_line(tmp_path: Path) -> None:
+    values = tmp_path / "v.yaml"
+    values.write_text(
+        "metadata: {metadataUri: 'metadata-store:oxia://pulsar-oxia:6648/bookkeeper'}\n"
+        "warehouse: /data/bkaudit\n"
+        "auth: {oxiaToken: {secretName: t}}\n"
+    )
+    proc = _helm("template", "bk", str(CHART), "-f", str(values), "--kube-version", KUBERNETES[-1])
+    assert proc.returncode == 1
+    assert "auth.oxiaToken needs tls.oxia.enabled" in proc.stderr

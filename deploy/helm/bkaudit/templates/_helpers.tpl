@@ -67,6 +67,25 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- $_ := set $global "zk-tls-key" (printf "%s/tls.key" $v.tls.zookeeper.mountPath) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.tls.oxia.enabled -}}
+{{- $_ := set $global "oxia-tls" true -}}
+{{- with $v.tls.oxia.caSecretName -}}
+{{- $_ := set $global "oxia-tls-ca" (printf "%s/ca.crt" $v.tls.oxia.caMountPath) -}}
+{{- end -}}
+{{- with $v.tls.oxia.secretName -}}
+{{- $_ := set $global "oxia-tls-cert" (printf "%s/tls.crt" $v.tls.oxia.mountPath) -}}
+{{- $_ := set $global "oxia-tls-key" (printf "%s/tls.key" $v.tls.oxia.mountPath) -}}
+{{- end -}}
+{{- with $v.tls.oxia.serverName -}}
+{{- $_ := set $global "oxia-tls-server-name" . -}}
+{{- end -}}
+{{- end -}}
+{{- with $v.auth.oxiaToken.secretName -}}
+{{- if not $v.tls.oxia.enabled -}}
+{{- fail "auth.oxiaToken needs tls.oxia.enabled: a token is sent to Oxia only over TLS" -}}
+{{- end -}}
+{{- $_ := set $global "oxia-token-file" (printf "%s/oxia-token/%s" $secrets $v.auth.oxiaToken.key) -}}
+{{- end -}}
 {{- if $v.tls.bookie.enabled -}}
 {{- $_ := set $global "tls-provider-factory-class" "org.apache.bookkeeper.tls.TLSContextFactory" -}}
 {{- $_ := set $global "tls-trust-store" (printf "%s/ca.crt" $v.tls.bookie.caMountPath) -}}
@@ -99,6 +118,20 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- with .Values.auth.pulsarToken.secretName }}
 - name: pulsar-token
   secret: {secretName: {{ . }}, defaultMode: 0400}
+{{- end }}
+{{- with .Values.auth.oxiaToken.secretName }}
+- name: oxia-token
+  secret: {secretName: {{ . }}, defaultMode: 0400}
+{{- end }}
+{{- if .Values.tls.oxia.enabled }}
+{{- with .Values.tls.oxia.secretName }}
+- name: oxia-tls
+  secret: {secretName: {{ . }}, defaultMode: 0400}
+{{- end }}
+{{- with .Values.tls.oxia.caSecretName }}
+- name: oxia-tls-ca
+  secret: {secretName: {{ . }}}
+{{- end }}
 {{- end }}
 {{- if .Values.tls.zookeeper.enabled }}
 {{- with .Values.tls.zookeeper.secretName }}
@@ -139,6 +172,17 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- if .Values.auth.pulsarToken.secretName }}
 - {name: pulsar-token, mountPath: {{ $secrets }}/pulsar-token, readOnly: true}
 {{- end }}
+{{- if .Values.auth.oxiaToken.secretName }}
+- {name: oxia-token, mountPath: {{ $secrets }}/oxia-token, readOnly: true}
+{{- end }}
+{{- if .Values.tls.oxia.enabled }}
+{{- if .Values.tls.oxia.secretName }}
+- {name: oxia-tls, mountPath: {{ .Values.tls.oxia.mountPath }}, readOnly: true}
+{{- end }}
+{{- if .Values.tls.oxia.caSecretName }}
+- {name: oxia-tls-ca, mountPath: {{ .Values.tls.oxia.caMountPath }}, readOnly: true}
+{{- end }}
+{{- end }}
 {{- if .Values.tls.zookeeper.enabled }}
 {{- if .Values.tls.zookeeper.secretName }}
 - {name: zk-tls, mountPath: {{ .Values.tls.zookeeper.mountPath }}, readOnly: true}
@@ -167,6 +211,26 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{/* "true" when the bookie CA is the ZooKeeper CA's mount (one Secret, one path). */}}
 {{- define "bkaudit.sharedCa" -}}
 {{- and .Values.tls.zookeeper.enabled .Values.tls.zookeeper.caSecretName (eq .Values.tls.bookie.caMountPath .Values.tls.zookeeper.caMountPath) | toString -}}
+{{- end -}}
+
+{{/*
+spark-submit --conf lines mounting the Oxia Secrets into the executor pods at the driver's
+paths (Spark's spark.kubernetes.executor.secrets.<Secret>=<path>): tasks that open the store
+read the same files.
+*/}}
+{{- define "bkaudit.sparkOxiaSecrets" -}}
+{{- $secrets := include "bkaudit.secretsDir" . -}}
+{{- if .Values.tls.oxia.enabled }}
+{{- with .Values.tls.oxia.caSecretName }}
+- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $.Values.tls.oxia.caMountPath }}
+{{- end }}
+{{- with .Values.tls.oxia.secretName }}
+- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $.Values.tls.oxia.mountPath }}
+{{- end }}
+{{- end }}
+{{- with .Values.auth.oxiaToken.secretName }}
+- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $secrets }}/oxia-token
+{{- end }}
 {{- end -}}
 
 {{- define "bkaudit.configFlag" -}}--config=/etc/bkaudit/config/bkaudit.yaml{{- end -}}
