@@ -310,3 +310,56 @@ def test_a_plain_text_client_to_the_tls_port_is_one_line(
     address = secure_oxia.server.address
     line = _timed_refusal(secure_oxia, tmp_path, uri=f"metadata-store:oxia://{address}/default")
     assert f"Oxia at {address} serves TLS: give --oxia-tls" in line, line
+
+
+def test_a_rotated_token_file_is_read_by_a_running_session(
+    secure_oxia: SecureOxia, cluster: str, tmp_path: Path
+) -> None:
+    # A session opened with a token about to expire keeps working once the file holds a new
+    # one (a Kubernetes Secret updated under a running watch): each call reads the file anew.
+    token = tmp_path / "token"
+    token.write_text(secure_oxia.issuer.token(lifetime=4))
+    access = OxiaAccess(
+        tls=OxiaTls(ca_file=str(secure_oxia.pki.ca.cert)),
+        token=token.read_text(),
+        token_file=str(token),
+    )
+    with open_store(secure_oxia.locator, auth=access, timeout=30) as store:
+        assert store.exists("/ledgers") is not None
+        token.write_text(secure_oxia.issuer.token(lifetime=3600))
+        time.sleep(5)  # the first token has expired by now
+        assert store.exists("/ledgers") is not None
+        assert len(list(store.scan_children("/ledgers/underreplication/ledgers"))) >= 0
+
+
+def test_mutual_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    # A server started with --tls-trusted-ca-file and --tls-client-auth: our certificate gets
+    # in, no certificate is one line and exit 2.
+    pki = generate_pki(tmp_path / "tls")
+    security = OxiaSecurity(
+        cert=str(pki.bookie.cert), key=str(pki.bookie.key), client_ca=str(pki.ca.cert)
+    )
+    with OxiaServer(tmp_path / "oxia", security=security) as server:
+        uri = f"metadata-store:oxia://{server.address}/default"
+        tls = ["--oxia-tls", "--oxia-tls-ca", str(pki.ca.cert)]
+        cert = ["--oxia-tls-cert", str(pki.client.cert), "--oxia-tls-key", str(pki.client.key)]
+        with open_store(
+            server.locator(),
+            auth=OxiaAccess(
+                tls=OxiaTls(
+                    ca_file=str(pki.ca.cert),
+                    cert_file=str(pki.client.cert),
+                    key_file=str(pki.client.key),
+                )
+            ),
+            timeout=30,
+        ) as store:
+            LedgerStore(store, "/ledgers").init_cluster(driver=MetadataDriver.PULSAR)
+        ok = bkaudit("status", "--metadata-uri", uri, *tls, *cert)
+        assert ok.returncode in (ExitStatus.OK, ExitStatus.FINDINGS), ok.stderr[-2000:]
+        t0 = time.monotonic()
+        refused = bkaudit("status", "--metadata-uri", uri, *tls)
+        line = one_error_line(refused)
+        assert time.monotonic() - t0 < 20, line
+        assert f"Oxia TLS handshake with {server.address} failed" in line, line
+        assert "requires a client certificate (--oxia-tls-cert" in line, line

@@ -181,7 +181,8 @@ def _handshake(address: str, tls: OxiaTls, timeout: float) -> None:
     except OSError:
         return  # unreachable: the client's connect reports it
     try:
-        with ctx.wrap_socket(raw, server_hostname=tls.server_name or host):
+        with ctx.wrap_socket(raw, server_hostname=tls.server_name or host) as conn:
+            _await_verdict(conn, min(timeout, 2.0), where)
             return
     except ssl.SSLCertVerificationError as exc:
         raise OxiaSecurityError(f"{where}: certificate not trusted: {exc.verify_message}") from None
@@ -195,6 +196,22 @@ def _handshake(address: str, tls: OxiaTls, timeout: float) -> None:
         ) from None
     finally:
         raw.close()
+
+
+def _await_verdict(conn: ssl.SSLSocket, wait: float, where: str) -> None:
+    """Under TLS 1.3 the server judges our certificate (or its absence) after the client's
+    handshake is done: read until gRPC's server speaks first (its SETTINGS frame) or an alert
+    arrives (:class:`OxiaSecurityError`); silence for ``wait`` seconds counts as accepted."""
+    conn.settimeout(wait)
+    try:
+        conn.recv(1)
+    except TimeoutError:
+        return
+    except ssl.SSLError as exc:
+        reason = _ssl_reason(exc)
+        if "CERTIFICATE_REQUIRED" in reason:
+            reason = "the server requires a client certificate (--oxia-tls-cert, --oxia-tls-key)"
+        raise OxiaSecurityError(f"{where}: {reason}") from None
 
 
 def _ssl_reason(exc: BaseException) -> str:
