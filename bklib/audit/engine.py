@@ -22,19 +22,18 @@ from typing import Any
 
 from bklib.audit.accounting import ScanAccount, account_scan
 from bklib.audit.capabilities import DEFAULT_PROBE_TIMEOUT, learn_capabilities, probe_targets
-from bklib.audit.checker import CheckSettings, ReplicaChecker
-from bklib.audit.classify import classify_ledger, ledger_lac
+from bklib.audit.checker import CheckSettings
+from bklib.audit.checks import check as check_kind
 from bklib.audit.model import Finding, LedgerView, ReplicaReport
-from bklib.client.operations import ClientConfig
+from bklib.client.operations import ClientConfig, run_client_config
 from bklib.client.pool import SyncBookieClient
 from bklib.errors import BKError
 from bklib.meta.cluster import ClusterLayout
 from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import BookieRegistry
-from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, scan_directories, scan_ledgers
+from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT, read_ledgers_by_id, scan_directories
 from bklib.meta.store import LeafDir, LedgerStore
-from bklib.meta.stores import StoreTarget, store_session
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Check, CountKey, parse_host_port
 from bklib.tls import TlsSettings
 
@@ -71,41 +70,34 @@ class ScanPlan:
         return sum(d.count for d in self.dirs)
 
     @classmethod
-    def read(
-        cls, target: StoreTarget, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
-    ) -> ScanPlan:
-        """Check the cluster and list its leaf directories (``target``: the run's session,
-        or a locator)."""
-        with store_session(target, auth=auth) as zk:
-            store = LedgerStore(zk, root)
-            store.require_cluster(zk.locator.rstrip("/"))
-            return cls(tuple(store.leaf_dirs()), store.kind)
+    def read(cls, session: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT) -> ScanPlan:
+        """Check the cluster and list its leaf directories, over the run's session."""
+        store = LedgerStore(session, root)
+        store.require_cluster(session.locator.rstrip("/"))
+        return cls(tuple(store.leaf_dirs()), store.kind)
 
     def account(
         self,
-        target: StoreTarget,
+        session: MetadataStore,
         scanned: Mapping[str, int],
         root: str = DEFAULT_LEDGERS_ROOT,
-        auth: ZkAuth = None,
     ) -> ScanAccount:
         """After a scan: re-read the directories' child versions and account for every
         announced ledger (:func:`~bklib.audit.accounting.account_scan`). ``scanned`` is the
         number of ledgers the scan produced per directory."""
-        with store_session(target, auth=auth) as zk:
-            versions = LedgerStore(zk, root, kind=self.kind).dir_versions(d.path for d in self.dirs)
+        versions = LedgerStore(session, root, kind=self.kind).dir_versions(
+            d.path for d in self.dirs
+        )
         account = account_scan(self.dirs, versions, scanned)
         (log.info if account.complete else log.error)("metadata scan: %s", account.describe())
         return account
 
 
-def require_cluster(
-    target: StoreTarget, root: str = DEFAULT_LEDGERS_ROOT, auth: ZkAuth = None
-) -> ClusterLayout:
+def require_cluster(session: MetadataStore, root: str = DEFAULT_LEDGERS_ROOT) -> ClusterLayout:
     """Raise :class:`~bklib.errors.ClusterNotFoundError` unless a BookKeeper cluster (of
-    BookKeeper's or Pulsar's driver) is at ``target`` / ``root``; return which (see
+    BookKeeper's or Pulsar's driver) is at ``session`` / ``root``; return which (see
     :meth:`LedgerStore.require_cluster`)."""
-    with store_session(target, auth=auth) as zk:
-        return LedgerStore(zk, root).require_cluster(zk.locator.rstrip("/"))
+    return LedgerStore(session, root).require_cluster(session.locator.rstrip("/"))
 
 
 def plan_scan(dirs: Sequence[LeafDir], groups: int) -> list[list[LeafDir]]:
@@ -130,40 +122,34 @@ def _view(r: Any) -> LedgerView:
 
 
 def scan_dirs(
-    target: StoreTarget,
+    session: MetadataStore,
     dirs: Iterable[LeafDir],
     *,
-    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> Iterator[LedgerView]:
-    """Every ledger under ``dirs``, read over one store session (``target``: the run's, or a
-    locator to open one on).
+    """Every ledger under ``dirs``, read over the process's store session.
     A corrupt or unreadable key is a view whose error names it; a ledger deleted meanwhile is
     skipped. A directory that cannot be read (other than deleted) raises: an audit never
     shrinks silently."""
     dirs = list(dirs)
     if not dirs:
         return
-    with store_session(target, auth=auth) as store:
-        for r in scan_directories(store, dirs, max_in_flight):
-            yield _view(r)
+    for r in scan_directories(session, dirs, max_in_flight):
+        yield _view(r)
 
 
 def read_ledgers(
-    target: StoreTarget,
+    session: MetadataStore,
     ledger_ids: Iterable[int],
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
     kind: LayoutKind = LayoutKind.HIERARCHICAL,
-    auth: ZkAuth = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> dict[int, LedgerView | None]:
     """Read the given ledgers now: each id maps to its view, or None when it was deleted."""
     wanted = sorted(set(ledger_ids))
     out: dict[int, LedgerView | None] = dict.fromkeys(wanted)
-    for r in scan_ledgers(
-        target, wanted, root=root, kind=kind, max_in_flight=max_in_flight, auth=auth
-    ):
+    for r in read_ledgers_by_id(session, wanted, root=root, kind=kind, max_in_flight=max_in_flight):
         out[r.ledger_id] = _view(r)
     return out
 
@@ -209,8 +195,8 @@ def bookie_rows(registry: BookieRegistry, named: Iterable[str]) -> list[BookieRo
 def learns_capabilities(check: str) -> bool:
     """Whether ``check`` asks the bookies what they answer before reading (:func:`learn_bookies`):
     replicas and deep do; the sample check reads single entries and asks nothing, and the lost
-    check reads no bookie."""
-    return check in Check.READS_ENTRIES and check != Check.SAMPLE
+    check reads no bookie (:attr:`~bklib.audit.checks.AuditCheck.learns_capabilities`)."""
+    return check_kind(check).learns_capabilities
 
 
 def learn_bookies(
@@ -237,7 +223,7 @@ def learn_bookies(
         client,
         targets,
         min(DEFAULT_PROBE_TIMEOUT, settings.read_timeout),
-        ask_list=check == Check.REPLICAS,
+        ask_list=check_kind(check).ask_list,
     )
     out = [
         replace(r, list_entries=c.list_entries, batch_read=c.batch_read)
@@ -263,34 +249,28 @@ def capability_counts(rows: Iterable[BookieRow]) -> dict[str, int]:
 
 
 def bookie_client_config(settings: CheckSettings, tls: TlsSettings | None = None) -> ClientConfig:
-    """The bookie client configuration of an audit's questions, the same in every executor
-    (driver and tasks): the check's timeouts, a short reconnect back-off (a dead bookie is
-    retried soon, not hammered), and the run's bookie TLS (None: plaintext)."""
-    return ClientConfig(
-        read_timeout=settings.read_timeout,
-        connect_timeout=settings.connect_timeout,
-        reconnect_backoff_initial=0.05,
-        reconnect_backoff_max=1.0,
-        tls=tls,
+    """The bookie client configuration of an audit's questions: the check's timeouts in
+    :func:`~bklib.client.operations.run_client_config`, the one builder every run uses."""
+    return run_client_config(
+        read_timeout=settings.read_timeout, connect_timeout=settings.connect_timeout, tls=tls
     )
 
 
 def check_client(
-    target: StoreTarget,
+    session: MetadataStore,
     *,
     ledgers_root: str,
     settings: CheckSettings,
     tls: TlsSettings | None = None,
-    zk_auth: ZkAuth = None,
 ) -> SyncBookieClient:
     """The bookie client a check reads with, the same in every executor and process (the run,
     the local helper, a Spark task): :func:`bookie_client_config`, and the check's
-    ``bookie_protocol`` for entry reads."""
+    ``bookie_protocol`` for entry reads. It resolves bookie addresses over the process's
+    store session, opening none of its own."""
     return SyncBookieClient(
-        target,
+        session,
         ledgers_root=ledgers_root,
         config=bookie_client_config(settings, tls),
-        zk_auth=zk_auth,
         protocol=settings.bookie_protocol,
     )
 
@@ -311,20 +291,11 @@ def check_ledgers(
 ) -> Iterator[tuple[LedgerView, list[ReplicaReport], list[Finding]]]:
     """Each readable ledger with what its bookies answered and its findings.
 
-    ``lost``: metadata only, ``client`` unused. ``replicas`` / ``deep``: ``client`` is a
+    The check's kind runs it (:meth:`~bklib.audit.checks.AuditCheck.check_ledgers`): ``lost``
+    reads metadata only, ``client`` unused; the others ask the bookies with ``client``, a
     :class:`~bklib.client.pool.SyncBookieClient`; ``on_checker`` (optional) receives the
     checker, so a caller can read what it learnt about each bookie afterwards.
     """
-    if check == Check.LOST:
-        for ledger in ledgers:
-            if ledger.ok:
-                yield ledger, [], classify_ledger(ledger, lost, None)
-        return
-    if client is None:
-        raise ValueError(f"the {check} check needs a bookie client")
-    checker = ReplicaChecker(client, settings or CheckSettings(), check, lost)
-    if on_checker is not None:
-        on_checker(checker)
-    for ledger, reports in checker.check(ledgers):
-        replicas = {r.bookie_id: r for r in reports}
-        yield ledger, reports, classify_ledger(ledger, lost, replicas, ledger_lac(reports))
+    yield from check_kind(check).check_ledgers(
+        ledgers, lost, client=client, settings=settings, on_checker=on_checker
+    )

@@ -46,6 +46,25 @@ class ClientConfig:
         return default
 
 
+def run_client_config(
+    *,
+    read_timeout: float,
+    connect_timeout: float = ClientConfig.connect_timeout,
+    tls: TlsSettings | None = None,
+) -> ClientConfig:
+    """The bookie client configuration of a bkaudit run's requests (an audit's checks and
+    capability probe, a repair's copies), the same in every executor and process: the run's
+    timeouts, a short reconnect back-off (a dead bookie is retried soon, not hammered: the
+    run's other bookies wait on nothing), and the run's bookie TLS (None: plaintext)."""
+    return ClientConfig(
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
+        reconnect_backoff_initial=0.05,
+        reconnect_backoff_max=1.0,
+        tls=tls,
+    )
+
+
 TIMEOUTS: dict[str, str] = {}
 """Every registered bookie operation, of the v3 connection
 (:data:`bklib.client.connection.OPERATIONS`) and of the v2 one

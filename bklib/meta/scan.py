@@ -18,8 +18,7 @@ from bklib.meta import paths
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import LayoutKind
 from bklib.meta.serde import decode_metadata
-from bklib.meta.stores import MetadataStore, StoreTarget, ValueRead, store_session
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore, ValueRead
 from bklib.records import frozen_record
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
@@ -90,23 +89,6 @@ def read_ledgers_by_id(
         result = _to_result(ids[n], got)
         if result is not None:
             yield result
-
-
-def scan_ledgers(
-    target: StoreTarget,
-    ledger_ids: Iterable[int],
-    *,
-    root: str = DEFAULT_LEDGERS_ROOT,
-    kind: LayoutKind = LayoutKind.HIERARCHICAL,
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    auth: ZkAuth = None,
-) -> Iterator[ScanResult]:
-    """:func:`read_ledgers_by_id` over the run's session, or over a session of its own on
-    the store a locator names (a Spark task gets a locator, not a session)."""
-    with store_session(target, auth=auth) as store:
-        yield from read_ledgers_by_id(
-            store, ledger_ids, root=root, kind=kind, max_in_flight=max_in_flight
-        )
 
 
 def _to_result(ledger_id: int, got: ValueRead) -> ScanResult | None:

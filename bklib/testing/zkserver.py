@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import signal
 import socket
@@ -276,6 +277,35 @@ class ZooKeeperServer:
             admin.delete(chroot, recursive=True)
             admin.stop()
             admin.close()
+
+    def next_session_id(self) -> int:
+        """The id ZooKeeper gives a new session now. A standalone server hands out session
+        ids from one counter (ZooKeeper's ``SessionTrackerImpl``: +1 per session created), so
+        the difference of two of these, less one for the first probe's own session, is the
+        number of sessions every client created in between: ZooKeeper's own count, the
+        short-lived ones included."""
+        from bklib.testing.zkclient import connect
+
+        probe = connect(self.connect_string, timeout=15)
+        try:
+            return int(probe.client_id[0])
+        finally:
+            probe.stop()
+            probe.close()
+
+    def connections(self) -> list[dict[str, str]]:
+        """The client connections ZooKeeper holds now (the ``cons`` four-letter word): each
+        with the client's ``address`` (``host:port`` as the server sees it) and ``sid``."""
+        host = self.host.strip("[]")
+        text = four_letter_word(host, self.port, b"cons", timeout=5.0).decode(errors="replace")
+        out = []
+        for line in text.splitlines():
+            m = re.match(r"\s*/(.+?):(\d+)\[\d+\]\((.*)\)", line)
+            if m is None:
+                continue
+            fields = dict(kv.split("=", 1) for kv in m.group(3).split(",") if "=" in kv)
+            out.append({"address": f"{m.group(1)}:{m.group(2)}", "sid": fields.get("sid", "")})
+        return out
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()

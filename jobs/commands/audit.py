@@ -1,12 +1,12 @@
 """The audit: find every under-replicated fragment and append it to the Delta tables.
 
-    bkaudit audit --zk HOST:PORT[/chroot] --warehouse PATH [--check lost|replicas|deep]
+    bkaudit audit --zk HOST:PORT[/chroot] --warehouse PATH [--check CHECK]
                   [--executor auto|local|spark]
     spark-submit jobs/audit.py ...            (same flags; always Spark)
 
 Steps, each logged with a summary line: the metadata scan (every ledger znode) and the bookie
-registrations; the check (``lost`` uses metadata only, ``replicas`` asks each bookie what it
-holds, probing by reads where it does not list, ``deep`` reads and verifies every replica);
+registrations; the check (one kind of :mod:`bklib.audit.checks`, listed in docs/checks.md:
+``lost`` uses metadata only, ``replicas`` asks each bookie what it holds, and so on);
 the re-read of flagged ledgers, dropping findings for ledgers deleted or changed meanwhile;
 and the load into ``audit_runs``, ``ledgers``, ``bookies`` and ``underreplicated_fragments``.
 
@@ -28,6 +28,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from bklib.audit.checker import LEDGERS_IN_FLIGHT, SAMPLED_LEDGERS_IN_FLIGHT
+from bklib.audit.checks import DEFAULT_CHECK
+from bklib.audit.checks import names as check_names
+from bklib.audit.checks.render import help_text as check_help
 from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
@@ -65,13 +68,9 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
     parser.add_argument(
         "--check",
-        choices=Check.CHOICES,
-        default=Check.REPLICAS,
-        help="lost: metadata only; sample: BookKeeper's LedgerChecker (first and last entry of "
-        "each fragment on each bookie, plus --verify-percentage); replicas: compare bookie "
-        "entry lists (default); deep: read every replica and verify its digest; pulsar: "
-        "Pulsar's managed ledgers, cursors and schemas against BookKeeper's ledgers "
-        "(dangling and orphan ledgers; docs/pulsar.md)",
+        choices=check_names(),
+        default=DEFAULT_CHECK,
+        help=check_help(),  # from the check registry (bklib.audit.checks)
     )
     parser.add_argument(
         "--verify-percentage",
@@ -157,10 +156,6 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
 
     A caller that hands in a SparkSession gets Spark under ``--executor auto``.
     """
-    if args.check == Check.PULSAR:  # metadata only, in this process (jobs.runs.pulsar_check)
-        from jobs.runs.pulsar_check import run_pulsar_check
-
-        return run_pulsar_check(args)
     config = AuditConfig.from_args(args)
     requested = getattr(args, "executor", Executor.AUTO)
     if spark is not None and requested == Executor.AUTO:
@@ -176,6 +171,10 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
         print(f"audit: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
     with session:
+        if args.check == Check.PULSAR:  # metadata only, in this process
+            from jobs.runs.pulsar_check import run_pulsar_check
+
+            return run_pulsar_check(args, session)
         return _run_with(args, config, session, requested, spark)
 
 
@@ -187,7 +186,7 @@ def _run_with(
     spark: Any,
 ) -> int:
     try:
-        plan = ScanPlan.read(session, config.ledgers_root, config.zk_auth)
+        plan = ScanPlan.read(session, config.ledgers_root)
         _load_racks(config, session)
         choice = choose_executor(
             requested,
@@ -213,7 +212,7 @@ def _run_with(
     )
     if choice.executor == Executor.LOCAL:
         return _run_local(config, plan, session)
-    return _run_spark(config, plan, spark, getattr(args, "master", None))
+    return _run_spark(config, plan, session, spark, getattr(args, "master", None))
 
 
 def _load_racks(config: AuditConfig, session: MetadataStore) -> None:
@@ -224,7 +223,7 @@ def _load_racks(config: AuditConfig, session: MetadataStore) -> None:
 
     if config.placement == PLACEMENT_OFF:
         return
-    doc = load_rack_document(session, config.racks_znode, config.racks_file, config.zk_auth)
+    doc = load_rack_document(session, config.racks_znode, config.racks_file)
     if doc is None and config.placement == PLACEMENT_ON:
         raise ValueError(
             f"--placement on, but no racks: znode {config.racks_znode} does not exist and no "
@@ -259,7 +258,9 @@ def _run_local(config: AuditConfig, plan: ScanPlan, session: MetadataStore) -> i
     return _finished(run)
 
 
-def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | None) -> int:
+def _run_spark(
+    config: AuditConfig, plan: ScanPlan, session: MetadataStore, spark: Any, master: str | None
+) -> int:
     from jobs.runtime.progress import SparkProgress
     from jobs.spark import load
     from jobs.spark.audit_job import AuditJob
@@ -267,7 +268,7 @@ def _run_spark(config: AuditConfig, plan: ScanPlan, spark: Any, master: str | No
     from jobs.tables.delta import TableError
 
     spark = spark or build_spark("bkaudit-audit", master=master)
-    job = AuditJob(spark, config, plan)
+    job = AuditJob(spark, config, plan, session)
     try:
         # Spark's console bar is off (jobs.spark.session): ours, or a line every few seconds.
         with SparkProgress(spark, "audit", logger=log):

@@ -27,6 +27,7 @@ from bklib.audit.engine import ScanPlan
 from bklib.audit.model import LedgerView
 from bklib.audit.whatif import ScanCoverage
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.replacement import DEFAULT_MIN_RACKS
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, Scope
 from jobs.commands.whatif import (
@@ -159,10 +160,21 @@ def scope_row(s: Any, run_id: str, computed_at: datetime, audit_run_id: str | No
 
 
 def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
-    """Entry point (``bkaudit blastradius``): 0 written, 1 written but incomplete (ledgers
-    unreadable or missed by the scan: the counts are a lower bound), 2 on error.
+    """Entry point (``bkaudit blastradius``): 0 written, 2 on error, 3 written but incomplete
+    (ledgers unreadable or missed by the scan: the counts are a lower bound).
     ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.runs.executor`); a
     caller that hands in a SparkSession gets Spark under ``auto``."""
+    try:
+        session = open_store(args.zk, auth=args.zk_auth)  # the command's one session
+    except Exception as exc:
+        log.debug("blastradius could not connect", exc_info=True)
+        print(f"blastradius: {one_line(exc)}", file=sys.stderr)
+        return ExitStatus.OPERATOR_ERROR
+    with session:
+        return _run_with(args, spark, session)
+
+
+def _run_with(args: argparse.Namespace, spark: Any, session: MetadataStore) -> ExitStatus:
     from jobs.runs.executor import LocalTooBigError, choose_executor, limits_from_args
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -173,7 +185,7 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
     if spark is not None and requested == Executor.AUTO:
         requested = Executor.SPARK
     try:
-        plan = ScanPlan.read(args.zk, args.ledgers_root, args.zk_auth)
+        plan = ScanPlan.read(session, args.ledgers_root)
         choice = choose_executor(
             requested,
             ledgers=plan.expected,
@@ -186,16 +198,15 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
         has_findings = not args.no_findings and delta.table_exists(args.warehouse, "audit_runs")
         if choice.executor == Executor.LOCAL:
             state = load_state(
-                args.zk,
+                session,
                 root=args.ledgers_root,
-                auth=args.zk_auth,
                 warehouse=args.warehouse if has_findings else None,
                 racks_znode=args.racks_znode,
             )
             scopes = blast_rows(state, args.min_racks, _processes())
             audit_run_id, coverage = state.audit_run_id, state.coverage
         else:
-            scopes, audit_run_id, coverage = _spark_scopes(args, spark, plan, has_findings)
+            scopes, audit_run_id, coverage = _spark_scopes(args, spark, session, plan, has_findings)
         rows = [scope_row(s, run_id, started, audit_run_id, choice.executor) for s in scopes]
         delta.append_rows(args.warehouse, BLAST_RADIUS, rows)
     except (LocalTooBigError, UsageError) as exc:
@@ -221,14 +232,18 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
 
 
 def _spark_scopes(
-    args: argparse.Namespace, spark: Any, plan: ScanPlan, has_findings: bool
+    args: argparse.Namespace,
+    spark: Any,
+    session: MetadataStore,
+    plan: ScanPlan,
+    has_findings: bool,
 ) -> tuple[list[Any], str | None, ScanCoverage]:
     """The Spark path's scopes: the driver reads the racks and findings (small), the tasks
     scan the metadata and compute (:mod:`jobs.spark.blast_radius`)."""
     from jobs.spark.blast_radius import spark_blast_radius
     from jobs.spark.session import build_spark
 
-    _, racks = read_cluster(args.zk, args.ledgers_root, args.zk_auth, args.racks_znode, False)
+    _, racks = read_cluster(session, args.ledgers_root, args.racks_znode, False)
     missing: Findings = {}
     audit_run_id = None
     if has_findings:
@@ -236,6 +251,7 @@ def _spark_scopes(
     spark = spark or build_spark("bkaudit-blastradius", master=args.master)
     scopes, coverage = spark_blast_radius(
         spark,
+        session,
         args.zk,
         root=args.ledgers_root,
         auth=args.zk_auth,

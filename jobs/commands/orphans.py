@@ -30,7 +30,7 @@ from typing import Any
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore
-from bklib.meta.stores import open_store
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
@@ -117,11 +117,12 @@ def agreed_orphans(first: Sequence[Orphan], second: Sequence[Orphan]) -> list[Or
     ]
 
 
-def _read(args: argparse.Namespace, root: str) -> tuple[PulsarCheck, list[Orphan]]:
+def _read(
+    args: argparse.Namespace, session: MetadataStore, root: str
+) -> tuple[PulsarCheck, list[Orphan]]:
     check = check_pulsar(
-        args.zk,
+        session,
         args.ledgers_root,
-        args.zk_auth,
         pulsar_root=root,
         orphan_min_age=args.older_than,
     )
@@ -141,7 +142,6 @@ def _read(args: argparse.Namespace, root: str) -> tuple[PulsarCheck, list[Orphan
 
 def run_orphans(args: argparse.Namespace) -> int:
     """``bkaudit orphans delete``: read twice, delete what both reads agree on."""
-    from bklib.audit.engine import require_cluster
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
     from jobs.tables.schema import ACTIONS
@@ -157,11 +157,28 @@ def run_orphans(args: argparse.Namespace) -> int:
         return ExitStatus.OPERATOR_ERROR
     try:
         delta.check_writable(args.warehouse, (ACTIONS,))
-        require_cluster(args.zk, args.ledgers_root, args.zk_auth)
-        _, first = _read(args, root)
+        session = open_store(args.zk, auth=args.zk_auth)  # the command's one session
+    except Exception as exc:  # one line for the operator; nothing was read
+        log.debug("orphans could not start", exc_info=True)
+        print(f"orphans: {one_line(exc)}", file=sys.stderr)
+        return ExitStatus.OPERATOR_ERROR
+    with session:
+        return _run_with(args, session, root, run_id)
+
+
+def _run_with(
+    args: argparse.Namespace, session: MetadataStore, root: str, run_id: str
+) -> ExitStatus:
+    from bklib.audit.engine import require_cluster
+    from jobs.tables import delta
+    from jobs.tables.schema import ACTIONS
+
+    try:
+        require_cluster(session, args.ledgers_root)
+        _, first = _read(args, session, root)
         log.info("orphans: %d found; reading again in %gs", len(first), args.delay)
         time.sleep(args.delay)
-        _, second = _read(args, root)
+        _, second = _read(args, session, root)
     except Exception as exc:  # one line for the operator; nothing was deleted
         log.debug("orphans failed", exc_info=True)
         print(f"orphans: {one_line(exc)}", file=sys.stderr)
@@ -169,7 +186,7 @@ def run_orphans(args: argparse.Namespace) -> int:
     agreed = agreed_orphans(first, second)
     rows: list[dict[str, Any]] = []
     try:
-        _delete(args, agreed, run_id, rows)
+        _delete(args, session, agreed, run_id, rows)
     except Exception as exc:  # ZooKeeper lost mid-way: what was deleted is still recorded
         log.debug("orphans stopped", exc_info=True)
         print(f"orphans: stopped after {len(rows)} ledgers: {one_line(exc)}", file=sys.stderr)
@@ -194,60 +211,60 @@ def run_orphans(args: argparse.Namespace) -> int:
 
 
 def _delete(
-    args: argparse.Namespace, orphans: Sequence[Orphan], run_id: str, rows: list[dict[str, Any]]
+    args: argparse.Namespace,
+    zk: MetadataStore,
+    orphans: Sequence[Orphan],
+    run_id: str,
+    rows: list[dict[str, Any]],
 ) -> None:
     """Delete each orphan (or plan it), appending its row to ``rows`` as it goes."""
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
-    zk = open_store(args.zk, auth=args.zk_auth)
-    try:
-        store = LedgerStore(zk, args.ledgers_root)
-        for o in orphans:
-            started = datetime.now(timezone.utc)
-            lid = o.ledger.ledger_id
-            status, error = ActionStatus.PLANNED, None
-            if o.owner != UNOWNED:
-                listed, gone = listed_now(zk, o.owner_key, o.owner)
-                if not confirm_orphan(o, listed, gone):
-                    status, error = (
-                        ActionStatus.SKIPPED,
-                        f"{o.owner_key} lists it again, or no longer decodes",
-                    )
-            if status == ActionStatus.PLANNED and not args.dry_run:
-                try:
-                    store.delete_ledger(
-                        lid, version=o.ledger.version if o.ledger.version is not None else -1
-                    )
-                    status = ActionStatus.DONE
-                    log.info(
-                        "ledger %d: orphan of %s deleted (%d bytes)",
-                        lid,
-                        o.owner_key or UNOWNED,
-                        o.ledger.length or 0,
-                    )
-                except BKError as exc:  # changed since both reads: left alone
-                    status, error = ActionStatus.FAILED, str(exc)
-                time.sleep(interval)
-            rows.append(
-                {
-                    "run_id": run_id,
-                    "mode": RepairMode.ORPHANS,
-                    "audit_run_id": None,
-                    "ledger_id": lid,
-                    "segment_first_entry_id": None,
-                    "segment_last_entry_id": None,
-                    "old_bookie": None,
-                    "new_bookie": None,
-                    "action": ActionKind.DELETE_ORPHAN,
-                    "entries_copied": 0,
-                    "bytes_copied": 0,
-                    "no_replica_entries": None,
-                    "status": status,
-                    "error": error,
-                    "started_at": started,
-                    "finished_at": datetime.now(timezone.utc),
-                    "executor": None,
-                    "topic": o.ledger.tags.topic,
-                }
-            )
-    finally:
-        zk.close()
+    store = LedgerStore(zk, args.ledgers_root)
+    for o in orphans:
+        started = datetime.now(timezone.utc)
+        lid = o.ledger.ledger_id
+        status, error = ActionStatus.PLANNED, None
+        if o.owner != UNOWNED:
+            listed, gone = listed_now(zk, o.owner_key, o.owner)
+            if not confirm_orphan(o, listed, gone):
+                status, error = (
+                    ActionStatus.SKIPPED,
+                    f"{o.owner_key} lists it again, or no longer decodes",
+                )
+        if status == ActionStatus.PLANNED and not args.dry_run:
+            try:
+                store.delete_ledger(
+                    lid, version=o.ledger.version if o.ledger.version is not None else -1
+                )
+                status = ActionStatus.DONE
+                log.info(
+                    "ledger %d: orphan of %s deleted (%d bytes)",
+                    lid,
+                    o.owner_key or UNOWNED,
+                    o.ledger.length or 0,
+                )
+            except BKError as exc:  # changed since both reads: left alone
+                status, error = ActionStatus.FAILED, str(exc)
+            time.sleep(interval)
+        rows.append(
+            {
+                "run_id": run_id,
+                "mode": RepairMode.ORPHANS,
+                "audit_run_id": None,
+                "ledger_id": lid,
+                "segment_first_entry_id": None,
+                "segment_last_entry_id": None,
+                "old_bookie": None,
+                "new_bookie": None,
+                "action": ActionKind.DELETE_ORPHAN,
+                "entries_copied": 0,
+                "bytes_copied": 0,
+                "no_replica_entries": None,
+                "status": status,
+                "error": error,
+                "started_at": started,
+                "finished_at": datetime.now(timezone.utc),
+                "executor": None,
+                "topic": o.ledger.tags.topic,
+            }
+        )

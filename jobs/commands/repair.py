@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bklib.meta.model import DigestType
+from bklib.meta.stores import MetadataStore
 from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
@@ -200,7 +201,7 @@ def _requests(
     from jobs.local.repair import scan_views
 
     if mode != MODE_REREPLICATE:
-        views, account = scan_views(config)
+        views, account = scan_views(config, local.session)
         reqs = local.requests_for_bookies(views)
         for b in local.unnamed:
             print(
@@ -223,24 +224,40 @@ def _requests(
     return reqs, None
 
 
-def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[ExitStatus, str | None]:
-    """Build the requests and run them; (exit status, run id). An error before any work is
-    one line and 2; a run that started and could not finish, or could not read every ledger
-    that may name its bookies, is 3 (:mod:`jobs.runtime.exit_status`)."""
+def _open_session(mode: str, config: RepairConfig) -> MetadataStore | None:
+    """The command's one store session (its in-process repairs' locks live on it), or None
+    after one line saying why it could not be opened."""
+    from bklib.meta.stores import open_store
+
+    try:
+        return open_store(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
+    except Exception as exc:
+        log.debug("%s could not connect", mode, exc_info=True)
+        print(f"{mode}: {one_line(exc)}", file=sys.stderr)
+        return None
+
+
+def _run(
+    mode: str, args: argparse.Namespace, spark: Any, session: MetadataStore
+) -> tuple[ExitStatus, str | None]:
+    """Build the requests and run them over the command's ``session``; (exit status, run
+    id). An error before any work is one line and 2; a run that started and could not
+    finish, or could not read every ledger that may name its bookies, is 3
+    (:mod:`jobs.runtime.exit_status`)."""
     from bklib.audit.engine import require_cluster
     from jobs.local.repair import LocalRepair
 
     args.mode = mode
     config = RepairConfig.from_args(args, mode)
-    local = LocalRepair(config)
+    local = LocalRepair(config, session)
     try:
         from jobs.options.pulsar import admin_settings
 
         admin = admin_settings(args)
         # Fail closed: a wrong chroot must not look like a cluster whose ledgers were deleted.
-        require_cluster(config.zk, config.ledgers_root, config.zk_auth)
+        require_cluster(session, config.ledgers_root)
         if mode == MODE_REREPLICATE and config.fix_placement:
-            _require_racks(config)
+            _require_racks(config, session)
     except Exception as exc:  # before any work: an operator error
         log.debug("%s could not start", mode, exc_info=True)
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
@@ -266,9 +283,8 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[ExitStatus, s
             rows,
             run_id=run_id,
             mode=mode,
-            zk_hosts=config.zk,
+            session=session,
             ledgers_root=config.ledgers_root,
-            auth=config.zk_auth,
             warehouse=config.warehouse,
             audit_run_id=config.audit_run_id,
             dry_run=config.settings.dry_run,
@@ -300,11 +316,11 @@ def _run(mode: str, args: argparse.Namespace, spark: Any) -> tuple[ExitStatus, s
     return status, run_id
 
 
-def _require_racks(config: RepairConfig) -> None:
+def _require_racks(config: RepairConfig, session: MetadataStore) -> None:
     """``--fix-placement`` needs racks: the rack document must exist and parse."""
     from jobs.runs.placement import load_rack_document
 
-    doc = load_rack_document(config.zk, config.racks_znode, config.racks_file, config.zk_auth)
+    doc = load_rack_document(session, config.racks_znode, config.racks_file)
     if doc is None:
         raise ValueError(
             f"--fix-placement needs racks: znode {config.racks_znode} does not exist and no "
@@ -313,20 +329,28 @@ def _require_racks(config: RepairConfig) -> None:
 
 
 def run_rereplicate(args: argparse.Namespace, spark: Any = None) -> int:
-    """``bkaudit rereplicate``: repair the latest audit's findings. 0/1/2 as documented."""
-    return _run(MODE_REREPLICATE, args, spark)[0]
+    """``bkaudit rereplicate``: repair the latest audit's findings (docs/exit-status.md)."""
+    return _run_with_session(MODE_REREPLICATE, args, spark)
 
 
 def run_recover(args: argparse.Namespace, spark: Any = None) -> int:
     """``bkaudit recover``: re-replicate every fragment that uses the given bookies."""
-    return _run(MODE_RECOVER, args, spark)[0]
+    return _run_with_session(MODE_RECOVER, args, spark)
+
+
+def _run_with_session(mode: str, args: argparse.Namespace, spark: Any) -> ExitStatus:
+    """:func:`_run` over a session opened here, where the command starts, and closed after."""
+    session = _open_session(mode, RepairConfig.from_args(args, mode))
+    if session is None:
+        return ExitStatus.OPERATOR_ERROR
+    with session:
+        return _run(mode, args, spark, session)[0]
 
 
 def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     """``bkaudit decommission``: the bookie must be stopped; recover it, then verify no
     ensemble names it (listing any ledger that still does), then delete its cookie."""
     from bklib.meta.registration import delete_cookie, list_bookies
-    from bklib.meta.stores import open_store
     from jobs.local.repair import scan_views
 
     config = RepairConfig.from_args(args, MODE_DECOMMISSION)
@@ -334,7 +358,9 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     if not bookie or len(config.bookies) != 1:
         print("decommission takes exactly one bookie id", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    zk = open_store(config.zk, auth=config.zk_auth)
+    zk = _open_session(MODE_DECOMMISSION, config)
+    if zk is None:
+        return ExitStatus.OPERATOR_ERROR
     try:
         if list_bookies(zk, config.ledgers_root).is_available(bookie):
             print(
@@ -343,10 +369,10 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
                 file=sys.stderr,
             )
             return ExitStatus.OPERATOR_ERROR
-        status, run_id = _run(MODE_DECOMMISSION, args, spark)
+        status, run_id = _run(MODE_DECOMMISSION, args, spark, zk)
         if run_id is None or config.settings.dry_run:
             return status
-        views, account = scan_views(config)
+        views, account = scan_views(config, zk)
         remaining = [v for v in views if not v.ok or bookie in v.bookies()]
         if not account.complete:
             print(f"decommission of {bookie} unverified: {account.describe()}; its cookie is kept")

@@ -13,6 +13,7 @@ used. Exit status: 0 nothing to triage, 1 ledgers triaged, 2 on error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections import defaultdict
@@ -25,7 +26,7 @@ from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.errors import BKError
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE, read_racks
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     ActionStatus,
@@ -69,16 +70,16 @@ def _ts(ms: int | None) -> datetime | None:
 def collect_triage(
     warehouse: str,
     *,
-    zk: str | None = None,
+    session: MetadataStore | None = None,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: ZkAuth = None,
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     run_id: str | None = None,
     tls: TlsSettings | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With ``zk``, a
-    Pulsar data ledger's lost entries are also named as message ids, with the publish-time
-    range the surviving neighbours bound (:func:`pulsar_loss`)."""
+    """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With the command's
+    store ``session`` the metadata is read now, and a Pulsar data ledger's lost entries are
+    also named as message ids, with the publish-time range the surviving neighbours bound
+    (:func:`pulsar_loss`)."""
     from bklib.repair.outcome import RESOLVED, repair_status
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -112,18 +113,13 @@ def collect_triage(
         return [], run["run_id"]
     views: dict[int, LedgerView | None]
     racks: dict[str, str] = {}
-    if zk is not None:
+    if session is not None:
         from bklib.audit.engine import read_ledgers
         from bklib.meta.registration import list_bookies
-        from bklib.meta.stores import open_store
 
-        views = read_ledgers(zk, wanted, root=root, auth=auth)
-        client = open_store(zk, auth=auth)
-        try:
-            writable = set(list_bookies(client, root).writable)
-            racks = read_racks(client, racks_znode)
-        finally:
-            client.close()
+        views = read_ledgers(session, wanted, root=root)
+        writable = set(list_bookies(session, root).writable)
+        racks = read_racks(session, racks_znode)
     else:
         rows = delta.read_rows(
             warehouse,
@@ -160,10 +156,10 @@ def collect_triage(
         first = fs[0]
         ctime = _ts(view.ctime) if view is not None else None
         loss = PulsarLoss()
-        if zk is not None and view is not None and res.lost_ranges:
+        if session is not None and view is not None and res.lost_ranges:
             try:
                 loss = pulsar_loss(
-                    zk, root, auth, tls, view, res.lost_ranges, res.lost_ranges_truncated
+                    session, root, tls, view, res.lost_ranges, res.lost_ranges_truncated
                 )
             except (BKError, OSError) as exc:  # optional detail: the class stands
                 log.warning("ledger %d: lost messages not named: %s", lid, exc)
@@ -209,9 +205,8 @@ class PulsarLoss:
 
 
 def pulsar_loss(
-    zk: str,
+    session: MetadataStore,
     root: str,
-    auth: ZkAuth,
     tls: TlsSettings | None,
     view: LedgerView,
     lost: Sequence[tuple[int, int]],
@@ -226,37 +221,32 @@ def pulsar_loss(
     from bklib.client.reader import read_entries_blocking
     from bklib.meta.pulsar import COMPONENT_MANAGED_LEDGER, decode_pulsar_metadata
     from bklib.meta.store import LedgerStore
-    from bklib.meta.stores import open_store
     from bklib.pulsar.messages import format_message_ids, publish_time
 
-    client = open_store(zk, auth=auth)
+    store = LedgerStore(session, root)
     try:
-        store = LedgerStore(client, root)
-        try:
-            md = store.read_ledger(view.ledger_id).value
-        except BKError:
-            return PulsarLoss()
-        tags = decode_pulsar_metadata(md.custom_metadata)
-        if tags.component != COMPONENT_MANAGED_LEDGER or tags.cursor or not tags.managed_ledger:
-            return PulsarLoss()
-        ids = format_message_ids(view.ledger_id, lost) + (", and more" if truncated else "")
-        last = md.last_entry_id if md.is_closed else None
-        before_first = lost[0][0] - 1
-        after_last = -1 if truncated else lost[-1][1] + 1
-        times: dict[int, int | None] = {}
-        with SyncBookieClient(client, ledgers_root=root, tls=tls) as bookies:
-            for entry in (before_first, after_last):
-                if entry < 0 or (last is not None and entry > last):
-                    continue
-                try:
-                    (got,) = read_entries_blocking(bookies, store, view.ledger_id, entry, entry)
-                except BKError as exc:
-                    log.info("ledger %d entry %d: unreadable (%s)", view.ledger_id, entry, exc)
-                    continue
-                times[entry] = publish_time(got.payload)
-        return PulsarLoss(ids, times.get(before_first), times.get(after_last))
-    finally:
-        client.close()
+        md = store.read_ledger(view.ledger_id).value
+    except BKError:
+        return PulsarLoss()
+    tags = decode_pulsar_metadata(md.custom_metadata)
+    if tags.component != COMPONENT_MANAGED_LEDGER or tags.cursor or not tags.managed_ledger:
+        return PulsarLoss()
+    ids = format_message_ids(view.ledger_id, lost) + (", and more" if truncated else "")
+    last = md.last_entry_id if md.is_closed else None
+    before_first = lost[0][0] - 1
+    after_last = -1 if truncated else lost[-1][1] + 1
+    times: dict[int, int | None] = {}
+    with SyncBookieClient(session, ledgers_root=root, tls=tls) as bookies:
+        for entry in (before_first, after_last):
+            if entry < 0 or (last is not None and entry > last):
+                continue
+            try:
+                (got,) = read_entries_blocking(bookies, store, view.ledger_id, entry, entry)
+            except BKError as exc:
+                log.info("ledger %d entry %d: unreadable (%s)", view.ledger_id, entry, exc)
+                continue
+            times[entry] = publish_time(got.payload)
+    return PulsarLoss(ids, times.get(before_first), times.get(after_last))
 
 
 def _age(seconds: int | None) -> str:
@@ -275,15 +265,19 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     stream = out or sys.stdout
     try:
-        rows, audit = collect_triage(
-            args.warehouse,
-            zk=args.zk,
-            root=args.ledgers_root,
-            auth=args.zk_auth,
-            racks_znode=args.racks_znode,
-            run_id=args.run_id,
-            tls=getattr(args, "bookie_tls", None),
-        )
+        with contextlib.ExitStack() as stack:
+            # The command's one session, when it reads the metadata now (--zk).
+            session = (
+                stack.enter_context(open_store(args.zk, auth=args.zk_auth)) if args.zk else None
+            )
+            rows, audit = collect_triage(
+                args.warehouse,
+                session=session,
+                root=args.ledgers_root,
+                racks_znode=args.racks_znode,
+                run_id=args.run_id,
+                tls=getattr(args, "bookie_tls", None),
+            )
         if rows:
             delta.append_rows(args.warehouse, TRIAGE, rows)
     except Exception as exc:

@@ -44,8 +44,7 @@ from bklib.meta.racks import (
     read_racks_strict,
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
-from bklib.meta.stores import open_store
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
@@ -147,40 +146,36 @@ def findings_missing(warehouse: str) -> tuple[Findings, str]:
 
 
 def read_cluster(
-    zk_hosts: str, root: str, auth: ZkAuth, racks_znode: str, strict_racks: bool
+    session: MetadataStore, root: str, racks_znode: str, strict_racks: bool
 ) -> tuple[BookieRegistry, dict[str, str]]:
     """The bookie registrations and Pulsar's rack map."""
-    zk = open_store(zk_hosts, auth=auth)
-    try:
-        registry = list_bookies(zk, root)
-        if strict_racks:
-            doc = read_racks_strict(zk, racks_znode)
-            racks = dict(doc.racks) if doc is not None else {}
-        else:
-            racks = read_racks(zk, racks_znode)
-    finally:
-        zk.close()
+    registry = list_bookies(session, root)
+    if strict_racks:
+        doc = read_racks_strict(session, racks_znode)
+        racks = dict(doc.racks) if doc is not None else {}
+    else:
+        racks = read_racks(session, racks_znode)
     return registry, racks
 
 
 def load_state(
-    zk_hosts: str,
+    session: MetadataStore,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: ZkAuth = None,
     warehouse: str | None = None,
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     strict_racks: bool = False,
 ) -> ClusterState:
-    """Read the metadata, registrations, racks and (with ``warehouse``) the latest findings."""
+    """Read the metadata, registrations, racks (over the command's ``session``) and (with
+    ``warehouse``) the latest findings."""
     t0 = time.monotonic()
-    plan = ScanPlan.read(zk_hosts, root, auth)
+    plan = ScanPlan.read(session, root)
     # Every view lives until the answer: the collector's full passes would rescan them over
     # and over as the list grows (jobs/runtime/gc_pause.py); one pass after the scan instead.
     with paused_gc():
-        views = list(scan_dirs(zk_hosts, plan.dirs, auth=auth))
-    account = plan.account(zk_hosts, scanned_per_directory(v.znode_path for v in views), root, auth)
-    registry, racks = read_cluster(zk_hosts, root, auth, racks_znode, strict_racks)
+        views = list(scan_dirs(session, plan.dirs))
+    account = plan.account(session, scanned_per_directory(v.znode_path for v in views), root)
+    registry, racks = read_cluster(session, root, racks_znode, strict_racks)
     named = named_bookies(views)
     registered = set(registry.all())
     state = ClusterState(
@@ -369,14 +364,14 @@ def resolve_targets(state: ClusterState, bookie: str | None, rack: str | None) -
 def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Entry point for parsed arguments (``bkaudit whatif``)."""
     try:
-        state = load_state(
-            args.zk,
-            root=args.ledgers_root,
-            auth=args.zk_auth,
-            warehouse=args.warehouse,
-            racks_znode=args.racks_znode,
-            strict_racks=args.rack is not None,
-        )
+        with open_store(args.zk, auth=args.zk_auth) as session:  # the command's one session
+            state = load_state(
+                session,
+                root=args.ledgers_root,
+                warehouse=args.warehouse,
+                racks_znode=args.racks_znode,
+                strict_racks=args.rack is not None,
+            )
         failed, notes = resolve_targets(state, args.bookie, args.rack)
         res = what_if(state, failed, args.min_racks)
         res.notes = [*notes, *res.notes]

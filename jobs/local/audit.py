@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from bklib.audit.capabilities import ProbeCandidates
+from bklib.audit.checks import check as check_kind
 from bklib.audit.classify import keep_still_current, summarize
 from bklib.audit.completeness import run_status
 from bklib.audit.engine import (
@@ -32,10 +33,10 @@ from bklib.audit.engine import (
 from bklib.audit.model import Finding, LedgerView, named_bookies
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LeafDir
-from bklib.meta.stores import MetadataStore, StoreTarget, store_session
+from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.meta.stores.zookeeper.budget import shared_budget
-from bklib.states import BookieState, Check, CountKey, Executor
+from bklib.states import BookieState, CountKey, Executor
 from jobs.local.scan_shard import (
     SPLIT_MIN_LEDGERS,
     SPLIT_MIN_PROBED_LEDGERS,
@@ -74,13 +75,14 @@ PROGRESS_EVERY = 5.0
 
 class LocalAudit:
     """One audit run in-process. ``plan`` is the scan plan the executor choice was made from;
-    ``store`` the run's metadata session (default: one per step, from the locator)."""
+    ``store`` the process's metadata session, which every step uses (the helper process, if
+    any, opens its own)."""
 
     def __init__(
         self,
         config: AuditConfig,
         plan: ScanPlan,
-        store: StoreTarget | None = None,
+        store: MetadataStore,
         *,
         split: bool | None = None,
     ) -> None:
@@ -98,7 +100,7 @@ class LocalAudit:
         self.own_ledgers: pa.Table | None = None
         """This process's rows of the ``ledgers`` table, when built while the helper works."""
         self.plan = plan
-        self.store: StoreTarget = store if store is not None else config.zk
+        self.store = store
         started = datetime.now(timezone.utc)
         self.run = RunRecord(
             config.run_id or new_run_id(started),
@@ -114,13 +116,14 @@ class LocalAudit:
     def _helper_dirs(self) -> list[LeafDir]:
         """The directories a helper process scans (none: this process scans them all)."""
         cfg = self.config
+        kind = check_kind(cfg.check)
         wanted = self.split
         if wanted is None:
-            least = SPLIT_MIN_LEDGERS if cfg.check == Check.LOST else SPLIT_MIN_PROBED_LEDGERS
+            least = SPLIT_MIN_PROBED_LEDGERS if kind.reads_entries else SPLIT_MIN_LEDGERS
             wanted = self.plan.expected >= least and usable_cores() >= 2
         if not wanted or cfg.rack_document is not None:
             return []
-        if cfg.check != Check.LOST and cfg.fetch.reads_in_flight < 2:
+        if kind.reads_entries and cfg.fetch.reads_in_flight < 2:
             return []  # one read in flight per bookie cannot be shared by two processes
         parts = split_dirs(list(self.plan.dirs), 2)
         return parts[1] if len(parts) == 2 else []
@@ -141,7 +144,7 @@ class LocalAudit:
                 )  # fmt: skip
             self.ledgers = list(
                 track(
-                    scan_dirs(self.store, own, auth=cfg.zk_auth, max_in_flight=cfg.scan_in_flight),
+                    scan_dirs(self.store, own, max_in_flight=cfg.scan_in_flight),
                     sum(d.count for d in own),
                     "metadata scan",
                     logger=log,
@@ -149,8 +152,7 @@ class LocalAudit:
             )
             if self.shard is not None:
                 helper = self.shard.scanned()
-        with store_session(self.store, auth=cfg.zk_auth) as zk:
-            registry = list_bookies(zk, cfg.ledgers_root)
+        registry = list_bookies(self.store, cfg.ledgers_root)
         scanned = ShardScan.of(self.ledgers)
         if helper is not None:
             scanned = scanned.plus(helper)
@@ -160,9 +162,7 @@ class LocalAudit:
         counts[CountKey.LEDGERS_NOT_CLOSED] = scanned.not_closed
         self.bookies = bookie_rows(registry, scanned.named)
         counts.update(
-            self.plan.account(
-                self.store, scanned.per_directory, cfg.ledgers_root, cfg.zk_auth
-            ).counts()
+            self.plan.account(self.store, scanned.per_directory, cfg.ledgers_root).counts()
         )
         states = Counter(b.state for b in self.bookies)
         for s in BookieState.ALL:
@@ -178,7 +178,7 @@ class LocalAudit:
         lost = lost_bookies(self.bookies)
         pairs: Counter[tuple[str, str]] = Counter()
         found: list[Finding] = []
-        if cfg.check == Check.LOST:
+        if not check_kind(cfg.check).reads_entries:
             if self.shard is not None:
                 self.shard.request_check(ShardCheck(lost, cfg.check))  # its half, meanwhile
             for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
@@ -190,7 +190,6 @@ class LocalAudit:
                 ledgers_root=cfg.ledgers_root,
                 settings=cfg.fetch,
                 tls=cfg.tls,
-                zk_auth=cfg.zk_auth,
             ) as client:
                 self.bookies, settings = learn_bookies(
                     client, self.bookies, self._probe_picks(), cfg.fetch, cfg.check
@@ -260,7 +259,6 @@ class LocalAudit:
             flagged,
             root=cfg.ledgers_root,
             kind=self.plan.kind,
-            auth=cfg.zk_auth,
             max_in_flight=cfg.scan_in_flight,
         )
         before = len(self.findings)
@@ -335,15 +333,12 @@ class LocalAudit:
         )
         return run
 
-    def run_all(self) -> RunRecord:
-        """scan, check, recheck, load (after making sure every table can take the rows), then
-        drop the run's ledgers, findings and bookies: the returned record holds its counts.
-        A run whose store session expired meanwhile fails before it records anything
-        (:class:`~bklib.meta.stores.session_guard.SessionLost`)."""
-        delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
-        t0 = time.monotonic()
-        session = self.store if isinstance(self.store, MetadataStore) else None
-        with paused_gc(), SessionGuard(session) as guard:
+    def run_steps(self) -> None:
+        """The audit's steps before anything is recorded, in order: scan, check, placement,
+        re-read, under the session guard: a run whose store session expired meanwhile fails
+        with :class:`~bklib.meta.stores.session_guard.SessionLost`. ``bkaudit audit``
+        (:meth:`run_all`) and the watch both run exactly these."""
+        with SessionGuard(self.store) as guard:
             try:
                 self.scan()
                 guard.check("the metadata scan")
@@ -353,6 +348,15 @@ class LocalAudit:
             self.placement()
             self.recheck()
             guard.check("the check")  # the last moment before anything is recorded
+
+    def run_all(self) -> RunRecord:
+        """:meth:`run_steps` then load (after making sure every table can take the rows),
+        then drop the run's ledgers, findings and bookies: the returned record holds its
+        counts. A run whose session expired records nothing."""
+        delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
+        t0 = time.monotonic()
+        with paused_gc():
+            self.run_steps()
             run = self.load()
             # Recorded: the run's state goes before the collector's one pass at the end of
             # paused_gc, which would otherwise walk every ledger (seconds at a million).

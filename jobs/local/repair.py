@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from bklib.audit.accounting import ScanAccount, scanned_per_directory
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.model import LedgerView
+from bklib.meta.stores import MetadataStore
 from bklib.repair.requests import (
     LedgerRequest,
     mark_requests,
@@ -41,26 +42,26 @@ PROGRESS_EVERY = 5.0
 
 
 def scan_views(
-    config: RepairConfig, plan: ScanPlan | None = None
+    config: RepairConfig, session: MetadataStore, plan: ScanPlan | None = None
 ) -> tuple[list[LedgerView], ScanAccount]:
-    """Every ledger's metadata, read in this process, and the account of what the scan read
-    against what the directories announced (a repair that missed ledgers says so)."""
-    plan = plan or ScanPlan.read(config.zk, config.ledgers_root, config.zk_auth)
-    views = list(scan_dirs(config.zk, plan.dirs, auth=config.zk_auth))
+    """Every ledger's metadata, read in this process over its ``session``, and the account of
+    what the scan read against what the directories announced (a repair that missed ledgers
+    says so)."""
+    plan = plan or ScanPlan.read(session, config.ledgers_root)
+    views = list(scan_dirs(session, plan.dirs))
     account = plan.account(
-        config.zk,
-        scanned_per_directory(v.znode_path for v in views),
-        config.ledgers_root,
-        config.zk_auth,
+        session, scanned_per_directory(v.znode_path for v in views), config.ledgers_root
     )
     return views, account
 
 
 class LocalRepair:
-    """One repair run in-process."""
+    """One repair run in-process, over the command's store ``session`` (a spawned worker
+    process opens its own: :func:`~jobs.runs.repair_partition.worker_partition`)."""
 
-    def __init__(self, config: RepairConfig) -> None:
+    def __init__(self, config: RepairConfig, session: MetadataStore) -> None:
         self.config = config
+        self.session = session
         started = datetime.now(timezone.utc)
         self.run_id = config.run_id or new_run_id(started)
         self.started_at = started
@@ -120,16 +121,10 @@ class LocalRepair:
         """Requests to verify the ledgers BookKeeper's under-replication marks name but no
         request covers (``LedgerRequest.verify_mark``): a mark whose bookie came back is
         cleared once the ledger checks healthy, instead of staying forever."""
-        from bklib.meta.stores import open_store
         from bklib.meta.underreplication import UnderReplicationManager
 
-        cfg = self.config
-        zk = open_store(cfg.zk, auth=cfg.zk_auth)
-        try:
-            urm = UnderReplicationManager(zk, cfg.ledgers_root)
-            marked = [m.ledger_id for m in urm.list_underreplicated()]
-        finally:
-            zk.close()
+        urm = UnderReplicationManager(self.session, self.config.ledgers_root)
+        marked = [m.ledger_id for m in urm.list_underreplicated()]
         out = mark_requests(marked, (r.ledger_id for r in reqs))
         if out:
             log.info("%d marked ledgers not in the audit's findings: checking them", len(out))
@@ -177,7 +172,7 @@ class LocalRepair:
         # A bar with an ETA on a terminal, a line every few seconds otherwise.
         with Progress(cfg.mode, n, logger=log, every=PROGRESS_EVERY) as progress:
             if procs <= 1:
-                for actions in repair_partition(cfg, reqs):
+                for actions in repair_partition(cfg, self.session, reqs):
                     rows.extend(actions)
                     progress.advance(1)
             else:

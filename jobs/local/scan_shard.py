@@ -47,6 +47,7 @@ from bklib.audit.engine import check_client, check_ledgers, scan_dirs
 from bklib.audit.model import Finding, LedgerView, named_bookies
 from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.zookeeper.budget import set_request_rate
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.tls import TlsSettings
@@ -220,14 +221,14 @@ def _serve(conn: Connection, job: ShardJob) -> None:
         os.environ[PROGRESS_MODE_ENV] = "off"  # the run's own bar is on the same terminal
     try:
         set_request_rate(job.rate)
-        views = list(
-            scan_dirs(job.locator, job.dirs, auth=job.auth, max_in_flight=job.max_in_flight)
-        )
-        conn.send(("scan", ShardScan.of(views, probe=job.probe_candidates)))
-        request = conn.recv()
-        if request[0] != "check":
-            return
-        found, pairs = _check(job, views, request[1])
+        # The helper process's one store session, for its scan and its check.
+        with open_store(job.locator, auth=job.auth) as session:
+            views = list(scan_dirs(session, job.dirs, max_in_flight=job.max_in_flight))
+            conn.send(("scan", ShardScan.of(views, probe=job.probe_candidates)))
+            request = conn.recv()
+            if request[0] != "check":
+                return
+            found, pairs = _check(session, views, request[1])
         table = ledgers_table(job.run_id, views)
         views.clear()
         sink = pa.BufferOutputStream()
@@ -245,7 +246,7 @@ def _serve(conn: Connection, job: ShardJob) -> None:
 
 
 def _check(
-    job: ShardJob, views: list[LedgerView], req: ShardCheck
+    session: MetadataStore, views: list[LedgerView], req: ShardCheck
 ) -> tuple[list[Finding], Counter[tuple[str, str]]]:
     """The helper's half of the check: its findings, and its (method, status) answers."""
     found: list[Finding] = []
@@ -256,11 +257,7 @@ def _check(
             found.extend(fs)
         return found, pairs
     with check_client(
-        job.locator,
-        ledgers_root=reads.ledgers_root,
-        settings=reads.settings,
-        tls=reads.tls,
-        zk_auth=job.auth,
+        session, ledgers_root=reads.ledgers_root, settings=reads.settings, tls=reads.tls
     ) as client:
         checked = check_ledgers(views, req.lost, req.check, client=client, settings=reads.settings)
         for _, reports, fs in track(checked, len(views), f"{req.check} (helper)", logger=log):

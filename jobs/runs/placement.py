@@ -15,8 +15,7 @@ from bklib.audit.model import Finding, LedgerView
 from bklib.audit.placement import PlacementRule, placement_findings
 from bklib.audit.placement import rack_resolver as _resolver
 from bklib.meta.racks import RackDocument, load_racks_file, read_racks_strict
-from bklib.meta.stores import StoreTarget
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore
 from bklib.states import UNKNOWN_RACK, CountKey, Reason
 
 __all__ = [
@@ -29,17 +28,14 @@ log = logging.getLogger("jobs.runs.placement")
 
 
 def load_rack_document(
-    target: StoreTarget, znode: str, racks_file: str | None, auth: ZkAuth = None
+    session: MetadataStore, znode: str, racks_file: str | None
 ) -> RackDocument | None:
     """The racks file when given, else the racks znode parsed strictly; None when neither
     exists. Raises :class:`~bklib.meta.racks.RacksFormatError` naming the znode or file when
     it does not parse."""
     if racks_file:
         return load_racks_file(racks_file)
-    from bklib.meta.stores import store_session
-
-    with store_session(target, auth=auth) as zk:
-        return read_racks_strict(zk, znode)
+    return read_racks_strict(session, znode)
 
 
 class PlacementPass:

@@ -23,10 +23,9 @@ from typing import Any
 from bklib.audit.accounting import scanned_per_directory
 from bklib.audit.engine import ScanPlan, require_cluster
 from bklib.meta.pulsar import decode_pulsar_metadata
-from bklib.meta.scan import scan_ledgers
+from bklib.meta.scan import read_ledgers_by_id
 from bklib.meta.store import LedgerStore
-from bklib.meta.stores import KeyNotFound, MetadataStore, open_store
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import KeyNotFound, MetadataStore
 from bklib.pulsar.crosscheck import (
     BookKeeperLedger,
     Orphan,
@@ -126,43 +125,39 @@ class PulsarCheck:
 
 
 def _bookkeeper_ledgers(
-    hosts: str, root: str, auth: ZkAuth
+    session: MetadataStore, root: str
 ) -> tuple[dict[int, BookKeeperLedger], int, bool, str]:
     """Every ledger's tags, creation time, length and version; (ledgers, unreadable, complete,
     account)."""
-    plan = ScanPlan.read(hosts, root, auth)
+    plan = ScanPlan.read(session, root)
     out: dict[int, BookKeeperLedger] = {}
     unreadable = 0
     seen: list[str] = []
-    zk = open_store(hosts, auth=auth)
-    try:
-        store = LedgerStore(zk, root, kind=plan.kind)
+    store = LedgerStore(session, root, kind=plan.kind)
 
-        def ids() -> Iterator[int]:
-            for d in plan.dirs:
-                yield from store.ledger_ids_in(d)
+    def ids() -> Iterator[int]:
+        for d in plan.dirs:
+            yield from store.ledger_ids_in(d)
 
-        for r in scan_ledgers(hosts, ids(), root=root, kind=plan.kind, auth=auth):
-            seen.append(r.path)
-            if r.metadata is None:
-                # Unreadable metadata names no owner we can trust: never judged an orphan,
-                # and it exists, so no reference to it dangles.
-                unreadable += 1
-                out[r.ledger_id] = BookKeeperLedger(
-                    r.ledger_id, None, None, decode_pulsar_metadata({}), r.version
-                )
-                continue
-            md = r.metadata
+    for r in read_ledgers_by_id(session, ids(), root=root, kind=plan.kind):
+        seen.append(r.path)
+        if r.metadata is None:
+            # Unreadable metadata names no owner we can trust: never judged an orphan,
+            # and it exists, so no reference to it dangles.
+            unreadable += 1
             out[r.ledger_id] = BookKeeperLedger(
-                md.ledger_id,
-                md.ctime,
-                md.length,
-                decode_pulsar_metadata(md.custom_metadata),
-                r.version,
+                r.ledger_id, None, None, decode_pulsar_metadata({}), r.version
             )
-    finally:
-        zk.close()
-    account = plan.account(hosts, scanned_per_directory(seen), root, auth)
+            continue
+        md = r.metadata
+        out[r.ledger_id] = BookKeeperLedger(
+            md.ledger_id,
+            md.ctime,
+            md.length,
+            decode_pulsar_metadata(md.custom_metadata),
+            r.version,
+        )
+    account = plan.account(session, scanned_per_directory(seen), root)
     return out, unreadable, account.complete, account.describe()
 
 
@@ -182,53 +177,48 @@ def listed_now(zk: MetadataStore, key: str, owner: str) -> tuple[frozenset[int] 
 
 
 def check_pulsar(
-    hosts: str,
+    zk: MetadataStore,
     ledgers_root: str,
-    auth: ZkAuth,
     *,
     pulsar_root: str | None = None,
     orphan_min_age: float = DEFAULT_ORPHAN_MIN_AGE,
     before_confirm: Callable[[], None] | None = None,
 ) -> PulsarCheck:
-    """Cross-check Pulsar's metadata and BookKeeper's (both read from ``hosts``): read Pulsar's
-    references, scan the ledgers, pick candidates, and keep those a fresh read confirms.
-    ``before_confirm`` runs between the two (tests use it to change the cluster there, as a
-    broker may)."""
+    """Cross-check Pulsar's metadata and BookKeeper's (both read over the command's session
+    ``zk``): read Pulsar's references, scan the ledgers, pick candidates, and keep those a
+    fresh read confirms. ``before_confirm`` runs between the two (tests use it to change the
+    cluster there, as a broker may)."""
     root = pulsar_root or pulsar_root_of(ledgers_root)
-    zk = open_store(hosts, auth=auth)
-    try:
-        refs = read_references(zk, root)
-        bk, unreadable, complete, account = _bookkeeper_ledgers(hosts, ledgers_root, auth)
-        check = PulsarCheck(refs, len(bk), unreadable, complete, account)
-        check.bookkeeper = bk
-        tagged = sum(1 for led in bk.values() if led.tags.managed_ledger)
-        if refs.managed_ledgers == 0 and tagged:
-            # Pulsar's ledgers without Pulsar's metadata: the wrong root, not a cluster whose
-            # every topic is gone. Judging them would call every ledger an orphan.
-            raise PulsarMetadataMissing(
-                f"{tagged} ledgers are tagged for Pulsar topics but {root} has no managed "
-                "ledgers: give --pulsar-root (where managed-ledgers is)"
-            )
-        store = LedgerStore(zk, ledgers_root)
-        if before_confirm is not None:
-            before_confirm()
-        for ref in dangling_candidates(refs, bk.__contains__):
-            listed, _ = listed_now(zk, ref.key, ref.owner)
-            exists = zk.exists(store.path_for(ref.ledger_id)) is not None
-            if confirm_dangling(ref, listed, exists):
-                check.dangling.append(ref)
-            else:
-                log.info("ledger %d of %s: no longer dangling on a re-read", ref.ledger_id, ref.key)
-        now_ms = int(time.time() * 1000)
-        for orphan in orphan_candidates(
-            refs, bk, root=root, now_ms=now_ms, min_age_ms=int(orphan_min_age * 1000)
-        ):
-            listed, gone = listed_now(zk, orphan.owner_key, orphan.owner)
-            still = zk.exists(store.path_for(orphan.ledger.ledger_id)) is not None
-            if still and confirm_orphan(orphan, listed, gone):
-                check.orphans.append(orphan)
-    finally:
-        zk.close()
+    refs = read_references(zk, root)
+    bk, unreadable, complete, account = _bookkeeper_ledgers(zk, ledgers_root)
+    check = PulsarCheck(refs, len(bk), unreadable, complete, account)
+    check.bookkeeper = bk
+    tagged = sum(1 for led in bk.values() if led.tags.managed_ledger)
+    if refs.managed_ledgers == 0 and tagged:
+        # Pulsar's ledgers without Pulsar's metadata: the wrong root, not a cluster whose
+        # every topic is gone. Judging them would call every ledger an orphan.
+        raise PulsarMetadataMissing(
+            f"{tagged} ledgers are tagged for Pulsar topics but {root} has no managed "
+            "ledgers: give --pulsar-root (where managed-ledgers is)"
+        )
+    store = LedgerStore(zk, ledgers_root)
+    if before_confirm is not None:
+        before_confirm()
+    for ref in dangling_candidates(refs, bk.__contains__):
+        listed, _ = listed_now(zk, ref.key, ref.owner)
+        exists = zk.exists(store.path_for(ref.ledger_id)) is not None
+        if confirm_dangling(ref, listed, exists):
+            check.dangling.append(ref)
+        else:
+            log.info("ledger %d of %s: no longer dangling on a re-read", ref.ledger_id, ref.key)
+    now_ms = int(time.time() * 1000)
+    for orphan in orphan_candidates(
+        refs, bk, root=root, now_ms=now_ms, min_age_ms=int(orphan_min_age * 1000)
+    ):
+        listed, gone = listed_now(zk, orphan.owner_key, orphan.owner)
+        still = zk.exists(store.path_for(orphan.ledger.ledger_id)) is not None
+        if still and confirm_orphan(orphan, listed, gone):
+            check.orphans.append(orphan)
     return check
 
 
@@ -290,7 +280,9 @@ def finding_rows(check: PulsarCheck, run_id: str, at: datetime) -> list[dict[str
     return rows
 
 
-def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int:
+def run_pulsar_check(
+    args: argparse.Namespace, session: MetadataStore, run_id: str | None = None
+) -> int:
     """Run the cross-check from ``audit``'s parsed arguments, write it, print a summary."""
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -309,16 +301,15 @@ def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int
     }
     try:
         delta.check_writable(args.warehouse, (PULSAR_CHECKS, PULSAR_REFERENCES))
-        require_cluster(args.zk, args.ledgers_root, args.zk_auth)
+        require_cluster(session, args.ledgers_root)
     except Exception as exc:  # before any work: an operator error, one line, nothing recorded
         log.debug("pulsar check could not start", exc_info=True)
         print(f"audit: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
     try:
         check = check_pulsar(
-            args.zk,
+            session,
             args.ledgers_root,
-            args.zk_auth,
             pulsar_root=root,
             orphan_min_age=args.orphan_min_age,
         )
@@ -330,7 +321,9 @@ def run_pulsar_check(args: argparse.Namespace, run_id: str | None = None) -> int
             delta.append_rows(args.warehouse, PULSAR_CHECKS, [record])
         except Exception:  # the warehouse itself may be what failed; the line above says why
             log.debug("could not record the failed run", exc_info=True)
-        return ExitStatus.INCOMPLETE
+        # A wrong --pulsar-root is the operator's to fix; anything else stopped a started run.
+        missing_root = isinstance(exc, PulsarMetadataMissing)
+        return ExitStatus.OPERATOR_ERROR if missing_root else ExitStatus.INCOMPLETE
     at = _now()
     rows = finding_rows(check, run_id, at)
     if rows:

@@ -17,8 +17,7 @@ from typing import Any
 from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore
-from bklib.meta.stores import open_store
-from bklib.meta.stores.zookeeper.security import ZkAuth
+from bklib.meta.stores import MetadataStore
 from bklib.pulsar.admin import AdminSettings, PulsarAdmin
 from bklib.pulsar.unload import (
     UnloadOutcome,
@@ -42,26 +41,19 @@ log = logging.getLogger("jobs.commands.repair")
 
 
 def topics_of(
-    zk_hosts: str, ledgers_root: str, auth: ZkAuth, ledger_ids: Iterable[int]
+    session: MetadataStore, ledgers_root: str, ledger_ids: Iterable[int]
 ) -> dict[int, str | None]:
     """Each ledger's Pulsar topic, from its custom metadata (None: untagged, or deleted)."""
     out: dict[int, str | None] = {}
-    ids = sorted(set(ledger_ids))
-    if not ids:
-        return out
-    zk = open_store(zk_hosts, auth=auth)
-    try:
-        store = LedgerStore(zk, ledgers_root)
-        for lid in ids:
-            try:
-                md = store.read_ledger(lid).value
-            except BKError as exc:  # deleted since, or unreadable: no handle to refresh
-                log.info("ledger %d: no topic to unload (%s)", lid, exc)
-                out[lid] = None
-                continue
-            out[lid] = decode_pulsar_metadata(md.custom_metadata).topic
-    finally:
-        zk.close()
+    store = LedgerStore(session, ledgers_root)
+    for lid in sorted(set(ledger_ids)):
+        try:
+            md = store.read_ledger(lid).value
+        except BKError as exc:  # deleted since, or unreadable: no handle to refresh
+            log.info("ledger %d: no topic to unload (%s)", lid, exc)
+            out[lid] = None
+            continue
+        out[lid] = decode_pulsar_metadata(md.custom_metadata).topic
     return out
 
 
@@ -114,9 +106,8 @@ def unload_changed_topics(
     *,
     run_id: str,
     mode: str,
-    zk_hosts: str,
+    session: MetadataStore,
     ledgers_root: str,
-    auth: ZkAuth,
     warehouse: str,
     audit_run_id: str | None,
     dry_run: bool,
@@ -128,7 +119,7 @@ def unload_changed_topics(
     unloaded and the topics come back FAILED for the operator. The rows are returned, not
     written: the repair commands append them at once, the watch through its spool."""
     changed = ledgers_changed(rows, dry_run=dry_run)
-    plan = topics_to_unload(changed, topics_of(zk_hosts, ledgers_root, auth, changed))
+    plan = topics_to_unload(changed, topics_of(session, ledgers_root, changed))
     if settings is not None and not dry_run:
         for topic, lids in _left_by_earlier_runs(warehouse).items():
             plan.setdefault(topic, lids)

@@ -14,11 +14,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bklib.audit.checks import check as check_kind
+from bklib.audit.checks import replication_names
 from bklib.audit.completeness import run_status
 from bklib.audit.engine import BookieRow, ScanPlan, capability_counts
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
-from bklib.states import BookieState, Check, CountKey, Executor, Reason
+from bklib.meta.stores import MetadataStore
+from bklib.states import BookieState, CountKey, Executor, Reason
 from jobs.runs.audit_run import log_metadata
 from jobs.runs.placement import PlacementPass, placement_counts
 from jobs.spark import extract, load, transform
@@ -42,13 +45,20 @@ class AuditJob:
     """
 
     def __init__(
-        self, spark: SparkSession, config: AuditConfig, plan: ScanPlan | None = None
+        self,
+        spark: SparkSession,
+        config: AuditConfig,
+        plan: ScanPlan | None,
+        session: MetadataStore,
     ) -> None:
-        if config.check not in Check.ALL:
-            raise ValueError(f"unknown check {config.check!r}; use one of {Check.ALL}")
+        """``session``: the driver's store session, which every driver step uses; each task
+        opens its own from ``config.zk``."""
+        if config.check not in replication_names():
+            raise ValueError(f"unknown check {config.check!r}; use one of {replication_names()}")
         self.spark = spark
         self.config = config
         self.plan = plan
+        self.session = session
         started = datetime.now(timezone.utc)
         run_id = config.run_id or new_run_id(started)
         self.run = RunRecord(run_id, started, config.zk, config.check, executor=Executor.SPARK)
@@ -76,6 +86,7 @@ class AuditJob:
         self._phase("metadata scan")
         ledgers, plan = extract.scan_ledgers_df(
             self.spark,
+            self.session,
             cfg.zk,
             root=cfg.ledgers_root,
             auth=cfg.zk_auth,
@@ -86,7 +97,7 @@ class AuditJob:
         self.kind = plan.kind
         self.ledgers = self._keep(ledgers)
         per_dir = transform.ledgers_per_directory(self.ledgers)
-        counts.update(plan.account(cfg.zk, per_dir, cfg.ledgers_root, cfg.zk_auth).counts())
+        counts.update(plan.account(self.session, per_dir, cfg.ledgers_root).counts())
         row = transform.aggregate_row(
             self.ledgers.agg(
                 F.count(F.lit(1)).alias("n"),
@@ -101,9 +112,7 @@ class AuditJob:
         counts[CountKey.LEDGERS_NOT_CLOSED] = int(row["not_closed"] or 0)
         self._phase("bookies")
         self.bookies = self._keep(
-            extract.bookies_df(
-                self.spark, cfg.zk, self.ledgers, root=cfg.ledgers_root, auth=cfg.zk_auth
-            )
+            extract.bookies_df(self.spark, self.session, self.ledgers, root=cfg.ledgers_root)
         )
         states = {r["state"]: r["count"] for r in self.bookies.groupBy("state").count().collect()}
         for s in BookieState.ALL:
@@ -119,18 +128,17 @@ class AuditJob:
         cfg, counts = self.config, self.run.counts
         t0 = time.monotonic()
         entries = None
-        if cfg.check != Check.LOST:
+        if check_kind(cfg.check).reads_entries:
             self._phase(f"{cfg.check}: bookie entry lists")
             lost = transform.lost_bookie_ids(self.bookies)
             bookies, settings = extract.learn_bookies_df(
                 self.spark,
-                cfg.zk,
+                self.session,
                 self.ledgers,
                 self.bookies,
                 cfg.fetch,
                 cfg.check,
                 root=cfg.ledgers_root,
-                auth=cfg.zk_auth,
                 tls=cfg.tls,
             )
             self.bookies = self._keep(bookies)

@@ -24,6 +24,7 @@ from bklib.audit.blast_radius import ScopeImpact, blast_radius, merge_scopes
 from bklib.audit.engine import ScanPlan
 from bklib.audit.model import LedgerView
 from bklib.audit.whatif import COVERAGE_SAMPLE, ScanCoverage
+from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState
 from jobs.spark.extract import bookies_df, scan_ledgers_df
@@ -116,6 +117,7 @@ def blast_radius_df(
 
 def spark_blast_radius(
     spark: SparkSession,
+    session: MetadataStore,
     hosts: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
@@ -125,22 +127,23 @@ def spark_blast_radius(
     min_racks: int,
     plan: ScanPlan | None = None,
 ) -> tuple[list[ScopeImpact], ScanCoverage]:
-    """Scan the metadata on the executors and compute every scope's blast radius there.
+    """Scan the metadata on the executors (each task with a session of its own on ``hosts``)
+    and compute every scope's blast radius there; the driver reads over its ``session``.
     ``racks`` and ``missing`` (the latest audit's findings, unfiltered) come from the driver.
     Also returns what the scan could not read or account for: those ledgers may name any
     bookie, so the figures are then a lower bound."""
-    ledgers, plan = scan_ledgers_df(spark, hosts, root=root, auth=auth, plan=plan)
+    ledgers, plan = scan_ledgers_df(spark, session, hosts, root=root, auth=auth, plan=plan)
     ledgers = ledgers.persist(StorageLevel.MEMORY_AND_DISK)  # read thrice: cover, bookies, compute
     try:
         per_dir = ledgers_per_directory(ledgers)
-        unaccounted = plan.account(hosts, per_dir, root, auth).unaccounted
+        unaccounted = plan.account(session, per_dir, root).unaccounted
         bad = ledgers.filter(F.col("error").isNotNull()).select("ledger_id")
         sample = [
             int(r.ledger_id) for r in bad.orderBy("ledger_id").limit(COVERAGE_SAMPLE).collect()
         ]
         coverage = ScanCoverage(bad.count(), tuple(sample), unaccounted)
         states: dict[str, set[str]] = {s: set() for s in BookieState.ALL}
-        for r in bookies_df(spark, hosts, ledgers, root=root, auth=auth).collect():
+        for r in bookies_df(spark, session, ledgers, root=root).collect():
             states[r.state].add(r.bookie_id)
         lost = frozenset(states[BookieState.LOST])
         writable = frozenset(states[BookieState.WRITABLE])

@@ -34,7 +34,7 @@ from bklib.meta.paths import LayoutKind
 from bklib.meta.registration import list_bookies
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.store import LeafDir
-from bklib.meta.stores import open_store
+from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.tls import TlsSettings
@@ -55,14 +55,18 @@ def _scan_task(
 ) -> Callable[[Iterable[list[LeafDir]]], Iterator[dict[str, Any]]]:
     def run(groups: Iterable[list[LeafDir]]) -> Iterator[dict[str, Any]]:
         dirs = [d for g in groups for d in g]
-        for view in scan_dirs(hosts, dirs, auth=auth, max_in_flight=max_in_flight):
-            yield view.as_row()
+        if not dirs:
+            return
+        with open_store(hosts, auth=auth) as store:  # the task's one session
+            for view in scan_dirs(store, dirs, max_in_flight=max_in_flight):
+                yield view.as_row()
 
     return run
 
 
 def scan_ledgers_df(
     spark: SparkSession,
+    session: MetadataStore,
     hosts: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
@@ -74,11 +78,12 @@ def scan_ledgers_df(
     """Every ledger's metadata (LEDGER_SCHEMA), read on the executors, and the scan plan.
 
     The driver lists only the directories of the ledger tree (one per 10,000 ids in the
-    hierarchical layout); each task lists and reads its own directories. A corrupt or
+    hierarchical layout), over its ``session``; each task lists and reads its own directories,
+    over a session of its own on ``hosts``. A corrupt or
     unreadable znode becomes a row with ``error`` naming it; a ledger deleted meanwhile is
     skipped. The DataFrame is lazy: persist it before using it twice.
     """
-    plan = plan or ScanPlan.read(hosts, root, auth)
+    plan = plan or ScanPlan.read(session, root)
     total = plan.expected
     tasks = max(spark.sparkContext.defaultParallelism, -(-total // max(1, ledgers_per_task)))
     groups = plan_scan(plan.dirs, tasks)
@@ -112,9 +117,8 @@ def reread_ledgers(
         ids = [r.ledger_id for r in rows]
         if not ids:
             return
-        views = read_ledgers(
-            hosts, ids, root=root, kind=kind, auth=auth, max_in_flight=max_in_flight
-        )
+        with open_store(hosts, auth=auth) as store:  # the task's one session
+            views = read_ledgers(store, ids, root=root, kind=kind, max_in_flight=max_in_flight)
         for lid, view in sorted(views.items()):
             if view is None:
                 continue
@@ -133,19 +137,14 @@ def reread_ledgers(
 
 def bookies_df(
     spark: SparkSession,
-    hosts: str,
+    session: MetadataStore,
     ledgers: DataFrame,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: ZkAuth = None,
 ) -> DataFrame:
-    """Registered bookies (writable / readonly) and lost ones: named in some ensemble of a
-    readable ledger but not registered (BOOKIE_SCHEMA)."""
-    zk = open_store(hosts, auth=auth)
-    try:
-        registry = list_bookies(zk, root)
-    finally:
-        zk.close()
+    """Registered bookies (writable / readonly), read over the driver's ``session``, and lost
+    ones: named in some ensemble of a readable ledger but not registered (BOOKIE_SCHEMA)."""
+    registry = list_bookies(session, root)
     named = {
         r.bookie_id
         for r in healthy_ledgers(ledgers)
@@ -160,20 +159,20 @@ def bookies_df(
 
 def learn_bookies_df(
     spark: SparkSession,
-    hosts: str,
+    session: MetadataStore,
     ledgers: DataFrame,
     bookies: DataFrame,
     settings: CheckSettings,
     check: str,
     *,
     root: str = DEFAULT_LEDGERS_ROOT,
-    auth: ZkAuth = None,
     tls: TlsSettings | None = None,
 ) -> tuple[DataFrame, CheckSettings]:
     """The run's capability probe, from the driver (:func:`bklib.audit.engine.learn_bookies`):
-    the bookies table with the answers, and the settings that carry them to every task."""
-    from bklib.client.operations import ClientConfig
-    from bklib.client.pool import SyncBookieClient
+    the bookies table with the answers, and the settings that carry them to every task. The
+    probe's client is the check's own (:func:`~bklib.audit.engine.check_client`: its back-off
+    and ``--bookie-protocol``), over the driver's ``session``."""
+    from bklib.audit.engine import check_client
 
     closed = F.col("state") == LedgerState.CLOSED.name
     picks = {
@@ -189,10 +188,7 @@ def learn_bookies_df(
         .collect()
     }
     rows = [BookieRow(**r.asDict()) for r in bookies.collect()]
-    config = ClientConfig(
-        read_timeout=settings.read_timeout, connect_timeout=settings.connect_timeout, tls=tls
-    )
-    with SyncBookieClient(hosts, ledgers_root=root, config=config, zk_auth=auth) as client:
+    with check_client(session, ledgers_root=root, settings=settings, tls=tls) as client:
         rows, settings = learn_bookies(client, rows, picks, settings, check)
     return spark.createDataFrame([r.as_row() for r in rows], BOOKIE_SCHEMA), settings
 
@@ -215,9 +211,10 @@ def _fetch_task(
                     yield LedgerView.from_row(row)
 
         out: list[dict[str, Any]] = []
-        with check_client(
-            hosts, ledgers_root=root, settings=settings, tls=tls, zk_auth=auth
-        ) as client:
+        with (
+            open_store(hosts, auth=auth) as store,  # the task's one session
+            check_client(store, ledgers_root=root, settings=settings, tls=tls) as client,
+        ):
             for _, reports, _ in check_ledgers(
                 views(), lost, check, client=client, settings=settings
             ):

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from bklib.repair.requests import LedgerRequest
 from bklib.states import Executor
-from jobs.runs.repair_partition import repair_partition
+from jobs.runs.repair_partition import worker_partition
 from jobs.runs.repair_run import log_done, log_start, stamp
 from jobs.runtime.progress import SparkProgress
 from jobs.spark import load
@@ -32,7 +32,7 @@ def _repair_task(
     config: RepairConfig,
 ) -> Callable[[Iterable[LedgerRequest]], Iterator[dict[str, Any]]]:
     def run(rows: Iterable[LedgerRequest]) -> Iterator[dict[str, Any]]:
-        for actions in repair_partition(config, rows):
+        for actions in worker_partition(config, rows):
             yield from actions
 
     return run

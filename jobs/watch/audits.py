@@ -18,6 +18,7 @@ from typing import Any
 
 from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
+from bklib.meta.stores import MetadataStore
 from bklib.states import CountKey, RunStatus
 from jobs.runtime.messages import one_line
 from jobs.tables.schema import AUDIT_RUNS, run_day
@@ -52,8 +53,11 @@ class WatchAudits:
         health: Health,
         warehouse: WatchWarehouse,
         schedule: Schedule,
+        session: MetadataStore,
     ) -> None:
         self.cfg = config
+        self.session = session
+        """The watch's one store session: every audit reads over it."""
         self.metrics = metrics
         self.health = health
         self.warehouse = warehouse
@@ -74,14 +78,9 @@ class WatchAudits:
         started = time.time()
         job: Any = None
         try:
-            plan = ScanPlan.read(cfg.zk, cfg.ledgers_root, cfg.zk_auth)
-            job = LocalAudit(config, plan)
-            try:
-                job.scan()
-                job.check()
-            finally:
-                job.close_helper()  # a failed audit must not leave its helper reading
-            job.recheck()
+            plan = ScanPlan.read(self.session, cfg.ledgers_root)
+            job = LocalAudit(config, plan, self.session)
+            job.run_steps()  # the audit's steps and its session guard, as `bkaudit audit`'s
         except Exception as exc:  # noqa: BLE001 - counted FAILED; the cycle fails; retried
             run_id = job.run.run_id if job is not None else None
             self._incomplete(AuditIncomplete(check, run_id, RunStatus.FAILED, one_line(exc)))

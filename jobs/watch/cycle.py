@@ -57,7 +57,7 @@ class Cycle:
         self.schedule = schedule or Schedule(dict(config.every))
         self.retry_at = 0.0
         self.lost_sessions_seen = 0
-        self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule)
+        self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule, watcher.zk)
         self.repair = WatchRepair(config, metrics, leadership, warehouse, watcher)
 
     def run(self) -> float:

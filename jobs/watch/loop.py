@@ -34,6 +34,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from bklib.audit.engine import require_cluster
 from bklib.meta.stores import MetadataStore, open_store
 from jobs.watch.config import WatchConfig
 from jobs.watch.cycle import Cycle
@@ -121,7 +122,9 @@ class WatchService:
             self.server = MetricsServer(
                 self.metrics, self.health, cfg.metrics_host, cfg.metrics_port, self._info
             ).start()
+        # The process's one session: election, watches, every audit and repair hand it down.
         self.zk = open_store(cfg.zk, auth=cfg.zk_auth, timeout=cfg.zk_session_timeout)
+        require_cluster(self.zk, cfg.ledgers_root)  # a wrong root fails the start, one line
         self.watcher = ClusterWatcher(self.zk, cfg.ledgers_root)
         election = LeaderElection(self.zk, cfg.ledgers_root, self.identity())
         self.leadership = Leadership(

@@ -83,7 +83,8 @@ class WatchRepair:
         # each ledger starts, so a stop or a lost leadership waits only for those in flight.
         try:
             self.leadership.confirm()
-            for actions in repair_partition(config, reqs, self.leadership.may_proceed):
+            session = self.watcher.zk  # the watch's own: its locks go with its leadership
+            for actions in repair_partition(config, session, reqs, self.leadership.may_proceed):
                 out.extend(actions)
             self.leadership.confirm()  # the ledgers not started were abandoned: say so
         finally:
@@ -103,9 +104,8 @@ class WatchRepair:
                 rows,
                 run_id=run_id,
                 mode=RepairMode.REREPLICATE,
-                zk_hosts=self.cfg.zk,
+                session=self.watcher.zk,
                 ledgers_root=self.cfg.ledgers_root,
-                auth=self.cfg.zk_auth,
                 warehouse=self.cfg.warehouse,
                 audit_run_id=config.audit_run_id,
                 dry_run=False,

@@ -9,8 +9,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bklib.meta.stores import open_store
 from bklib.states import RunStatus
 from jobs.commands.audit import AuditConfig, run_audit
+from jobs.runtime.exit_status import ExitStatus
 from jobs.spark import load
 from jobs.spark.audit_job import AuditJob
 from tests.audit_helpers import audit_args, audit_cluster, fragments_of, list_report
@@ -30,7 +32,7 @@ def test_corrupt_znode_is_recorded_and_the_run_completes(
         bad_path = c.store.path_for(bad.ledger_id)
         c.store.zk.set(bad_path, b"BookieMetadataFormatVersion\t3\n\x05garbage")
 
-        assert run_audit(audit_args(c.zk, warehouse, "replicas"), spark) == 0
+        assert run_audit(audit_args(c.zk, warehouse, "replicas"), spark) == ExitStatus.INCOMPLETE
 
         run = load.latest_run(spark, warehouse)
         assert run is not None
@@ -57,7 +59,7 @@ def test_corrupt_znode_is_recorded_and_the_run_completes(
         assert "password" not in load.read_table(spark, warehouse, load.LEDGERS).columns
 
         code, text = list_report(spark, warehouse)
-        assert code == 1
+        assert code == ExitStatus.INCOMPLETE and text.startswith("INCOMPLETE: ")
         assert f"unreadable metadata: ledger {bad.ledger_id} at {bad_path}" in text
 
 
@@ -73,7 +75,10 @@ def test_ledgers_deleted_or_changed_during_the_audit_are_not_reported(
         c.ledger([b0, b1, b3], 6, wq=2, aq=2)
         c.sandbox.stop_bookie(b2)
 
-        job = AuditJob(spark, AuditConfig(zk=c.zk, warehouse=warehouse, check="lost"))
+        session = open_store(c.zk)
+        job = AuditJob(
+            spark, AuditConfig(zk=c.zk, warehouse=warehouse, check="lost"), None, session
+        )
         try:
             job.extract()
             found = job.check()
@@ -89,6 +94,7 @@ def test_ledgers_deleted_or_changed_during_the_audit_are_not_reported(
             run = job.load()
         finally:
             job.close()
+            session.close()
         rows = fragments_of(spark, warehouse, run.run_id)
         assert [(r["ledger_id"], r["bookie_id"]) for r in rows] == [(kept.ledger_id, b2)]
         assert run.counts["dropped_after_reread"] == 2

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from bklib.states import RunStatus
 from jobs.commands.audit import run_audit
+from jobs.runtime.exit_status import ExitStatus
 from jobs.spark import load
 from tests.audit_helpers import (
     AuditCluster,
@@ -94,10 +95,10 @@ def test_replicas_reports_exactly_the_removed_entries(
     c, ids = scenario.cluster, scenario.ids
     b0, b1, b2, b3 = scenario.bookies
     warehouse = str(tmp_path / "warehouse")
-    assert run_audit(audit_args(c.zk, warehouse, "replicas"), spark) == 0
+    # b3 answered nothing for one ledger: the run completes, says so, and is incomplete (3).
+    assert run_audit(audit_args(c.zk, warehouse, "replicas"), spark) == ExitStatus.INCOMPLETE
     run = load.latest_run(spark, warehouse)
     assert run is not None
-    # b3 answered nothing for one ledger: the run completes and says so.
     assert run["status"] == RunStatus.COMPLETED_WITH_ERRORS
     assert run["counts"]["pairs_PROBE_OK"] >= 1
     rows = _by_key(fragments_of(spark, warehouse, run["run_id"]))
@@ -132,8 +133,9 @@ def test_replicas_reports_exactly_the_removed_entries(
     flagged = {k[0] for k in rows}
     assert not flagged & {ids["tail"], ids["healthy"], ids["corrupt"]}
 
+    # Findings over an incomplete run: the listing says so first and exits 3, not 1.
     code, text = list_report(spark, warehouse)
-    assert code == 1
+    assert code == ExitStatus.INCOMPLETE and text.startswith("INCOMPLETE: ")
     assert f"\n{ids['none']}\n" in text and "NO_REPLICA" in text
 
 
@@ -143,7 +145,8 @@ def test_deep_reports_digest_mismatch_for_the_corrupted_entry(
     c, ids = scenario.cluster, scenario.ids
     b0, b1, b2, b3 = scenario.bookies
     warehouse = str(tmp_path / "warehouse")
-    assert run_audit(audit_args(c.zk, warehouse, "deep"), spark) == 0
+    # b3 answers nothing for one ledger (silent): incomplete (3), as the replicas check is.
+    assert run_audit(audit_args(c.zk, warehouse, "deep"), spark) == ExitStatus.INCOMPLETE
     run = load.latest_run(spark, warehouse)
     assert run is not None and run["check"] == "deep"
     rows = _by_key(fragments_of(spark, warehouse, run["run_id"]))

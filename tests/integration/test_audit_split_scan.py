@@ -16,6 +16,7 @@ import pytest
 from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import ScanPlan
 from bklib.meta.paths import ledger_path
+from bklib.meta.stores import open_store
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, CountKey, Reason, RunStatus
 from bklib.testing.scale.farm import FarmClient
 from bklib.testing.scale.harness import running_farm
@@ -68,9 +69,10 @@ def _run(
     config = AuditConfig(
         zk=helper_zk or zk, warehouse=str(warehouse), check=check, fetch=fetch or CheckSettings()
     )
-    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
-    # The run's own scan reads through ``zk``; the helper opens ``config.zk``.
-    return LocalAudit(config, plan, zk, split=split).run_all()
+    # The run's own scan reads through a session on ``zk``; the helper opens ``config.zk``.
+    with open_store(zk) as session:
+        plan = ScanPlan.read(session, DEFAULT_LEDGERS_ROOT)
+        return LocalAudit(config, plan, session, split=split).run_all()
 
 
 def _rows(warehouse: Path, table: str, run_id: str) -> list[dict[str, Any]]:
@@ -88,7 +90,8 @@ def test_the_helper_gives_the_single_process_rows(
     lost_farm: tuple[str, FarmClient, str], tmp_path: Path
 ) -> None:
     zk, farm, victim = lost_farm
-    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
+    with open_store(zk) as session:
+        plan = ScanPlan.read(session, DEFAULT_LEDGERS_ROOT)
     halves = split_dirs(list(plan.dirs), 2)
     assert len(halves) == 2 and all(halves), [len(h) for h in halves]
     # A corrupt znode in the helper's half: counted, and its row kept, as in one process.
@@ -142,7 +145,8 @@ def damaged(lost_farm: tuple[str, FarmClient, str]) -> tuple[str, dict[int, int]
     """One damaged entry in three closed ledgers of each half, on a live bookie, in ledgers
     that do not name the lost one: (the damaged bookie, ledger -> entry)."""
     zk, farm, victim = lost_farm
-    plan = ScanPlan.read(zk, DEFAULT_LEDGERS_ROOT, None)
+    with open_store(zk) as session:
+        plan = ScanPlan.read(session, DEFAULT_LEDGERS_ROOT)
     helper_dirs = tuple(d.path + "/" for d in split_dirs(list(plan.dirs), 2)[1])
 
     def in_helper(lid: int) -> bool:

@@ -22,8 +22,10 @@ from pyspark.sql import SparkSession
 from bklib.audit.blast_radius import blast_radius
 from bklib.audit.engine import ScanPlan, scan_dirs
 from bklib.audit.whatif import current_missing
+from bklib.meta.stores import open_store
 from jobs.commands.blastradius import add_blastradius_arguments, run_blastradius
 from jobs.commands.whatif import findings_missing, load_state
+from jobs.runtime.exit_status import ExitStatus
 from jobs.spark.blast_radius import blast_radius_df
 from jobs.spark.schema import LEDGER_SCHEMA
 from jobs.tables import delta
@@ -117,7 +119,10 @@ def test_local_and_spark_blast_radius_rows_are_equal(
         assert any(r["ledgers_entries_unknown"] for r in want)
 
         # More partitions than the sandbox's scan makes: the partial results still merge.
-        state = load_state(c.zk, warehouse=str(wh))
+        with open_store(c.zk) as session:
+            state = load_state(session, warehouse=str(wh))
+            plan = ScanPlan.read(session)
+            views = list(scan_dirs(session, plan.dirs))
         assert state.missing and state.lost == {c.bookie_ids[4]}
         local = blast_radius(
             state.views,
@@ -127,8 +132,6 @@ def test_local_and_spark_blast_radius_rows_are_equal(
             missing=state.missing,
             writable=state.writable,
         )
-        plan = ScanPlan.read(c.zk)
-        views = list(scan_dirs(c.zk, plan.dirs))
         df = spark.createDataFrame([v.as_row() for v in views], LEDGER_SCHEMA).repartition(3)
         assert df.rdd.getNumPartitions() == 3
         found, _ = findings_missing(str(wh))
@@ -145,11 +148,12 @@ def test_local_and_spark_blast_radius_rows_are_equal(
         assert remote == local
 
         # Fail closed: a ledger whose metadata cannot be read may name any bookie, so both
-        # executors still write their rows but exit 1 and name the ledger (a lower bound).
+        # executors still write their rows but exit 3 (incomplete) and name the ledger (a
+        # lower bound).
         bad = c.ledger([c.bookie_ids[0], c.bookie_ids[1]], 4, wq=2, aq=2)
         c.store.zk.set(c.store.path_for(bad.ledger_id), b"BookieMetadataFormatVersion\t3\n\x05junk")
         for executor, session in (("local", None), ("spark", spark)):
-            out, err = _blast(c.zk, wh, session, "--executor", executor, code=1)
+            out, err = _blast(c.zk, wh, session, "--executor", executor, code=ExitStatus.INCOMPLETE)
             assert f"[{executor}]" in out
             assert "INCOMPLETE: 1 ledgers could not be read" in err
             assert f"({bad.ledger_id})" in err

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
+from typing import Any
 
 from bklib.errors import CorruptMetadataError
-from bklib.meta.scan import scan_ledgers
+from bklib.meta.scan import ScanResult, read_ledgers_by_id
 from bklib.meta.store import LedgerStore
+from bklib.meta.stores import open_store
+from bklib.meta.stores.zookeeper import ZkAuth
 from tests.integration.test_meta_store import make_md
+
+
+def scan_ledgers(
+    locator: str, ledger_ids: Iterable[int], *, auth: ZkAuth = None, **kw: Any
+) -> list[ScanResult]:
+    """The ledgers read over a session of their own on ``locator``, as a command reads them."""
+    with open_store(locator, auth=auth) as session:
+        return list(read_ledgers_by_id(session, ledger_ids, **kw))
 
 
 def test_scan_reads_everything_reports_corrupt_and_skips_deleted(zk, zk_chroot):

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from bklib.errors import LedgerFencedError
 from bklib.meta.model import LedgerState
+from bklib.meta.stores import open_store
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.requests import LedgerRequest
 from jobs.commands.repair import RepairConfig
@@ -145,7 +146,8 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
         def job() -> None:
             try:
                 cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
-                requests = LocalRepair(cfg).requests_from_audit()
+                with open_store(cfg.zk) as session:
+                    requests = LocalRepair(cfg, session).requests_from_audit()
                 assert requests is not None
                 rows = RepairJob(spark, cfg).execute(requests)
                 codes.append(0 if rows else 2)
@@ -224,7 +226,8 @@ def test_d_killed_at_random_points_then_rerun_converges(
         argv = ["--zk", c.zk, "--warehouse", warehouse, "--grace-period", "0s"]
         argv += ["--rate", "2KB", "--ledgers-in-flight", "2", "--zk-session-timeout", "3s"]
         cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
-        requests = LocalRepair(cfg).requests_from_audit()
+        with open_store(cfg.zk) as session:
+            requests = LocalRepair(cfg, session).requests_from_audit()
         assert requests is not None
         rows = list(requests)
 

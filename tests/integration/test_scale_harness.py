@@ -26,6 +26,7 @@ from bklib.testing.scale.farm import FarmClient
 from bklib.testing.scale.harness import running_farm
 from bklib.testing.scale.seeder import seed_ledgers
 from bklib.testing.zkclient import connect
+from jobs.runtime.exit_status import ExitStatus
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.bookie_helpers import wait_for_no_znode
@@ -55,12 +56,14 @@ def cluster(zk_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sca
         yield ScaleCluster(zk, farm)
 
 
-def _audit(c: ScaleCluster, warehouse: Path, check: str) -> dict[str, Any]:
+def _audit(
+    c: ScaleCluster, warehouse: Path, check: str, status: int = ExitStatus.OK
+) -> dict[str, Any]:
     out = bkaudit(
         "audit", "--zk", c.zk, "--warehouse", str(warehouse), "--check", check,
         "--executor", "local", "--read-timeout", "2", "--connect-timeout", "2", timeout=600,
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == status, out.stderr[-3000:]
     return delta.latest_run(str(warehouse)) or {}
 
 
@@ -158,7 +161,7 @@ def test_a_stalled_identity_is_unreachable_never_missing(
     farm.stall(stalled)
     try:
         wh = tmp_path / "warehouse"
-        run = _audit(cluster, wh, "replicas")
+        run = _audit(cluster, wh, "replicas", ExitStatus.INCOMPLETE)  # unknown is not clean
     finally:
         farm.clear(stalled)
     found = _found(wh, run["run_id"])
@@ -216,7 +219,7 @@ def test_a_session_expired_mid_scan_fails_the_run_and_records_nothing_completed(
             proc.kill()
     reader.join(10)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(lines))
-    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.returncode == ExitStatus.INCOMPLETE, done.stderr[-3000:]
     (line,) = error_lines(done)
     assert "FAILED" in line and "expired" in line, line
     assert "Traceback" not in done.stderr

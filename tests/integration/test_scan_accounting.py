@@ -20,6 +20,7 @@ from bklib.meta.store import LedgerStore
 from bklib.states import CountKey, Executor, RunStatus
 from bklib.testing.zkclient import connect
 from jobs.commands.audit import add_audit_arguments, run_audit
+from jobs.runtime.exit_status import ExitStatus
 from jobs.tables import delta
 from tests.audit_helpers import spark as spark  # the session fixture
 
@@ -55,13 +56,15 @@ def cluster(zk_chroot: str) -> Iterator[str]:
     yield zk_chroot
 
 
-def _audit(zk: str, wh: Path, executor: str, spark: Any) -> tuple[dict[str, Any], str]:
+def _audit(
+    zk: str, wh: Path, executor: str, spark: Any, status: int = ExitStatus.OK
+) -> tuple[dict[str, Any], str]:
     argv = ["--zk", zk, "--warehouse", str(wh), "--check", "lost", "--executor", executor]
     args = add_audit_arguments(argparse.ArgumentParser()).parse_args(argv)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = run_audit(args, spark if executor == Executor.SPARK else None)
-    assert code == 0, out.getvalue()
+    assert code == status, out.getvalue()
     run = delta.latest_run(str(wh))
     assert run is not None
     return run, out.getvalue()
@@ -89,7 +92,7 @@ def test_every_announced_ledger_is_accounted_for(
     monkeypatch.setattr(
         ScanPlan, "read", classmethod(lambda cls, *a, **kw: announces_one_more(*a, **kw))
     )
-    run, line = _audit(cluster, tmp_path / "lost", executor, spark)
+    run, line = _audit(cluster, tmp_path / "lost", executor, spark, ExitStatus.INCOMPLETE)
     assert run["status"] == RunStatus.COMPLETED_WITH_ERRORS, line
     assert run["counts"][CountKey.LEDGERS_UNACCOUNTED] == 1
     assert run["counts"][CountKey.LEDGERS_EXPECTED] == 13

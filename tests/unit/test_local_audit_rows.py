@@ -4,13 +4,14 @@ it is and must not convert half a million rows to drop them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
 
 from bklib.audit.engine import ScanPlan
 from bklib.meta.paths import LayoutKind
+from bklib.meta.stores import MetadataStore
 from bklib.states import Check
 from jobs.local import audit as local_audit
 from jobs.local.audit import LocalAudit
@@ -30,7 +31,8 @@ def test_the_helpers_rows_are_converted_only_when_read(
 
     monkeypatch.setattr(local_audit.delta, "arrow_rows", counted)
     config = AuditConfig(zk="127.0.0.1:1", warehouse=str(tmp_path), check=Check.LOST)
-    job = LocalAudit(config, ScanPlan((), LayoutKind.HIERARCHICAL))
+    # Building rows reads no store: the session is never touched here.
+    job = LocalAudit(config, ScanPlan((), LayoutKind.HIERARCHICAL), cast(MetadataStore, None))
     job.shard_ledgers = pa.table({"run_id": ["r", "r"], "ledger_id": [7, 8], RUN_DATE: ["d", "d"]})
     sources = dict(job.row_sources({}))
     assert calls == []  # nothing converted while the rows are only named

@@ -8,9 +8,6 @@ executors: a ZooKeeper connect string (``h1:2181,h2:2181/chroot``) or
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 from bklib.meta.oxia_security import OxiaAccess
 from bklib.meta.stores.base import (
     ANY_VERSION,
@@ -38,14 +35,12 @@ __all__ = [
     "NotEmpty",
     "SessionState",
     "Stat",
-    "StoreTarget",
     "StoreUnavailable",
     "ValueRead",
     "is_oxia",
     "open_store",
     "oxia_locator",
     "parse_oxia_locator",
-    "store_session",
 ]
 
 OXIA_PREFIX = "oxia://"
@@ -99,19 +94,3 @@ def open_store(
     return connect_zookeeper(
         locator, timeout=timeout, auth=auth, read_only=read_only, session_timeout=session
     )
-
-
-StoreTarget = MetadataStore | str
-"""An open store session, or the locator of a store to open one on."""
-
-
-@contextlib.contextmanager
-def store_session(target: StoreTarget, *, auth: ZkAuth = None) -> Iterator[MetadataStore]:
-    """The run's session when ``target`` is one (left open: its owner closes it), else a
-    session opened on the locator ``target`` and closed after. Lets a step reuse the run's
-    session in-process while a Spark task, which only gets the locator, opens its own."""
-    if isinstance(target, MetadataStore):
-        yield target
-        return
-    with open_store(target, auth=auth) as store:
-        yield store

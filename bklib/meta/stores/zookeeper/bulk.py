@@ -244,6 +244,24 @@ class BulkReader:
         idle = time.monotonic() - self._last_send
         return self.sock is not None and idle >= self.session_timeout_ms / 2000.0
 
+    def idle_for(self) -> float:
+        """Seconds since this session last sent anything."""
+        return time.monotonic() - self._last_send
+
+    def ping(self) -> None:
+        """One ping, answered, while nothing else is in flight: keeps an idle session alive
+        between scans (ZooKeeper expires a session that sends nothing for its timeout).
+        Raises ZKError when the connection is gone."""
+        self._send_frame(struct.pack(">ii", XID_PING, OP_PING))
+        while True:
+            xid, _, err = _REPLY_HEADER.unpack_from(self._read_frame())
+            if xid == XID_PING:
+                if err != ZOK:
+                    raise ZKError(
+                        f"ZooKeeper {self.hosts} refused a ping ({ERROR_NAMES.get(err, err)})"
+                    )
+                return
+
     def close(self) -> None:
         if self.sock is not None:
             with contextlib.suppress(OSError):

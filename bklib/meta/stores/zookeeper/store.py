@@ -115,6 +115,9 @@ class ZooKeeperStore(MetadataStore):
         self._lock = threading.Lock()
         self._bulk: BulkReader | None = None
         self._bulk_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._keepalive: threading.Thread | None = None
+        self._pinging = False  # the keepalive holds the bulk lock for one ping, briefly
 
     @property
     def locator(self) -> str:
@@ -212,7 +215,10 @@ class ZooKeeperStore(MetadataStore):
         # One pipelined session for the store's life (a scan calls this once per directory).
         # A call made while another one is still being consumed (nested, or from another
         # thread) gets a session of its own: one pipeline cannot serve two streams.
-        if not self._bulk_lock.acquire(blocking=False):
+        taken = self._bulk_lock.acquire(blocking=False)
+        if not taken and self._pinging:  # only a ping: wait for it, not a session of our own
+            taken = self._bulk_lock.acquire(timeout=self.session_timeout)
+        if not taken:
             own = self._open_bulk()
             try:
                 for got in own.get_many(paths, max_in_flight):
@@ -229,6 +235,7 @@ class ZooKeeperStore(MetadataStore):
                 reader = self._bulk = None
             if reader is None:
                 reader = self._bulk = self._open_bulk()
+                self._keep_bulk_alive()
             try:
                 for got in reader.get_many(paths, max_in_flight):
                     yield _value_read(got)
@@ -239,6 +246,36 @@ class ZooKeeperStore(MetadataStore):
                 raise
         finally:
             self._bulk_lock.release()
+
+    def _keep_bulk_alive(self) -> None:
+        """Ping the pipelined session while no scan uses it, every third of its timeout, so
+        a long-lived process (the watch, between its audits) keeps one bulk session for its
+        life instead of a new one per scan. One daemon thread per store, ended by close."""
+        if self._keepalive is not None:
+            return
+        every = max(0.2, self.session_timeout / 3)
+
+        def run() -> None:
+            while not self._closed.wait(every):
+                if not self._bulk_lock.acquire(blocking=False):
+                    continue  # a scan is reading: its own requests keep the session alive
+                try:
+                    reader = self._bulk
+                    if reader is None or reader.idle_for() < every:
+                        continue
+                    self._pinging = True
+                    try:
+                        reader.ping()
+                    except (ZKError, OSError) as exc:  # reopened by the next scan
+                        log.debug("pipelined session to %s dropped: %s", self.hosts, exc)
+                        reader.close()
+                        self._bulk = None
+                finally:
+                    self._pinging = False
+                    self._bulk_lock.release()
+
+        self._keepalive = threading.Thread(target=run, name="zk-bulk-keepalive", daemon=True)
+        self._keepalive.start()
 
     def _open_bulk(self) -> BulkReader:
         reader = BulkReader(
@@ -289,6 +326,7 @@ class ZooKeeperStore(MetadataStore):
 
     def close(self) -> None:
         # Not under the bulk lock: an abandoned get_many generator may still hold it.
+        self._closed.set()
         bulk, self._bulk = self._bulk, None
         if bulk is not None:
             bulk.close()

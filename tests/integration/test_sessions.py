@@ -1,0 +1,195 @@
+"""One store session per process, handed down (docs/metadata-stores.md, "Sessions"): counted
+by ZooKeeper itself. A standalone ZooKeeper numbers its sessions from one counter, so the ids
+of two probe sessions bound how many sessions every client created in between, the brief ones
+included (:meth:`ZooKeeperServer.next_session_id`); the Spark driver's own are told apart by
+the client ports of ZooKeeper's ``cons`` list.
+
+- a local audit (lost, sample): at most 2, its session and the store's bulk reader;
+- ``rereplicate`` with N worker processes: at most 1 + N;
+- a Spark audit: at most 2 from the driver (each task opens its own);
+- a watch that has run three more audits and a repair: not one session more than after its
+  first cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from bklib.testing.zkserver import ZooKeeperServer
+from jobs.commands.audit import run_audit
+from tests.audit_helpers import AuditCluster, audit_args, audit_cluster
+from tests.audit_helpers import spark as spark  # the session fixture
+from tests.cli_helpers import REPO, bkaudit
+from tests.integration.test_watch import Watch, ledgers, repaired, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this module's own: nothing else creates sessions on it meanwhile."""
+    with ZooKeeperServer(tmp_path_factory.mktemp("zk-sessions")) as zk:
+        yield zk
+
+
+@pytest.fixture
+def cluster(server: ZooKeeperServer, tmp_path: Path) -> Iterator[AuditCluster]:
+    with (
+        server.private_chroot("sessions") as chroot,
+        audit_cluster(tmp_path / "sandbox", chroot, bookies=4) as c,
+    ):
+        yield c
+
+
+def sessions_created(server: ZooKeeperServer, work: Callable[[], Any]) -> int:
+    """How many sessions ZooKeeper gave out while ``work`` ran (its probes excluded)."""
+    before = server.next_session_id()
+    work()
+    return server.next_session_id() - before - 1
+
+
+def _audit(c: AuditCluster, wh: Path, check: str) -> None:
+    out = bkaudit("audit", "--zk", c.zk, "--warehouse", str(wh), "--check", check,
+                  "--executor", "local", "--read-timeout", "3s")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("check", ["lost", "sample"])
+def test_a_local_audit_opens_at_most_two_sessions(
+    server: ZooKeeperServer, cluster: AuditCluster, tmp_path: Path, check: str
+) -> None:
+    b = cluster.bookie_ids
+    for i in range(8):
+        cluster.ledger([b[i % 4], b[(i + 1) % 4], b[(i + 2) % 4]], 10, wq=2, aq=2)
+    n = sessions_created(server, lambda: _audit(cluster, tmp_path / "wh", check))
+    assert 1 <= n <= 2, n
+
+
+def test_rereplicate_opens_one_session_and_one_per_worker(
+    server: ZooKeeperServer, cluster: AuditCluster, tmp_path: Path
+) -> None:
+    victim = cluster.bookie_ids[3]
+    ledgers(cluster, victim, n=6, entries=10)
+    cluster.sandbox.stop_bookie(victim)
+    wh = tmp_path / "wh"
+    out = bkaudit("audit", "--zk", cluster.zk, "--warehouse", str(wh), "--check", "lost",
+                  "--executor", "local")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    workers = 2
+
+    def repair() -> None:
+        done = bkaudit(
+            "rereplicate", "--zk", cluster.zk, "--warehouse", str(wh), "--executor", "local",
+            "--local-processes", str(workers), "--grace-period", "0s",
+        )  # fmt: skip
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+        assert f"in {workers} processes" in done.stderr, done.stderr[-2000:]
+
+    n = sessions_created(server, repair)
+    assert 1 + 1 <= n <= 1 + workers, n
+
+
+class DriverSessions:
+    """The sessions ZooKeeper holds for this process's client ports, polled while a Spark
+    audit runs in this process (its tasks are Python workers of their own)."""
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self.server = server
+        self.me = psutil.Process(os.getpid())
+        self.seen: set[str] = set()
+        self.before = self._mine()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _mine(self) -> set[str]:
+        ports = {
+            f"{c.laddr.ip}:{c.laddr.port}"
+            for c in self.me.net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == self.server.port
+        }
+        return {c["sid"] for c in self.server.connections() if c["address"] in ports and c["sid"]}
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.seen |= self._mine()
+            time.sleep(0.02)
+
+    def __enter__(self) -> DriverSessions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    @property
+    def new(self) -> set[str]:
+        return self.seen - self.before
+
+
+def test_a_spark_audit_driver_opens_at_most_two_sessions(
+    server: ZooKeeperServer, cluster: AuditCluster, tmp_path: Path, spark: Any
+) -> None:
+    b = cluster.bookie_ids
+    for i in range(8):
+        cluster.ledger([b[i % 4], b[(i + 1) % 4], b[(i + 2) % 4]], 10, wq=2, aq=2)
+    cluster.sandbox.stop_bookie(b[3])
+    args: argparse.Namespace = audit_args(cluster.zk, str(tmp_path / "wh"), "lost")
+    args.executor = "spark"
+    with DriverSessions(server) as driver:
+        total = sessions_created(server, lambda: run_audit(args, spark))
+    assert 1 <= len(driver.new) <= 2, driver.new
+    assert total >= len(driver.new)  # the tasks' sessions are their own
+
+
+def test_a_watch_opens_no_session_after_its_first_cycle(
+    server: ZooKeeperServer, cluster: AuditCluster, tmp_path: Path
+) -> None:
+    victim = cluster.bookie_ids[3]
+    ids = [md.ledger_id for md in ledgers(cluster, victim, n=4, entries=10)]
+    wh = str(tmp_path / "wh")
+    w = Watch(cluster.zk, wh, tmp_path / "w.log", "--every", "lost=2s",
+              "--lost-bookie-recovery-delay", "0s")  # fmt: skip
+    try:
+
+        def audits() -> float:
+            m = w.metrics()
+            return sum(v for k, v in m.items() if k.startswith("bkaudit_audit_runs_total"))
+
+        w.wait_role("leader")
+        wait_for(lambda: audits() >= 1, 60, "the first audit", w)
+        before = server.next_session_id()
+        first = audits()
+        cluster.sandbox.kill_bookie(victim)
+        wait_for(lambda: repaired(cluster, ids, victim), 90, "the repair", w)
+        wait_for(lambda: audits() >= first + 3, 90, "three more audits", w)
+        after = server.next_session_id()
+    finally:
+        w.stop()
+    assert after - before - 1 == 0, w.tail()
+    assert w.proc.returncode == 0, w.tail()
+
+
+def test_the_counter_counts_a_session_made_and_closed_in_between(
+    server: ZooKeeperServer,
+) -> None:
+    # The measure itself: a client that connects and leaves at once is counted.
+    def brief() -> None:
+        subprocess.run(
+            [sys.executable, "-c", "from bklib.testing.zkclient import connect; "
+             f"c = connect({server.connect_string!r}); c.stop(); c.close()"],
+            cwd=REPO, check=True, timeout=60,
+        )  # fmt: skip
+
+    assert sessions_created(server, brief) == 1
