@@ -41,7 +41,9 @@ DEFAULT_LEDGERS_ROOT = "/ledgers"
 
 
 class Check:
-    """What an audit run compares (``audit_runs.check``)."""
+    """The names of the audit's checks (``audit_runs.check``, ``audit --check``). Each kind is
+    a class of :mod:`bklib.audit.checks`, whose registry lists them: every list of checks
+    (the flag's choices, the watch's, the DAG's, the docs' table) comes from there."""
 
     LOST = "lost"
     """Metadata only: segments naming a bookie that is not registered."""
@@ -55,12 +57,6 @@ class Check:
     PULSAR = "pulsar"
     """Pulsar's metadata (managed ledgers, cursors, schemas) against BookKeeper's ledgers:
     dangling references and orphan ledgers (``pulsar_checks``, ``pulsar_references``)."""
-    ALL = (LOST, SAMPLE, REPLICAS, DEEP)
-    """The checks of BookKeeper's replication (``audit_runs``)."""
-    CHOICES = (*ALL, PULSAR)
-    """What ``audit --check`` takes."""
-    READS_ENTRIES = (SAMPLE, REPLICAS, DEEP)
-    """Checks that ask the bookies (the others read metadata only)."""
 
 
 class Reason:
