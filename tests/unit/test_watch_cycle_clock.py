@@ -45,6 +45,7 @@ class _Watcher:
         self.connected = True
         self.lost_sessions = 0
         self.wake = threading.Event()
+        self.zk = None  # the watch's session: these cycles' audits and repairs are stand-ins
 
     def snapshot(self) -> ClusterSnapshot:
         return ClusterSnapshot(

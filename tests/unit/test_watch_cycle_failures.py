@@ -47,6 +47,7 @@ class _Watcher:
         self.connected = True
         self.lost_sessions = 0
         self.wake = threading.Event()
+        self.zk = None  # the watch's session: these cycles' audits and repairs are stand-ins
         self.urm = SimpleNamespace(list_underreplicated=lambda: iter(()))
 
     def snapshot(self) -> ClusterSnapshot:
