@@ -259,16 +259,25 @@ def test_no_token_is_one_line_and_exit_2(secure_oxia: SecureOxia, tmp_path: Path
     assert "--oxia-token-file" in line and TOKEN_ENV in line
 
 
-def test_the_token_from_the_environment_works(
+def test_the_token_from_the_environment_works_and_is_never_logged(
     secure_oxia: SecureOxia, cluster: str, tmp_path: Path
 ) -> None:
-    proc = bkaudit(
-        "listunderreplicated", "--live", "--metadata-uri", secure_oxia.uri,
-        "--oxia-tls", "--oxia-tls-ca", str(secure_oxia.pki.ca.cert),
-        env={TOKEN_ENV: secure_oxia.token_file.read_text().strip()},
+    token = secure_oxia.token_file.read_text().strip()
+    wh = tmp_path / "wh"
+    tls = ["--oxia-tls", "--oxia-tls-ca", str(secure_oxia.pki.ca.cert)]
+    common = ["--metadata-uri", secure_oxia.uri, *tls]
+    live = bkaudit("-v", "listunderreplicated", "--live", *common, env={TOKEN_ENV: token})
+    assert live.returncode == ExitStatus.FINDINGS, live.stderr[-2000:]
+    assert all(lid in live.stdout for lid in cluster.split()), live.stdout
+    # -v: whatever the run logs, the token is in none of it.
+    audit = bkaudit(
+        "-v", "audit", *common, "--warehouse", str(wh), "--check", "lost", "--executor", "local",
+        env={TOKEN_ENV: token},
     )  # fmt: skip
-    assert proc.returncode == ExitStatus.FINDINGS, proc.stderr[-2000:]
-    assert all(lid in proc.stdout for lid in cluster.split()), proc.stdout
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    for proc in (live, audit):
+        assert token not in proc.stdout + proc.stderr
+        assert token.split(".")[2] not in proc.stdout + proc.stderr  # nor its signature
 
 
 def test_the_library_raises_oxia_security_error(secure_oxia: SecureOxia) -> None:
