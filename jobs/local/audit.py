@@ -31,10 +31,10 @@ from bklib.audit.engine import (
     scan_dirs,
 )
 from bklib.audit.model import Finding, LedgerView, named_bookies
+from bklib.audit.pipeline import run_audit_steps
 from bklib.meta.registration import list_bookies
 from bklib.meta.store import LeafDir
 from bklib.meta.stores import MetadataStore
-from bklib.meta.stores.session_guard import SessionGuard
 from bklib.meta.stores.zookeeper.budget import shared_budget
 from bklib.states import BookieState, CountKey, Executor
 from jobs.local.scan_shard import (
@@ -334,20 +334,17 @@ class LocalAudit:
         return run
 
     def run_steps(self) -> None:
-        """The audit's steps before anything is recorded, in order: scan, check, placement,
-        re-read, under the session guard: a run whose store session expired meanwhile fails
-        with :class:`~bklib.meta.stores.session_guard.SessionLost`. ``bkaudit audit``
-        (:meth:`run_all`) and the watch both run exactly these."""
-        with SessionGuard(self.store) as guard:
-            try:
-                self.scan()
-                guard.check("the metadata scan")
-                self.check()
-            finally:
-                self.close_helper()  # a failed run stops its helper too
-            self.placement()
-            self.recheck()
-            guard.check("the check")  # the last moment before anything is recorded
+        """The audit's steps before anything is recorded (:func:`run_audit_steps`, without
+        the commit): the watch records the run through its spool."""
+        run_audit_steps(self, self.store, commit=False)
+
+    def abandon(self) -> None:
+        """:meth:`close_helper` (the pipeline's ``abandon`` step)."""
+        self.close_helper()
+
+    def commit(self) -> RunRecord:
+        """:meth:`load` (the pipeline's ``commit`` step)."""
+        return self.load()
 
     def run_all(self) -> RunRecord:
         """:meth:`run_steps` then load (after making sure every table can take the rows),
@@ -356,8 +353,8 @@ class LocalAudit:
         delta.check_writable(self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS))
         t0 = time.monotonic()
         with paused_gc():
-            self.run_steps()
-            run = self.load()
+            run = run_audit_steps(self, self.store)
+            assert run is not None
             # Recorded: the run's state goes before the collector's one pass at the end of
             # paused_gc, which would otherwise walk every ledger (seconds at a million).
             self.ledgers, self.findings, self.bookies = [], [], []

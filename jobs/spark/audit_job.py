@@ -18,6 +18,7 @@ from bklib.audit.checks import check as check_kind
 from bklib.audit.checks import replication_names
 from bklib.audit.completeness import run_status
 from bklib.audit.engine import BookieRow, ScanPlan, capability_counts
+from bklib.audit.pipeline import run_audit_steps
 from bklib.meta.model import LedgerState
 from bklib.meta.paths import LayoutKind
 from bklib.meta.stores import MetadataStore
@@ -79,7 +80,7 @@ class AuditJob:
 
     # ---- phases --------------------------------------------------------------------------------
 
-    def extract(self) -> None:
+    def scan(self) -> None:
         """Scan all ledger metadata and read the bookie registrations."""
         cfg, counts = self.config, self.run.counts
         t0 = time.monotonic()
@@ -124,7 +125,7 @@ class AuditJob:
 
     def check(self) -> DataFrame:
         """Run the configured check; returns the fragments found (persisted)."""
-        assert self.ledgers is not None and self.bookies is not None, "extract() first"
+        assert self.ledgers is not None and self.bookies is not None, "scan() first"
         cfg, counts = self.config, self.run.counts
         t0 = time.monotonic()
         entries = None
@@ -255,16 +256,23 @@ class AuditJob:
         )
         return self.run
 
+    def abandon(self) -> None:
+        """Nothing to stop: the phases' tasks end with their Spark jobs."""
+
+    def commit(self) -> RunRecord:
+        """:meth:`load` (the pipeline's ``commit`` step)."""
+        return self.load()
+
     def run_all(self) -> RunRecord:
-        """extract, check, recheck, load (after making sure this bkaudit may write the tables)."""
+        """The audit's steps (:func:`run_audit_steps`: scan, check, placement, re-read,
+        commit under the driver session's guard), after making sure this bkaudit may write
+        the tables."""
         load.check_writable(
             self.spark, self.config.warehouse, (AUDIT_RUNS, LEDGERS, BOOKIES, FRAGMENTS)
         )
-        self.extract()
-        self.check()
-        self.placement()
-        self.recheck()
-        return self.load()
+        run = run_audit_steps(self, self.session)
+        assert run is not None
+        return run
 
     def placement(self) -> None:
         """The placement pass (metadata only, docs/placement.md) over closed ledgers, in Spark

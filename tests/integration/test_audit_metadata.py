@@ -80,7 +80,7 @@ def test_ledgers_deleted_or_changed_during_the_audit_are_not_reported(
             spark, AuditConfig(zk=c.zk, warehouse=warehouse, check="lost"), None, session
         )
         try:
-            job.extract()
+            job.scan()
             found = job.check()
             assert sorted(r.ledger_id for r in found.select("ledger_id").collect()) == sorted(
                 [deleted.ledger_id, repaired.ledger_id, kept.ledger_id]
