@@ -13,6 +13,8 @@ exit 2 within seconds, never the client's 30 s of retries.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,10 +33,12 @@ from bklib.meta.stores.oxia_transport import OxiaSecurityError
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.testing.oidc import OidcIssuer
 from bklib.testing.oxiaserver import OxiaSecurity, OxiaServer
+from bklib.testing.ports import free_port
 from bklib.testing.relay import TcpRelay
 from bklib.testing.sandbox import BookieProcess, SandboxPki, generate_pki, make_ca
 from jobs.runtime.exit_status import ExitStatus
-from tests.cli_helpers import bkaudit, one_error_line
+from jobs.watch.election import read_leader
+from tests.cli_helpers import REPO, bkaudit, one_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -372,3 +376,36 @@ def test_mutual_tls_with_a_client_certificate(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 20, line
         assert f"Oxia TLS handshake with {server.address} failed" in line, line
         assert "requires a client certificate (--oxia-tls-cert" in line, line
+
+
+def test_the_watch_joins_its_election_on_the_secured_oxia(
+    secure_oxia: SecureOxia, cluster: str, tmp_path: Path
+) -> None:
+    # The long-lived process: its store session, its leader election key (an ephemeral key
+    # of its session) and its polling all go through TLS with the token.
+    log = tmp_path / "watch.log"
+    argv = [
+        sys.executable, "-m", "jobs.cli", "watch", "--metadata-uri", secure_oxia.uri,
+        *secure_oxia.flags(), "--warehouse", str(tmp_path / "wh"), "--every", "off",
+        "--grace-period", "0s", "--poll-interval", "0.5s", "--metrics-port", str(free_port()),
+        "--metrics-host", "127.0.0.1", "--instance-id", "secure-w1",
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    store = open_store(secure_oxia.locator, auth=secure_oxia.access(), timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        leader: dict[str, object] | None = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            leader, _ = read_leader(store, "/ledgers")
+            if leader is not None:
+                break
+            time.sleep(0.5)
+        assert leader is not None and leader.get("id") == "secure-w1", log.read_text()[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        store.close()
+    text = log.read_text()
+    assert "Traceback" not in text and secure_oxia.token_file.read_text().strip() not in text
+    _assert_nothing_in_clear(secure_oxia)
