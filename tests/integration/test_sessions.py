@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,13 @@ from typing import Any
 import psutil
 import pytest
 
+from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.zkserver import ZooKeeperServer
 from jobs.commands.audit import run_audit
 from tests.audit_helpers import AuditCluster, audit_args, audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
 from tests.cli_helpers import REPO, bkaudit
+from tests.conftest import wipe_oxia
 from tests.integration.test_watch import Watch, ledgers, repaired, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -153,32 +156,43 @@ def test_a_spark_audit_driver_opens_at_most_two_sessions(
     assert total >= len(driver.new)  # the tasks' sessions are their own
 
 
+def _watch_opens_after_first_cycle(
+    c: AuditCluster, tmp_path: Path, created: Callable[[Callable[[], Any]], int]
+) -> int:
+    """Start a watch (lost audits every 2 s), wait for its first audit, then count what
+    ``created`` counts while a bookie is lost and repaired and three more audits run."""
+    victim = c.bookie_ids[3]
+    ids = [md.ledger_id for md in ledgers(c, victim, n=4, entries=10)]
+    w = Watch(c.zk, str(tmp_path / "wh"), tmp_path / "w.log", "--every", "lost=2s",
+              "--lost-bookie-recovery-delay", "0s")  # fmt: skip
+
+    def audits() -> float:
+        m = w.metrics()
+        return sum(v for k, v in m.items() if k.startswith("bkaudit_audit_runs_total"))
+
+    def lose_repair_and_audit() -> None:
+        first = audits()
+        c.sandbox.kill_bookie(victim)
+        wait_for(lambda: repaired(c, ids, victim), 90, "the repair", w)
+        wait_for(lambda: audits() >= first + 3, 90, "three more audits", w)
+
+    try:
+        w.wait_role("leader")
+        wait_for(lambda: audits() >= 1, 60, "the first audit", w)
+        n = created(lose_repair_and_audit)
+    finally:
+        w.stop()
+    assert w.proc.returncode == 0, w.tail()
+    return n
+
+
 def test_a_watch_opens_no_session_after_its_first_cycle(
     server: ZooKeeperServer, cluster: AuditCluster, tmp_path: Path
 ) -> None:
-    victim = cluster.bookie_ids[3]
-    ids = [md.ledger_id for md in ledgers(cluster, victim, n=4, entries=10)]
-    wh = str(tmp_path / "wh")
-    w = Watch(cluster.zk, wh, tmp_path / "w.log", "--every", "lost=2s",
-              "--lost-bookie-recovery-delay", "0s")  # fmt: skip
-    try:
-
-        def audits() -> float:
-            m = w.metrics()
-            return sum(v for k, v in m.items() if k.startswith("bkaudit_audit_runs_total"))
-
-        w.wait_role("leader")
-        wait_for(lambda: audits() >= 1, 60, "the first audit", w)
-        before = server.next_session_id()
-        first = audits()
-        cluster.sandbox.kill_bookie(victim)
-        wait_for(lambda: repaired(cluster, ids, victim), 90, "the repair", w)
-        wait_for(lambda: audits() >= first + 3, 90, "three more audits", w)
-        after = server.next_session_id()
-    finally:
-        w.stop()
-    assert after - before - 1 == 0, w.tail()
-    assert w.proc.returncode == 0, w.tail()
+    n = _watch_opens_after_first_cycle(
+        cluster, tmp_path, lambda work: sessions_created(server, work)
+    )
+    assert n == 0, n
 
 
 def test_the_counter_counts_a_session_made_and_closed_in_between(
@@ -193,3 +207,79 @@ def test_the_counter_counts_a_session_made_and_closed_in_between(
         )  # fmt: skip
 
     assert sessions_created(server, brief) == 1
+
+
+# ---- the same counts on Oxia ---------------------------------------------------------------
+# Oxia has no session per client connection; each client opens a shard-assignments stream when
+# it connects, and the server counts the streams it started (its gRPC metrics). PyPI's client
+# starts one or two per store (it may restart the first once), so a process is bounded by 2.
+
+OXIA_STREAMS_PER_STORE = 2
+
+
+@pytest.fixture(scope="module")
+def oxia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OxiaServer]:
+    """An Oxia of this module's own: nothing else connects to it meanwhile."""
+    with OxiaServer(tmp_path_factory.mktemp("oxia-sessions"), shards=2) as server:
+        yield server
+
+
+def oxia_clients_created(server: OxiaServer, work: Callable[[], Any]) -> int:
+    """How many clients connected to the Oxia server while ``work`` ran."""
+
+    def started() -> float:
+        url = f"http://{server.host}:{server.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("grpc_server_started_total{") and "GetShardAssignments" in line
+        )
+
+    before = started()
+    work()
+    return int(started() - before)
+
+
+@pytest.fixture
+def oxia_cluster(oxia: OxiaServer, tmp_path: Path) -> Iterator[AuditCluster]:
+    wipe_oxia(oxia.locator())
+    with audit_cluster(tmp_path / "sandbox", oxia.locator(), bookies=4) as c:
+        yield c
+
+
+def test_on_oxia_a_command_opens_one_store_and_each_worker_one(
+    oxia: OxiaServer, oxia_cluster: AuditCluster, tmp_path: Path
+) -> None:
+    c = oxia_cluster
+    per_store = OXIA_STREAMS_PER_STORE
+    victim = c.bookie_ids[3]
+    ledgers(c, victim, n=6, entries=10)
+    for check in ("lost", "sample"):
+        # One store: on Oxia the range scans share its channels.
+        n = oxia_clients_created(oxia, lambda check=check: _audit(c, tmp_path / check, check))
+        assert 1 <= n <= per_store, (check, n)
+    c.sandbox.stop_bookie(victim)
+    wh = tmp_path / "wh"
+    _audit(c, wh, "lost")
+    workers = 2
+
+    def repair() -> None:
+        done = bkaudit(
+            "rereplicate", "--zk", c.zk, "--warehouse", str(wh), "--executor", "local",
+            "--local-processes", str(workers), "--grace-period", "0s",
+        )  # fmt: skip
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+
+    n = oxia_clients_created(oxia, repair)
+    assert 1 + workers <= n <= per_store * (1 + workers), n
+
+
+def test_on_oxia_a_watch_opens_no_client_after_its_first_cycle(
+    oxia: OxiaServer, oxia_cluster: AuditCluster, tmp_path: Path
+) -> None:
+    n = _watch_opens_after_first_cycle(
+        oxia_cluster, tmp_path, lambda work: oxia_clients_created(oxia, work)
+    )
+    assert n == 0, n
