@@ -6,10 +6,11 @@ something never reads as clean."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bklib.states import CountKey, Reason, RunStatus
 
-__all__ = ["incomplete_reasons", "run_status", "shortfall"]
+__all__ = ["incomplete_line", "incomplete_reasons", "run_status", "shortfall"]
 
 
 def shortfall(counts: Mapping[str, int]) -> dict[str, int]:
@@ -39,3 +40,16 @@ def run_status(counts: Mapping[str, int]) -> str:
     """COMPLETED, or COMPLETED_WITH_ERRORS when the run missed something (:func:`shortfall`):
     what could not be read is never reported as fine."""
     return RunStatus.COMPLETED_WITH_ERRORS if shortfall(counts) else RunStatus.COMPLETED
+
+
+def incomplete_line(run: Mapping[str, Any]) -> str | None:
+    """The first line of anything read from a run that missed something (any status but
+    COMPLETED: a listing, a triage), or None over a complete run: what that run could not
+    read is not in it."""
+    if run["status"] == RunStatus.COMPLETED:
+        return None
+    return (
+        f"INCOMPLETE: audit run {run['run_id']} is {run['status']} "
+        f"({incomplete_reasons(run.get('counts') or {})}); ledgers it could not read are not "
+        "listed, so this is not a clean bill: fix the cause and run `bkaudit audit` again"
+    )

@@ -30,11 +30,11 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bklib.audit.completeness import incomplete_reasons
+from bklib.audit.completeness import incomplete_line
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
 from bklib.repair.outcome import REPAIRED, RESOLVED
-from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, RunStatus, Severity
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity
 from jobs.reports.arrow_queries import repair_status_of
 from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
 from jobs.tables import delta
@@ -228,18 +228,6 @@ def format_report(
                 "current report"
             )
     return "\n".join(lines)
-
-
-def incomplete_line(run: dict[str, Any]) -> str | None:
-    """The first line of a listing over a run that missed something (any status but
-    COMPLETED), or None over a complete one: what it could not read is not listed."""
-    if run["status"] == RunStatus.COMPLETED:
-        return None
-    return (
-        f"INCOMPLETE: audit run {run['run_id']} is {run['status']} "
-        f"({incomplete_reasons(run.get('counts') or {})}); ledgers it could not read are not "
-        "listed, so this is not a clean bill: fix the cause and run `bkaudit audit` again"
-    )
 
 
 NO_TOPIC = "(no topic)"

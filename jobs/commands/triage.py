@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from bklib.audit.completeness import incomplete_line
 from bklib.audit.model import LedgerView, runs_from_rows, runs_to_rows
 from bklib.audit.triage import triage_ledger
 from bklib.errors import BKError
@@ -35,7 +36,7 @@ from bklib.states import (
     Severity,
 )
 from bklib.tls import TlsSettings
-from jobs.runtime.exit_status import ExitStatus
+from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
 from jobs.runtime.messages import one_line
 
 __all__ = ["add_triage_arguments", "collect_triage", "run_triage"]
@@ -75,8 +76,9 @@ def collect_triage(
     racks_znode: str = DEFAULT_RACKS_ZNODE,
     run_id: str | None = None,
     tls: TlsSettings | None = None,
-) -> tuple[list[dict[str, Any]], str]:
-    """The triage rows (TRIAGE_SCHEMA) and the audit run they come from. With the command's
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The triage rows (TRIAGE_SCHEMA) and the audit run (its ``audit_runs`` row) they come
+    from. With the command's
     store ``session`` the metadata is read now, and a Pulsar data ledger's lost entries are
     also named as message ids, with the publish-time range the surviving neighbours bound
     (:func:`pulsar_loss`)."""
@@ -110,7 +112,7 @@ def collect_triage(
         )
     )
     if not wanted:
-        return [], run["run_id"]
+        return [], run
     views: dict[int, LedgerView | None]
     racks: dict[str, str] = {}
     if session is not None:
@@ -191,7 +193,7 @@ def collect_triage(
                 "lost_published_before": _ts(loss.before_ms),
             }
         )
-    return out, run["run_id"]
+    return out, run
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
             session = (
                 stack.enter_context(open_store(args.zk, auth=args.zk_auth)) if args.zk else None
             )
-            rows, audit = collect_triage(
+            rows, run = collect_triage(
                 args.warehouse,
                 session=session,
                 root=args.ledgers_root,
@@ -301,5 +303,8 @@ def run_triage(args: argparse.Namespace, out: TextIO | None = None) -> int:
     for r in rows:
         counts[r["class"]] += 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to triage"
-    print(f"triage of audit {audit}: {len(rows)} ledgers ({summary})", file=stream)
-    return ExitStatus.FINDINGS if rows else ExitStatus.OK
+    print(f"triage of audit {run['run_id']}: {len(rows)} ledgers ({summary})", file=stream)
+    missed = incomplete_line(run)
+    if missed is not None:  # ledgers that audit could not read may need triage too
+        print(missed, file=stream)
+    return worst(ExitStatus.FINDINGS if rows else ExitStatus.OK, for_run_status(run["status"]))

@@ -1,7 +1,8 @@
 """No run that missed something ends green (docs/exit-status.md): on a real cluster with one
-unreadable ledger znode, every command that reads the cluster exits 3 (never 0), its run row
-is not COMPLETED, and a listing over that run says so on its first line; a bookie that never
-answers the sample check's reads does the same. The session-expiry case is in
+unreadable ledger znode, every command that reads the cluster (audit, listunderreplicated,
+triage, whatif, blastradius, recover, decommission) exits 3 (never 0), its run row is not
+COMPLETED, and a listing over that run says so on its first line; a bookie that never answers
+the sample check's reads does the same. The session-expiry case is in
 tests/integration/test_scale_harness.py (a scan that outlives its session)."""
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def test_a_lost_audit_over_an_unreadable_znode_is_incomplete_and_so_is_its_listi
         first = listing.stdout.splitlines()[0]
         assert first.startswith("INCOMPLETE: audit run ") and "1 unreadable znodes" in first
         assert "no under-replicated ledgers" not in listing.stdout, extra
+    # Triage over it: nothing to triage in what it read, but it did not read everything.
+    triage = bkaudit("triage", "--warehouse", wh, *_zk(cluster))
+    _incomplete(triage)
+    assert "INCOMPLETE: audit run " in triage.stdout
 
 
 def test_commands_that_scan_the_ledgers_exit_incomplete_over_an_unreadable_znode(
@@ -119,3 +124,19 @@ def test_a_sample_check_with_a_bookie_that_never_answers_is_incomplete(
     listing = bkaudit("listunderreplicated", "--warehouse", wh)
     _incomplete(listing)
     assert listing.stdout.startswith("INCOMPLETE: ")
+
+
+def test_decommission_over_an_unreadable_znode_keeps_the_cookie_and_is_incomplete(
+    cluster: AuditCluster, tmp_path: Path
+) -> None:
+    # Last in the module: it stops a bookie. No readable ledger names it, the unreadable one
+    # may: the bookie is not proved unused, so its cookie stays and the run is not done.
+    gone = cluster.bookie_ids[3]
+    cluster.sandbox.stop_bookie(gone)
+    wh = str(tmp_path / "warehouse")
+    done = bkaudit("decommission", gone, *_zk(cluster), "--warehouse", wh,
+                   "--executor", "local")  # fmt: skip
+    _incomplete(done)
+    assert "cookie" in done.stdout and "kept" in done.stdout, done.stdout
+    cookie = cluster.store.zk.exists(f"{cluster.store.root}/cookies/{gone}")
+    assert cookie is not None
