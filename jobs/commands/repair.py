@@ -29,6 +29,7 @@ from typing import Any
 
 from bklib.meta.model import DigestType
 from bklib.meta.stores import MetadataStore
+from bklib.meta.stores.session_guard import SessionGuard
 from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
@@ -263,14 +264,17 @@ def _run(
         print(f"{mode}: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR, None
     try:
-        reqs, account = _requests(mode, config, local)
-        if reqs is None:
-            print(
-                f"no completed audit run in {config.warehouse}; run `bkaudit audit` first",
-                file=sys.stderr,
-            )
-            return ExitStatus.OPERATOR_ERROR, None
-        rows, run_id = _execute(config, args, spark, reqs, local)
+        with SessionGuard(session) as guard:
+            reqs, account = _requests(mode, config, local)
+            if reqs is None:
+                print(
+                    f"no completed audit run in {config.warehouse}; run `bkaudit audit` first",
+                    file=sys.stderr,
+                )
+                return ExitStatus.OPERATOR_ERROR, None
+            # What the scan read is one view of the cluster, or nothing is repaired from it.
+            guard.check("the metadata scan")
+            rows, run_id = _execute(config, args, spark, reqs, local)
     except Exception as exc:  # the run started and did not finish: what it did is recorded
         log.debug("%s run failed", mode, exc_info=True)
         print(f"{mode}: {one_line(exc)}; run {mode} again", file=sys.stderr)

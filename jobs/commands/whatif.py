@@ -45,6 +45,7 @@ from bklib.meta.racks import (
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
 from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores.session_guard import SessionGuard
 from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
@@ -52,7 +53,7 @@ from bklib.states import (
     Reason,
     Verdict,
 )
-from jobs.runtime.exit_status import ExitStatus, worst
+from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.messages import one_line
 
@@ -232,7 +233,11 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument(
         "--max-ledgers", type=int, default=50, help="ledgers listed per section (counts are full)"
     )
-    from jobs.options.zookeeper import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments, add_session_timeout_argument
+
+    add_session_timeout_argument(
+        parser, default=30.0, effect="a pause longer than this fails the run (exit 3)"
+    )
 
     return add_connection_arguments(parser)
 
@@ -364,7 +369,15 @@ def resolve_targets(state: ClusterState, bookie: str | None, rack: str | None) -
 def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Entry point for parsed arguments (``bkaudit whatif``)."""
     try:
-        with open_store(args.zk, auth=args.zk_auth) as session:  # the command's one session
+        session = open_store(  # the command's one session
+            args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
+        )
+    except Exception as exc:  # unreachable, refused: the operator's to fix
+        log.debug("whatif could not connect", exc_info=True)
+        print(f"whatif: {one_line(exc)}", file=sys.stderr)
+        return ExitStatus.OPERATOR_ERROR
+    try:
+        with session, SessionGuard(session) as guard:
             state = load_state(
                 session,
                 root=args.ledgers_root,
@@ -372,6 +385,7 @@ def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 racks_znode=args.racks_znode,
                 strict_racks=args.rack is not None,
             )
+            guard.check("the metadata scan")  # what it read is one view, or no answer
         failed, notes = resolve_targets(state, args.bookie, args.rack)
         res = what_if(state, failed, args.min_racks)
         res.notes = [*notes, *res.notes]
@@ -379,10 +393,10 @@ def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (UsageError, RacksFormatError) as exc:
         print(f"whatif: {exc}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    except Exception as exc:  # no cluster, unreadable tables: one line each
+    except Exception as exc:  # no cluster, unreadable tables, an expired session: one line
         log.debug("whatif failed", exc_info=True)
         print(f"whatif: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
+        return for_error(exc)
     # Unread ledgers make the verdict UNSAFE (fail closed) and the run incomplete: never 0.
     missed = ExitStatus.OK if state.coverage.complete else ExitStatus.INCOMPLETE
     if args.exit_code and res.verdict == Verdict.UNSAFE:

@@ -21,7 +21,14 @@ from enum import IntEnum
 
 from bklib.states import RunStatus
 
-__all__ = ["INCOMPLETE_CAUSES", "CommandExits", "ExitStatus", "for_run_status", "worst"]
+__all__ = [
+    "INCOMPLETE_CAUSES",
+    "CommandExits",
+    "ExitStatus",
+    "for_error",
+    "for_run_status",
+    "worst",
+]
 
 
 class ExitStatus(IntEnum):
@@ -66,6 +73,18 @@ def for_run_status(status: str, *, findings: bool = False) -> ExitStatus:
     if status != RunStatus.COMPLETED:
         return ExitStatus.INCOMPLETE
     return ExitStatus.FINDINGS if findings else ExitStatus.OK
+
+
+def for_error(exc: BaseException) -> ExitStatus:
+    """The exit status of a command stopped by ``exc`` after its store session was open: the
+    store failing under it (an expired session,
+    :class:`~bklib.meta.stores.session_guard.SessionLost`, a connection lost for good, a
+    directory it may not list) stopped a run that had started, which is incomplete; any other
+    error (a flag, a rack document, a table) is the operator's to fix. A store that cannot be
+    reached at all is an operator error before this is asked."""
+    from bklib.errors import ZKError
+
+    return ExitStatus.INCOMPLETE if isinstance(exc, ZKError) else ExitStatus.OPERATOR_ERROR
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from bklib.states import DEFAULT_LEDGERS_ROOT, CountKey, Reason, RunStatus
@@ -225,6 +226,50 @@ def test_a_session_expired_mid_scan_fails_the_run_and_records_nothing_completed(
     assert "Traceback" not in done.stderr
     runs = delta.read_rows(str(wh), AUDIT_RUNS)
     assert [r["status"] for r in runs] == [RunStatus.FAILED], runs
+
+
+def _paused_past_its_session(argv: list[str], zk_port: int) -> subprocess.CompletedProcess[str]:
+    """Run ``bkaudit ARGV`` with a slow scan (250 reads/s) and a 2 s session, freeze it for
+    5 s once it holds a ZooKeeper connection (a GC pause, a frozen VM), and let it finish."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", *argv, "--zk-rate", "250",
+         "--zk-session-timeout", "2s"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        me = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while not any(c.raddr and c.raddr.port == zk_port for c in me.net_connections("tcp")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(1.0)  # into the scan: 3,000 ledgers at 250 reads/s take about 12 s
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # more than twice the session timeout: ZooKeeper expires the session
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("command", ["whatif", "recover"])
+def test_a_session_expired_mid_scan_is_incomplete_for_every_scanning_command(
+    cluster: ScaleCluster, tmp_path: Path, command: str
+) -> None:
+    bookie = cluster.farm.bookies[3]
+    argv = {
+        "whatif": ["whatif", "--zk", cluster.zk, "--bookie", bookie],
+        "recover": ["recover", bookie, "--zk", cluster.zk, "--warehouse",
+                    str(tmp_path / "wh"), "--executor", "local", "--dry-run"],
+    }[command]  # fmt: skip
+    done = _paused_past_its_session(argv, int(cluster.zk.split(":")[1].split("/")[0]))
+    assert done.returncode == ExitStatus.INCOMPLETE, (done.stdout[-2000:], done.stderr[-3000:])
+    (line,) = error_lines(done)
+    assert "expired" in line, line
+    assert "Traceback" not in done.stderr
+    if command == "whatif":
+        assert done.stdout.strip() == ""  # no verdict from a read across the gap
 
 
 def test_request_groups_read_what_batch_reads_read(cluster: ScaleCluster) -> None:
