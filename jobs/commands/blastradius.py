@@ -28,6 +28,7 @@ from bklib.audit.model import LedgerView
 from bklib.audit.whatif import ScanCoverage
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE
 from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores.session_guard import SessionGuard
 from bklib.replacement import DEFAULT_MIN_RACKS
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, Scope
 from jobs.commands.whatif import (
@@ -39,7 +40,7 @@ from jobs.commands.whatif import (
     read_cluster,
 )
 from jobs.runtime.cores import usable_cores
-from jobs.runtime.exit_status import ExitStatus
+from jobs.runtime.exit_status import ExitStatus, for_error
 from jobs.runtime.messages import one_line
 
 __all__ = [
@@ -76,8 +77,11 @@ def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--run-id", default=None, help="id for this run (default: time + random)")
     parser.add_argument("--master", default=None, help="Spark master (default: conf or local[2])")
     add_executor_arguments(parser)
-    from jobs.options.zookeeper import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments, add_session_timeout_argument
 
+    add_session_timeout_argument(
+        parser, default=30.0, effect="a pause longer than this fails the run (exit 3)"
+    )
     return add_connection_arguments(parser)
 
 
@@ -165,16 +169,20 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
     ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.runs.executor`); a
     caller that hands in a SparkSession gets Spark under ``auto``."""
     try:
-        session = open_store(args.zk, auth=args.zk_auth)  # the command's one session
+        session = open_store(  # the command's one session
+            args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
+        )
     except Exception as exc:
         log.debug("blastradius could not connect", exc_info=True)
         print(f"blastradius: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    with session:
-        return _run_with(args, spark, session)
+    with session, SessionGuard(session) as guard:
+        return _run_with(args, spark, session, guard)
 
 
-def _run_with(args: argparse.Namespace, spark: Any, session: MetadataStore) -> ExitStatus:
+def _run_with(
+    args: argparse.Namespace, spark: Any, session: MetadataStore, guard: SessionGuard
+) -> ExitStatus:
     from jobs.runs.executor import LocalTooBigError, choose_executor, limits_from_args
     from jobs.tables import delta
     from jobs.tables.runs import new_run_id
@@ -208,14 +216,15 @@ def _run_with(args: argparse.Namespace, spark: Any, session: MetadataStore) -> E
         else:
             scopes, audit_run_id, coverage = _spark_scopes(args, spark, session, plan, has_findings)
         rows = [scope_row(s, run_id, started, audit_run_id, choice.executor) for s in scopes]
+        guard.check("the metadata scan")  # no figures from a read across an expired session
         delta.append_rows(args.warehouse, BLAST_RADIUS, rows)
     except (LocalTooBigError, UsageError) as exc:
         print(f"blastradius: {exc}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    except Exception as exc:
+    except Exception as exc:  # a table, or the store failing under the run (then 3)
         log.debug("blastradius failed", exc_info=True)
         print(f"blastradius: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
+        return for_error(exc)
     worst = [r for r in rows if r["entries_lost"] or r["ledgers_below_aq"]]
     print(
         f"blastradius {run_id}: {sum(r['scope'] == Scope.BOOKIE for r in rows)} bookies, "

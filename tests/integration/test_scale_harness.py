@@ -253,7 +253,7 @@ def _paused_past_its_session(argv: list[str], zk_port: int) -> subprocess.Comple
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("command", ["whatif", "recover"])
+@pytest.mark.parametrize("command", ["whatif", "recover", "blastradius"])
 def test_a_session_expired_mid_scan_is_incomplete_for_every_scanning_command(
     cluster: ScaleCluster, tmp_path: Path, command: str
 ) -> None:
@@ -262,6 +262,8 @@ def test_a_session_expired_mid_scan_is_incomplete_for_every_scanning_command(
         "whatif": ["whatif", "--zk", cluster.zk, "--bookie", bookie],
         "recover": ["recover", bookie, "--zk", cluster.zk, "--warehouse",
                     str(tmp_path / "wh"), "--executor", "local", "--dry-run"],
+        "blastradius": ["blastradius", "--zk", cluster.zk, "--warehouse", str(tmp_path / "wh"),
+                        "--executor", "local"],
     }[command]  # fmt: skip
     done = _paused_past_its_session(argv, int(cluster.zk.split(":")[1].split("/")[0]))
     assert done.returncode == ExitStatus.INCOMPLETE, (done.stdout[-2000:], done.stderr[-3000:])
