@@ -41,7 +41,7 @@ from jobs.runs.executor import (
     limits_from_args,
 )
 from jobs.runs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
-from jobs.runtime.exit_status import ExitStatus, worst
+from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.messages import one_line
 
 log = logging.getLogger("jobs.commands.repair")
@@ -275,10 +275,10 @@ def _run(
             # What the scan read is one view of the cluster, or nothing is repaired from it.
             guard.check("the metadata scan")
             rows, run_id = _execute(config, args, spark, reqs, local)
-    except Exception as exc:  # the run started and did not finish: what it did is recorded
+    except Exception as exc:  # what it did is recorded; the store failing under it is a 3
         log.debug("%s run failed", mode, exc_info=True)
         print(f"{mode}: {one_line(exc)}; run {mode} again", file=sys.stderr)
-        return ExitStatus.INCOMPLETE, None
+        return for_error(exc), None
     status = print_summary(mode, run_id, rows)
     from jobs.runs.pulsar_unload import report_unloads, unload_changed_topics
 
