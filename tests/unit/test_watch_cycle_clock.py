@@ -24,39 +24,15 @@ from jobs.watch.http_server import Health
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterSnapshot
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, Watcher
 
-VICTIM = "10.0.0.3:3181"
-OTHERS = frozenset({"10.0.0.1:3181", "10.0.0.2:3181"})
 DELAY = 3.0
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _Watcher:
-    """The registrations as the paused process last saw them: the victim still gone."""
-
-    def __init__(self) -> None:
-        self.connected = True
-        self.lost_sessions = 0
-        self.wake = threading.Event()
-        self.zk = None  # the watch's session: these cycles' audits and repairs are stand-ins
-
-    def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot(
-            writable=OTHERS, readonly=frozenset(), delay_znode=None, disabled=False
-        )
 
 
 class _Election:
     """Leader; ``pause`` seconds pass on the clock while its answer is in flight."""
 
-    def __init__(self, clock: _Clock, pause: float) -> None:
+    def __init__(self, clock: Clock, pause: float) -> None:
         self.clock, self.pause = clock, pause
 
     def in_current_session(self) -> bool:
@@ -67,7 +43,7 @@ class _Election:
         return True
 
 
-def _cycle(tmp_path: Path, clock: _Clock, pause: float) -> tuple[Cycle, list[str]]:
+def _cycle(tmp_path: Path, clock: Clock, pause: float) -> tuple[Cycle, list[str]]:
     config = WatchConfig(
         zk="127.0.0.1:1",
         warehouse=str(tmp_path / "wh"),
@@ -75,7 +51,7 @@ def _cycle(tmp_path: Path, clock: _Clock, pause: float) -> tuple[Cycle, list[str
         delay_override=DELAY,
     )
     metrics, health = WatchMetrics(), Health(stale_after=60.0)
-    watcher = _Watcher()
+    watcher = Watcher()
     leadership = Leadership(
         _Election(clock, pause),  # type: ignore[arg-type]
         watcher,  # type: ignore[arg-type]
@@ -100,7 +76,7 @@ def _cycle(tmp_path: Path, clock: _Clock, pause: float) -> tuple[Cycle, list[str
 def test_a_pause_after_the_leadership_check_does_not_make_a_bookie_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, responded = _cycle(tmp_path, clock, pause=DELAY + 10)
     c.run()
@@ -113,7 +89,7 @@ def test_time_that_passed_before_the_check_counts(
 ) -> None:
     # The same pause before the cycle's check: the term was confirmed after it, so the
     # bookie is due and the loss is acted on (the test above can fail).
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, responded = _cycle(tmp_path, clock, pause=0.0)
     clock.now += DELAY + 10

@@ -25,35 +25,9 @@ from jobs.watch.election import Leadership
 from jobs.watch.http_server import Health
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.warehouse import WatchWarehouse
-from jobs.watch.watcher import ClusterSnapshot
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, Watcher
 
-VICTIM = "10.0.0.3:3181"
-OTHERS = frozenset({"10.0.0.1:3181", "10.0.0.2:3181"})
 RETRY = 5.0
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _Watcher:
-    """The victim gone, no marks."""
-
-    def __init__(self) -> None:
-        self.connected = True
-        self.lost_sessions = 0
-        self.wake = threading.Event()
-        self.zk = None  # the watch's session: these cycles' audits and repairs are stand-ins
-        self.urm = SimpleNamespace(list_underreplicated=lambda: iter(()))
-
-    def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot(
-            writable=OTHERS, readonly=frozenset(), delay_znode=None, disabled=False
-        )
 
 
 class _Election:
@@ -88,7 +62,7 @@ class _Audits:
         return SimpleNamespace(run=run, bookies=[], findings=[])
 
 
-def _cycle(tmp_path: Path, clock: _Clock) -> tuple[Cycle, _Audits]:
+def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, _Audits]:
     config = WatchConfig(
         zk="127.0.0.1:1",
         warehouse=str(tmp_path / "wh"),
@@ -98,7 +72,7 @@ def _cycle(tmp_path: Path, clock: _Clock) -> tuple[Cycle, _Audits]:
         max_failed_cycles=3,
     )
     metrics, health = WatchMetrics(), Health(stale_after=60.0, max_failed_cycles=3)
-    watcher = _Watcher()
+    watcher = Watcher()
     leadership = Leadership(
         _Election(),  # type: ignore[arg-type]
         watcher,  # type: ignore[arg-type]
@@ -125,7 +99,7 @@ def _failures(c: Cycle) -> float:
 def test_cycles_whose_audit_did_not_complete_fail_and_turn_healthz_red(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, audits = _cycle(tmp_path, clock)
     audits.status = status
@@ -147,7 +121,7 @@ def test_cycles_whose_audit_did_not_complete_fail_and_turn_healthz_red(
 def test_a_completed_audit_keeps_healthz_green(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, audits = _cycle(tmp_path, clock)
     c.run()
