@@ -166,3 +166,10 @@ class CompatibilityError(BKError):
     """A cluster layout this library does not speak (e.g. unknown LAYOUT or UR layout)."""
 
     code = -18
+
+
+class IncompleteReadError(BKError):
+    """A read of the cluster missed part of what it had to read (an unaccounted scan, keys that
+    do not decode): what it did not read is unknown, so nothing may be decided from it."""
+
+    code = -999

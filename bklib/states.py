@@ -104,8 +104,14 @@ class BookieState:
     WRITABLE = "writable"
     READONLY = "readonly"
     LOST = "lost"
-    """Named in some ensemble but not registered."""
+    """Not registered, yet named in some ensemble (the audit), or by a cookie or an
+    under-replication mark (``status``)."""
+    UNREACHABLE = "unreachable"
+    """Registered, but did not answer (``status``'s probe)."""
     ALL = (WRITABLE, READONLY, LOST)
+    """The states of the audit's ``bookies`` rows."""
+    STATUS = (WRITABLE, READONLY, UNREACHABLE, LOST)
+    """The states ``status`` reports, in its order."""
 
 
 class ReplicaStatus:
@@ -137,6 +143,8 @@ class RunStatus:
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
     """Finished, but some znodes were unreadable or some bookies unreachable (rows say which)."""
     FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    """Stopped by SIGINT or SIGTERM before it finished (exit 130 / 143): never acted on."""
     FINISHED = (COMPLETED, COMPLETED_WITH_ERRORS)
     """Statuses whose findings a reader may act on."""
 
@@ -174,7 +182,7 @@ class PulsarFinding:
 
 
 class ActionStatus:
-    """``replication_actions.status``. DONE, PLANNED and SKIPPED are final; FAILED, LOCKED,
+    """``replication_actions.status``. DONE, PLANNED, SKIPPED and MANUAL are final; FAILED, LOCKED,
     DISABLED and WAITING_GRACE are retried by the next run; NO_REPLICA is terminal (the entries
     named in ``no_replica_entries`` exist nowhere)."""
 
@@ -182,6 +190,9 @@ class ActionStatus:
     PLANNED = "PLANNED"
     """``--dry-run``: what would have been done."""
     SKIPPED = "SKIPPED"
+    MANUAL = "MANUAL"
+    """A step bkaudit was not asked to take and an operator should (a topic unload without
+    ``--pulsar-admin-url``): not a failure, and final; the listing says what to run."""
     FAILED = "FAILED"
     WAITING_GRACE = "WAITING_GRACE"
     NO_REPLICA = "NO_REPLICA"
@@ -190,7 +201,7 @@ class ActionStatus:
     """Another worker (ours or a Java ReplicationWorker) holds the ledger's lock."""
     DISABLED = "DISABLED"
     """``underreplication/disable`` exists: autorecovery is switched off cluster-wide."""
-    FINAL = frozenset({DONE, PLANNED, SKIPPED})
+    FINAL = frozenset({DONE, PLANNED, SKIPPED, MANUAL})
 
 
 class RepairMode:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 BYTECODE_DIRS = ("bklib", "jobs", "airflow_dags", "tests", "bench")
@@ -69,3 +73,30 @@ def failure(proc: subprocess.CompletedProcess[str], *context: object) -> str:
             (proc.stderr or "")[-6000:],
         ]
     )
+
+
+def frozen_past_its_session(
+    argv: list[str], zk_port: int, *, after: float, pause: float = 5.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``bkaudit ARGV``, freeze it (SIGSTOP: a GC pause, a frozen VM) for ``pause`` seconds
+    once it has held a connection to ``zk_port`` for ``after`` seconds, and let it finish. With
+    ``--zk-session-timeout`` under half of ``pause``, ZooKeeper expires its session meanwhile."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", *argv],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        me = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while not any(c.raddr and c.raddr.port == zk_port for c in me.net_connections("tcp")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(after)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(pause)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -13,11 +13,12 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 
+from bklib.errors import CorruptMetadataError
 from bklib.meta import paths
 from bklib.meta.formats import (
     UR_LAYOUT_DATA,
@@ -172,8 +173,13 @@ class UnderReplicationManager:
             ledger_id, tuple(replicas), ctime, stat.version, self.lock_holder(ledger_id)
         )
 
-    def list_underreplicated(self) -> Iterator[UnderReplicatedLedger]:
-        """Breadth-first walk like ``listunderreplicated``; every ``urL`` child is a ledger."""
+    def list_underreplicated(
+        self, on_unreadable: Callable[[str, CorruptMetadataError], None] | None = None
+    ) -> Iterator[UnderReplicatedLedger]:
+        """Breadth-first walk like ``listunderreplicated``; every ``urL`` child is a ledger.
+
+        A mark that does not decode raises :class:`~bklib.errors.CorruptMetadataError`, or,
+        with ``on_unreadable``, is handed to it (with its key) and the walk goes on."""
         queue = [paths.join(self.base, "ledgers")]
         while queue:
             node = queue.pop(0)
@@ -184,7 +190,13 @@ class UnderReplicationManager:
             for child in children:
                 m = paths.UR_NODE_RE.match(child) if child.startswith("urL") else None
                 if m:
-                    entry = self.get(int(m.group(1)))
+                    try:
+                        entry = self.get(int(m.group(1)))
+                    except CorruptMetadataError as exc:
+                        if on_unreadable is None:
+                            raise
+                        on_unreadable(paths.join(node, child), exc)
+                        continue
                     if entry is not None:
                         yield entry
                 else:

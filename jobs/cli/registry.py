@@ -246,18 +246,20 @@ _COMMANDS = (
     ),
     Command(
         name="status",
-        summary="bookies, marks, watch leader, Java Auditor, last audits",
-        about="One screen of cluster state: writable, readonly and down bookies, "
-        "under-replicated ledgers from BookKeeper's marks, the watch leader, the Java Auditor, "
-        "the disable flag and the age of each check's last audit.",
+        summary="bookies (each asked), marks, watch leader, Java Auditor, last audits",
+        about="One screen of cluster state: writable, readonly, unreachable (registered, no "
+        "answer within --probe-timeout) and lost bookies, under-replicated ledgers from "
+        "BookKeeper's marks, the watch leader, the Java Auditor, the disable flag and the age of "
+        "each check's last audit.",
         exits=CommandExits(
-            ok="nothing is marked or down", findings="ledgers are marked or bookies down"
+            ok="nothing is marked, lost or unreachable",
+            findings="ledgers are marked or a bookie is lost or unreachable",
         ),
         examples=(
             "bkaudit status --zk zk1:2181/pulsar --warehouse /data/bkaudit",
             "bkaudit status --zk zk1:2181/pulsar --format json",
         ),
-        module="jobs.commands.watch",
+        module="jobs.commands.status",
         add_arguments="add_status_arguments",
         run="run_status",
     ),

@@ -13,8 +13,9 @@ scan was incomplete deletes nothing. Every deletion (or planned one) is a ``DELE
 row in ``replication_actions``; at most ``--rate`` ledgers are deleted a second.
 See docs/pulsar.md.
 
-Exit status: 0 when every agreed orphan was deleted (or planned), 1 when some were not, 2 on
-error.
+Exit status (docs/exit-status.md): 0 when every agreed orphan was deleted (or planned), 1 when
+some were not, 2 on an operator error, 3 when a read missed part of the cluster or the session
+was lost (nothing more is deleted).
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from bklib.errors import BKError
+from bklib.errors import BKError, IncompleteReadError
 from bklib.meta.pulsar import decode_pulsar_metadata
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores.session_guard import SessionGuard
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
-from jobs.runtime.exit_status import ExitStatus
+from jobs.runtime.exit_status import ExitStatus, for_error
 from jobs.runtime.messages import one_line
 
 __all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
@@ -88,8 +90,11 @@ def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
     )
     parser.add_argument("--zk-auth", default=None, help="ZooKeeper digest auth user:password")
-    from jobs.options.zookeeper import add_connection_arguments
+    from jobs.options.zookeeper import add_connection_arguments, add_session_timeout_argument
 
+    add_session_timeout_argument(
+        parser, default=30.0, effect="a pause longer than this stops the run (exit 3)"
+    )
     return add_connection_arguments(parser)
 
 
@@ -127,11 +132,13 @@ def _read(
         orphan_min_age=args.older_than,
     )
     if not check.scan_complete:
-        raise BKError(f"metadata scan incomplete ({check.scan_account}); nothing deleted")
+        raise IncompleteReadError(
+            f"metadata scan incomplete ({check.scan_account}); nothing deleted"
+        )
     found = list(check.orphans)
     if args.include_unowned:
         if check.refs.errors:
-            raise BKError(
+            raise IncompleteReadError(
                 f"{len(check.refs.errors)} Pulsar keys could not be decoded (e.g. "
                 f"{next(iter(sorted(check.refs.errors)))}): with --include-unowned nothing is "
                 "deleted, as such a key may reference any ledger"
@@ -157,17 +164,19 @@ def run_orphans(args: argparse.Namespace) -> int:
         return ExitStatus.OPERATOR_ERROR
     try:
         delta.check_writable(args.warehouse, (ACTIONS,))
-        session = open_store(args.zk, auth=args.zk_auth)  # the command's one session
+        session = open_store(  # the command's one session
+            args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
+        )
     except Exception as exc:  # one line for the operator; nothing was read
         log.debug("orphans could not start", exc_info=True)
         print(f"orphans: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    with session:
-        return _run_with(args, session, root, run_id)
+    with session, SessionGuard(session) as guard:
+        return _run_with(args, session, guard, root, run_id)
 
 
 def _run_with(
-    args: argparse.Namespace, session: MetadataStore, root: str, run_id: str
+    args: argparse.Namespace, session: MetadataStore, guard: SessionGuard, root: str, run_id: str
 ) -> ExitStatus:
     from bklib.audit.engine import require_cluster
     from jobs.tables import delta
@@ -176,21 +185,23 @@ def _run_with(
     try:
         require_cluster(session, args.ledgers_root)
         _, first = _read(args, session, root)
+        guard.check("the first read")  # one view of the cluster, or none
         log.info("orphans: %d found; reading again in %gs", len(first), args.delay)
         time.sleep(args.delay)
         _, second = _read(args, session, root)
+        guard.check("the second read")
     except Exception as exc:  # one line for the operator; nothing was deleted
         log.debug("orphans failed", exc_info=True)
         print(f"orphans: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
+        return for_error(exc)
     agreed = agreed_orphans(first, second)
     rows: list[dict[str, Any]] = []
     try:
-        _delete(args, session, agreed, run_id, rows)
-    except Exception as exc:  # ZooKeeper lost mid-way: what was deleted is still recorded
+        _delete(args, session, guard, agreed, run_id, rows)
+    except Exception as exc:  # the store lost mid-way: what was deleted is still recorded
         log.debug("orphans stopped", exc_info=True)
         print(f"orphans: stopped after {len(rows)} ledgers: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
+        return for_error(exc)
     finally:
         if rows:
             delta.append_rows(args.warehouse, ACTIONS, rows)
@@ -213,6 +224,7 @@ def _run_with(
 def _delete(
     args: argparse.Namespace,
     zk: MetadataStore,
+    guard: SessionGuard,
     orphans: Sequence[Orphan],
     run_id: str,
     rows: list[dict[str, Any]],
@@ -221,6 +233,8 @@ def _delete(
     interval = 1.0 / args.rate if args.rate > 0 else 0.0
     store = LedgerStore(zk, args.ledgers_root)
     for o in orphans:
+        # A lost session may have let the cluster change unseen: no delete after it.
+        guard.check(f"deleting ledger {o.ledger.ledger_id}")
         started = datetime.now(timezone.utc)
         lid = o.ledger.ledger_id
         status, error = ActionStatus.PLANNED, None

@@ -1,26 +1,22 @@
-"""``bkaudit watch`` and ``bkaudit status``: flags, JSON logs and the status report.
+"""``bkaudit watch``: flags, JSON logs, and the service's start.
 
     bkaudit watch --zk HOST:PORT[/chroot] --warehouse PATH [--every lost=1h,sample=24h]
                   [--lost-bookie-recovery-delay 60s] [--metrics-port 9464] [--log-format json]
-    bkaudit status --zk HOST:PORT[/chroot] [--warehouse PATH] [--format text|json]
 
 ``watch`` runs until SIGTERM (exit 0); 2 when it cannot start, or when rows the warehouse
-did not take overflow the spool (``--spool-max-bytes``). ``status`` exits 0 when no
-ledger is marked under-replicated and no bookie is down, 1 otherwise, 2 on error.
+did not take overflow the spool (``--spool-max-bytes``). ``bkaudit status`` is
+:mod:`jobs.commands.status`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bklib.audit.checks import replication_names
 from bklib.meta.model import DigestType
-from bklib.states import DEFAULT_LEDGERS_ROOT, RunStatus
+from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
 from jobs.options.zookeeper import add_session_timeout_argument
@@ -33,12 +29,7 @@ if TYPE_CHECKING:
     from bklib.pulsar.admin import AdminSettings
     from jobs.watch.config import WatchConfig
 
-__all__ = [
-    "add_status_arguments",
-    "add_watch_arguments",
-    "run_status",
-    "run_watch",
-]
+__all__ = ["add_cluster_arguments", "add_watch_arguments", "run_watch"]
 
 log = logging.getLogger("jobs.watch")
 
@@ -64,7 +55,7 @@ def _size(text: str) -> int:
     return value
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
     parser.add_argument(
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
@@ -73,7 +64,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    _common(parser)
+    add_cluster_arguments(parser)
     parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
     parser.add_argument(
         "--spool-dir",
@@ -190,17 +181,6 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return add_connection_arguments(parser)
 
 
-def add_status_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    _common(parser)
-    parser.add_argument(
-        "--warehouse", default=None, help="Delta tables: adds the age of each check's last audit"
-    )
-    parser.add_argument("--format", choices=["text", "json"], default="text")
-    from jobs.options.zookeeper import add_connection_arguments
-
-    return add_connection_arguments(parser)
-
-
 # ---- logs -----------------------------------------------------------------------------------
 
 
@@ -288,147 +268,3 @@ def run_watch(args: argparse.Namespace) -> int:
         log.debug("watch failed", exc_info=True)
         print(f"watch: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-
-
-# ---- status -----------------------------------------------------------------------------------
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit} ago"
-    return f"{seconds:.0f}s ago"
-
-
-def cluster_status(args: argparse.Namespace) -> dict[str, Any]:
-    """Everything ``status`` prints, as a dict (the JSON form)."""
-    from bklib.audit.engine import require_cluster
-    from bklib.meta import paths
-    from bklib.meta.registration import list_bookies
-    from bklib.meta.stores import KeyNotFound, open_store
-    from bklib.meta.underreplication import UnderReplicationManager
-    from jobs.watch.election import election_path, read_leader
-    from jobs.watch.watcher import auditor_key, java_auditor
-
-    root = args.ledgers_root
-    zk = open_store(args.zk, auth=args.zk_auth)  # the command's one session
-    try:
-        cluster = require_cluster(zk, root)
-        reg = list_bookies(zk, root)
-        try:
-            cookies = set(zk.children(paths.join(root, "cookies")))
-        except KeyNotFound:
-            cookies = set()
-        urm = UnderReplicationManager(zk, root)
-        marks = list(urm.list_underreplicated())
-        leader, members = read_leader(zk, root)
-        out: dict[str, Any] = {
-            "writable": sorted(reg.writable),
-            "readonly": sorted(reg.readonly),
-            "down": sorted(cookies - set(reg.all())),
-            "marked_ledgers": len(marks),
-            "marked_by_bookie": {},
-            "locked_ledgers": sum(1 for m in marks if m.lock_holder),
-            "watch_leader": leader,
-            "watch_instances": members,
-            "watch_election": election_path(root),
-            "metadata_driver": cluster.driver.value,
-            "java_auditor": java_auditor(zk, root),
-            "java_auditor_key": auditor_key(root, cluster.driver),
-            "autorecovery_enabled": urm.is_replication_enabled(),
-            "lost_bookie_recovery_delay": urm.get_lost_bookie_recovery_delay(),
-        }
-        for m in marks:
-            for b in m.missing_replicas:
-                out["marked_by_bookie"][b] = out["marked_by_bookie"].get(b, 0) + 1
-        # Lost: named by a mark but not registered (no full scan here; `audit --check lost`
-        # finds the rest).
-        out["lost"] = sorted(set(out["marked_by_bookie"]) - set(reg.all()))
-    finally:
-        zk.close()
-    out["last_audits"] = _last_audits(args.warehouse) if args.warehouse else None
-    return out
-
-
-def _last_audits(warehouse: str) -> dict[str, Any]:
-    from jobs.tables import delta
-    from jobs.tables.schema import AUDIT_RUNS
-
-    last: dict[str, Any] = {c: None for c in replication_names()}
-    if not delta.table_exists(warehouse, AUDIT_RUNS):
-        return last
-    now = time.time()
-    for r in delta.read_rows(
-        warehouse, AUDIT_RUNS, columns=["run_id", "check", "status", "finished_at"]
-    ):
-        if r["status"] not in RunStatus.FINISHED or r["finished_at"] is None:
-            continue
-        prev = last.get(r["check"])
-        ts = r["finished_at"].timestamp()
-        if prev is None or ts > prev["finished_at"]:
-            last[r["check"]] = {
-                "run_id": r["run_id"],
-                "status": r["status"],
-                "finished_at": ts,
-                "age_seconds": round(now - ts, 1),
-            }
-    return last
-
-
-def run_status(args: argparse.Namespace) -> int:
-    try:
-        st = cluster_status(args)
-    except Exception as exc:
-        log.debug("status failed", exc_info=True)
-        print(f"status: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
-    attention = bool(st["marked_ledgers"] or st["down"] or st["lost"])
-    if args.format == "json":
-        print(json.dumps(st, indent=2, sort_keys=True))
-        return ExitStatus.FINDINGS if attention else ExitStatus.OK
-    print(
-        f"bookies: {len(st['writable'])} writable, {len(st['readonly'])} readonly, "
-        f"{len(st['down'])} down (cookie, not registered), {len(st['lost'])} lost (marked, "
-        "not registered)"
-    )
-    for state in ("writable", "readonly", "down", "lost"):
-        for b in st[state]:
-            print(f"  {state:<9} {b}")
-    print(
-        f"under-replicated ledgers (marks): {st['marked_ledgers']}"
-        + (f", {st['locked_ledgers']} being repaired (locked)" if st["locked_ledgers"] else "")
-    )
-    for b, n in sorted(st["marked_by_bookie"].items()):
-        print(f"  missing {b}: {n} ledgers")
-    leader = st["watch_leader"]
-    if leader:
-        print(
-            f"watch leader: {leader.get('id')} (pid {leader.get('pid')}, warehouse "
-            f"{leader.get('warehouse')}, since {leader.get('since')}); "
-            f"{st['watch_instances']} instance(s)"
-        )
-    else:
-        print(f"watch leader: none (no instance in {st['watch_election']})")
-    print(
-        f"java auditor: {st['java_auditor'] or 'none elected'} ({st['java_auditor_key']}; "
-        f"{st['metadata_driver']} metadata driver)"
-    )
-    print(
-        "autorecovery: "
-        + ("enabled" if st["autorecovery_enabled"] else "DISABLED (underreplication/disable)")
-        + "; lostBookieRecoveryDelay: "
-        + (
-            f"{st['lost_bookie_recovery_delay']}s"
-            if st["lost_bookie_recovery_delay"] is not None
-            else "not set (0)"
-        )
-    )
-    if st["last_audits"] is not None:
-        parts = [
-            f"{check} {_age(r['age_seconds'])} ({r['status']})" if r else f"{check} never"
-            for check, r in st["last_audits"].items()
-        ]
-        print("last audits: " + ", ".join(parts))
-    return ExitStatus.FINDINGS if attention else ExitStatus.OK

@@ -81,10 +81,12 @@ def for_error(exc: BaseException) -> ExitStatus:
     :class:`~bklib.meta.stores.session_guard.SessionLost`, a connection lost for good, a
     directory it may not list) stopped a run that had started, which is incomplete; any other
     error (a flag, a rack document, a table) is the operator's to fix. A store that cannot be
-    reached at all is an operator error before this is asked."""
-    from bklib.errors import ZKError
+    reached at all is an operator error before this is asked. A read that missed part of the
+    cluster (:class:`~bklib.errors.IncompleteReadError`) is incomplete too."""
+    from bklib.errors import IncompleteReadError, ZKError
 
-    return ExitStatus.INCOMPLETE if isinstance(exc, ZKError) else ExitStatus.OPERATOR_ERROR
+    missed = isinstance(exc, (ZKError, IncompleteReadError))
+    return ExitStatus.INCOMPLETE if missed else ExitStatus.OPERATOR_ERROR
 
 
 @dataclass(frozen=True)

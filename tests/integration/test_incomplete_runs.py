@@ -1,6 +1,6 @@
 """No run that missed something ends green (docs/exit-status.md): on a real cluster with one
 unreadable ledger znode, every command that reads the cluster (audit, listunderreplicated,
-triage, whatif, blastradius, recover, decommission) exits 3 (never 0), its run row is not
+triage, whatif, blastradius, recover, decommission, status) exits 3 (never 0), its run row is not
 COMPLETED, and a listing over that run says so on its first line; a bookie that never answers
 the sample check's reads does the same. The session-expiry case is in
 tests/integration/test_scale_harness.py (a scan that outlives its session)."""
@@ -124,6 +124,45 @@ def test_a_sample_check_with_a_bookie_that_never_answers_is_incomplete(
     listing = bkaudit("listunderreplicated", "--warehouse", wh)
     _incomplete(listing)
     assert listing.stdout.startswith("INCOMPLETE: ")
+
+
+def test_status_over_an_unreadable_mark_names_it_and_is_incomplete(cluster: AuditCluster) -> None:
+    from bklib.meta import paths
+
+    mark = paths.ur_ledger_path(cluster.store.root, 987_654)
+    cluster.store.zk.create(mark, GARBAGE, makepath=True)
+    try:
+        for fmt in ("text", "json"):
+            status = bkaudit("status", *_zk(cluster), "--format", fmt)
+            _incomplete(status)
+            assert mark in status.stdout, status.stdout
+        text = bkaudit("status", *_zk(cluster)).stdout
+        assert "INCOMPLETE: 1 marks cannot be decoded" in text, text
+    finally:
+        cluster.store.zk.delete(mark)
+    assert bkaudit("status", *_zk(cluster)).returncode == ExitStatus.OK
+
+
+def test_status_calls_a_bookie_that_never_answers_unreachable_not_writable(
+    cluster: AuditCluster,
+) -> None:
+    import json
+
+    silent = cluster.bookie_ids[2]
+    admin = cluster.admin(silent)
+    admin.add_fault("drop", op="GET_BOOKIE_INFO")  # registered, connected, never answers
+    try:
+        status = bkaudit("status", *_zk(cluster), "--format", "json", "--probe-timeout", "1s")
+        text = bkaudit("status", *_zk(cluster), "--probe-timeout", "1s")
+    finally:
+        admin.clear_faults()
+    assert status.returncode == ExitStatus.FINDINGS, (status.stdout, status.stderr)
+    st = json.loads(status.stdout)
+    assert st["unreachable"] == [silent] and silent not in st["writable"], st
+    assert st["bookie_answers"][silent]["error"], st["bookie_answers"]
+    assert text.returncode == ExitStatus.FINDINGS
+    assert f"unreachable {silent}" in " ".join(text.stdout.split()), text.stdout
+    assert "1 unreachable" in text.stdout.splitlines()[0]
 
 
 def test_decommission_over_an_unreadable_znode_keeps_the_cookie_and_is_incomplete(

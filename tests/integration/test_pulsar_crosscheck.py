@@ -31,7 +31,13 @@ from jobs.runs.pulsar_check import check_pulsar
 from jobs.runtime.exit_status import ExitStatus
 from jobs.tables.delta import read_rows
 from tests.audit_helpers import metadata
-from tests.cli_helpers import bkaudit, failure, one_error_line
+from tests.cli_helpers import (
+    bkaudit,
+    error_lines,
+    failure,
+    frozen_past_its_session,
+    one_error_line,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +173,7 @@ def test_dangling_orphans_and_errors_then_orphans_delete(zk_chroot: str, tmp_pat
     assert dry.returncode == 0, failure(dry)
     # --include-unowned refuses while a Pulsar key does not decode: it could name any ledger.
     unowned = bkaudit(*args, "--include-unowned")
-    assert unowned.returncode == 2 and "could not be decoded" in unowned.stderr
+    assert unowned.returncode == ExitStatus.INCOMPLETE and "could not be decoded" in unowned.stderr
     real = bkaudit(*args)
     assert real.returncode == 0, failure(real)
     zk = connect(zk_chroot)
@@ -185,3 +191,56 @@ def test_dangling_orphans_and_errors_then_orphans_delete(zk_chroot: str, tmp_pat
         (9, ActionStatus.DONE),
         (9, ActionStatus.PLANNED),
     ]
+
+
+def test_orphans_delete_nothing_after_an_incomplete_read_or_a_lost_session(
+    zk_chroot: str, tmp_path: Path
+) -> None:
+    """An unreadable ledger znode, or a session that expired between the two reads: exit 3,
+    one line, and no ledger deleted; once both are gone the orphan is deleted."""
+    zk = connect(zk_chroot)
+    try:
+        store = LedgerStore(zk)
+        store.init_cluster(driver=MetadataDriver.PULSAR)
+        _ledger(store, 1, OLD, **_tags(A))
+        _ledger(store, 2, OLD, **_tags(A))  # never listed: orphan
+        _ledger(store, 3, OLD, **_tags(A))
+        zk.create(f"/managed-ledgers/{A}", _ml(1), makepath=True)
+        good = zk.get(store.path_for(3))[0]
+        zk.set(store.path_for(3), b"BookieMetadataFormatVersion\t3\n\x05garbage")
+    finally:
+        zk.stop()
+        zk.close()
+    wh = str(tmp_path / "wh")
+    args = ["orphans", "delete", "--zk", zk_chroot, "--warehouse", wh, "--older-than", "1d"]
+
+    def ledgers() -> list[int]:
+        with open_store(zk_chroot) as session:
+            return sorted(LedgerStore(session).list_ledger_ids())
+
+    unread = bkaudit(*args, "--delay", "0s")
+    assert unread.returncode == ExitStatus.INCOMPLETE, failure(unread)
+    (line,) = error_lines(unread)
+    assert "metadata scan incomplete" in line and "nothing deleted" in line, line
+    assert ledgers() == [1, 2, 3]
+
+    zk = connect(zk_chroot)
+    try:
+        zk.set(LedgerStore(zk).path_for(3), good)
+        ledger_3_listed = _ml(1, 3)
+        zk.set(f"/managed-ledgers/{A}", ledger_3_listed)
+    finally:
+        zk.stop()
+        zk.close()
+    port = int(zk_chroot.split(":")[1].split("/")[0])
+    paused = frozen_past_its_session(
+        [*args, "--delay", "6s", "--zk-session-timeout", "2s"], port, after=1.5
+    )
+    assert paused.returncode == ExitStatus.INCOMPLETE, failure(paused)
+    (line,) = error_lines(paused)
+    assert "expired" in line, line
+    assert ledgers() == [1, 2, 3]
+
+    done = bkaudit(*args, "--delay", "0s")
+    assert done.returncode == ExitStatus.OK, failure(done)
+    assert ledgers() == [1, 3]

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from bklib.states import DEFAULT_LEDGERS_ROOT, CountKey, Reason, RunStatus
@@ -31,7 +30,7 @@ from jobs.runtime.exit_status import ExitStatus
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.bookie_helpers import wait_for_no_znode
-from tests.cli_helpers import REPO, bkaudit, error_lines
+from tests.cli_helpers import REPO, bkaudit, error_lines, frozen_past_its_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -229,28 +228,11 @@ def test_a_session_expired_mid_scan_fails_the_run_and_records_nothing_completed(
 
 
 def _paused_past_its_session(argv: list[str], zk_port: int) -> subprocess.CompletedProcess[str]:
-    """Run ``bkaudit ARGV`` with a slow scan (250 reads/s) and a 2 s session, freeze it for
-    5 s once it holds a ZooKeeper connection (a GC pause, a frozen VM), and let it finish."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", *argv, "--zk-rate", "250",
-         "--zk-session-timeout", "2s"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        me = psutil.Process(proc.pid)
-        deadline = time.monotonic() + 60
-        while not any(c.raddr and c.raddr.port == zk_port for c in me.net_connections("tcp")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        time.sleep(1.0)  # into the scan: 3,000 ledgers at 250 reads/s take about 12 s
-        proc.send_signal(signal.SIGSTOP)
-        time.sleep(5)  # more than twice the session timeout: ZooKeeper expires the session
-        proc.send_signal(signal.SIGCONT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """Run ``bkaudit ARGV`` with a slow scan (250 reads/s) and a 2 s session, frozen for 5 s
+    a second into its scan (3,000 ledgers at 250 reads/s take about 12 s)."""
+    return frozen_past_its_session(
+        [*argv, "--zk-rate", "250", "--zk-session-timeout", "2s"], zk_port, after=1.0
+    )
 
 
 @pytest.mark.parametrize("command", ["whatif", "recover", "blastradius"])

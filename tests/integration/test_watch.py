@@ -189,10 +189,15 @@ def test_killed_bookie_is_repaired_with_nothing_typed_and_metrics_match_tables(
         assert w.proc.returncode == 0, w.tail()
         assert_clean(c, ids, victim)
         st = bkaudit("status", "--zk", c.zk, "--warehouse", wh, "--format", "json")
-        # The dead bookie is down (its cookie stays until decommission): exit 1.
+        # The dead bookie is lost (its cookie stays until decommission): exit 1.
         assert st.returncode == 1, st.stderr
         status = json.loads(st.stdout)
-        assert (status["down"], status["lost"], status["marked_ledgers"]) == ([victim], [], 0)
+        assert (status["lost"], status["unreachable"], status["marked_ledgers"]) == (
+            [victim],
+            [],
+            0,
+        )
+        assert sorted(status["writable"]) == sorted(set(c.bookie_ids) - {victim})
         assert status["last_audits"]["lost"]["status"] == "COMPLETED"
         text = bkaudit("status", "--zk", c.zk, "--warehouse", wh).stdout
         assert "under-replicated ledgers (marks): 0" in text and "java auditor: none" in text
