@@ -20,6 +20,26 @@ def top_level_epilog() -> str:
     return "examples:\n" + "".join(f"  {c.examples[0]}\n" for c in COMMANDS.values())
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: one line, ``bkaudit X.Y.Z`` (:mod:`bklib.version`), then exit 0. The
+    package metadata is read only when asked, not on every command's start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from bklib.version import __version__
+
+        print(f"bkaudit {__version__}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: global flags and one sub-command per registered command. Each
     command's own flags are parsed by :func:`run_command`."""
@@ -32,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", "--debug", action="store_true", help="debug logging, with tracebacks"
     )
+    parser.add_argument("--version", action=_PrintVersion, help="print bkaudit's version and exit")
     parser.add_argument(
         "--log-format",
         choices=["text", "json"],
