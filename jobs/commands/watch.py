@@ -240,6 +240,7 @@ def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -
 
 
 def run_watch(args: argparse.Namespace) -> int:
+    from bklib.version import __version__
     from jobs.options.pulsar import admin_settings
     from jobs.watch.loop import WatchService
 
@@ -255,7 +256,8 @@ def run_watch(args: argparse.Namespace) -> int:
         service = WatchService(config)
         service.install_signals()
         log.info(
-            "watch: %s on %s%s into %s; periodic %s; delay %s",
+            "watch: bkaudit %s, %s on %s%s into %s; periodic %s; delay %s",
+            __version__,
             config.instance_id,
             config.zk,
             config.ledgers_root,
