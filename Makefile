@@ -106,6 +106,12 @@ BK_LINES ?= 4.16,4.17,4.18
 interop-matrix: venv java-deps
 	$(PY) -m tests.interop.matrix --versions $(BK_LINES)
 
+## bkaudit's wheel in dist/ (bkaudit-X.Y.Z-py3-none-any.whl): what `pip install .` builds, for
+## a host without the checkout (`pip install dist/bkaudit-*.whl`; docs/deploy.md).
+.PHONY: wheel
+wheel: venv
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w dist .
+
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.
 proto: venv
 	scripts/gen_proto.sh
