@@ -143,7 +143,7 @@ def set_request_rate(rate: float | None) -> RequestBudget:
     global _budget
     _budget = RequestBudget(rate)
     if rate is not None:
-        log.info("ZooKeeper budget: %g requests/s from this process", rate)
+        log.debug("ZooKeeper budget: %g requests/s from this process", rate)
     return _budget
 
 
