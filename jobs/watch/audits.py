@@ -96,6 +96,7 @@ class WatchAudits:
         self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
         frags, ledgers = finding_counts(f.as_row() for f in job.findings)
         self.metrics.set_findings(check, frags, ledgers)
+        self.metrics.set_unknown(check, job.findings, run.counts)
         log.info(
             "watch: %s audit %s: %d ledgers, %d under-replicated fragments",
             check,

@@ -58,6 +58,7 @@ class Cycle:
         self.retry_at = 0.0
         self.lost_sessions_seen = 0
         self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule, watcher.zk)
+        metrics.set_schedule(self.schedule.every)
         self.repair = WatchRepair(config, metrics, leadership, warehouse, watcher)
 
     def run(self) -> float:
@@ -157,6 +158,7 @@ class Cycle:
         m.bookies.labels(BookieState.WRITABLE).set(len(snap.writable))
         m.bookies.labels(BookieState.READONLY).set(len(snap.readonly))
         m.bookies.labels(BookieState.LOST).set(len(self.tracker.pending) + len(self.tracker.due))
+        m.set_lost({**self.tracker.pending, **self.tracker.due}, now)
         m.marks.set(len(snap.marked))
         m.paused.set(1 if snap.disabled else 0)
         m.delay.set(delay)
@@ -173,6 +175,7 @@ class Cycle:
             m.bookies.labels(BookieState.LOST).set(
                 len(self.tracker.pending) + len(self.tracker.due)
             )
+            m.set_lost({**self.tracker.pending, **self.tracker.due}, time.monotonic())
         # Sleep until the next thing is due; a registration change wakes us earlier.
         now = time.monotonic()
         wakes = [now + cfg.poll_interval]

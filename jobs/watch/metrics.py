@@ -1,10 +1,14 @@
 """Prometheus metrics of ``bkaudit watch`` (prometheus_client renders them; the endpoint that
-serves them is :mod:`jobs.watch.http_server`'s)."""
+serves them is :mod:`jobs.watch.http_server`'s). docs/watch.md lists them and
+docs/monitoring.md the rules and panels that read them (deploy/monitoring)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+import weakref
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -14,9 +18,14 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from bklib.audit.checks import replication_names
-from bklib.states import ActionKind, ActionStatus, BookieState
+from bklib.audit.model import Finding
+from bklib.meta.stores.zookeeper.budget import RequestBudget, request_budget
+from bklib.states import ActionKind, ActionStatus, BookieState, CountKey, Reason
+from bklib.version import __version__
 from jobs.watch.decide import SEVERITY_ORDER
 
 __all__ = ["WatchMetrics"]
@@ -115,6 +124,52 @@ class WatchMetrics:
             "Leader cycles that raised (an audit, a repair or a table step failed)",
             registry=r,
         )
+        self.unknown_fragments = Gauge(
+            "bkaudit_unknown_fragments",
+            "Fragments whose replicas the latest audit of each check could not learn (a bookie "
+            "did not answer: BOOKIE_UNREACHABLE); in no severity of "
+            "bkaudit_underreplicated_fragments, since unknown is neither present nor missing",
+            ["check"],
+            registry=r,
+        )
+        self.unread_ledgers = Gauge(
+            "bkaudit_unread_ledgers",
+            "Ledgers the latest audit of each check could not read (unreadable znodes, ledgers "
+            "the scan could not account for): their replication is unknown",
+            ["check"],
+            registry=r,
+        )
+        self.bookie_fragments = Gauge(
+            "bkaudit_bookie_underreplicated_fragments",
+            "Under-replicated fragments the latest audit of each check found on each bookie, "
+            "by reason (BOOKIE_UNREACHABLE: the bookie did not answer)",
+            ["check", "bookie", "reason"],
+            registry=r,
+        )
+        self.lost_since = Gauge(
+            "bkaudit_lost_bookie_since_timestamp_seconds",
+            "Unix time each lost bookie (gone, still named by ledgers) was first seen gone",
+            ["bookie"],
+            registry=r,
+        )
+        self.audit_interval = Gauge(
+            "bkaudit_audit_interval_seconds",
+            "The watch's schedule (--every): seconds between periodic audits of each check",
+            ["check"],
+            registry=r,
+        )
+        self.start_time = Gauge(
+            "bkaudit_watch_start_time_seconds",
+            "Unix time this instance started (an audit is overdue from here when none "
+            "ever finished)",
+            registry=r,
+        )
+        self.start_time.set(time.time())
+        Gauge(
+            "bkaudit_build_info", "The bkaudit version this instance runs", ["version"], registry=r
+        ).labels(__version__).set(1)
+        r.register(ZooKeeperBudgetCollector())
+        self._bookie_series: dict[str, set[tuple[str, str]]] = {}
         for s in BookieState.ALL:
             self.bookies.labels(s).set(0)
         for c in replication_names():
@@ -129,6 +184,42 @@ class WatchMetrics:
             self.ur_fragments.labels(check, sev).set(fragments.get(sev, 0))
             self.ur_ledgers.labels(check, sev).set(ledgers.get(sev, 0))
 
+    def set_unknown(
+        self, check: str, findings: Iterable[Finding], counts: Mapping[str, int]
+    ) -> None:
+        """What the latest audit of ``check`` could not learn, and its findings per bookie.
+
+        The counts are the run's own (both halves of a split scan), the figures behind its
+        COMPLETED_WITH_ERRORS (:func:`bklib.audit.completeness.shortfall`)."""
+        self.unknown_fragments.labels(check).set(
+            counts.get(CountKey.reason(Reason.BOOKIE_UNREACHABLE), 0)
+        )
+        self.unread_ledgers.labels(check).set(
+            counts.get(CountKey.METADATA_ERRORS, 0) + counts.get(CountKey.LEDGERS_UNACCOUNTED, 0)
+        )
+        per_bookie = Tally(
+            (f.bookie_id, f.reason) for f in findings if f.reason != Reason.PLACEMENT_VIOLATION
+        )
+        # A bookie the latest audit no longer names drops out, rather than keep a stale count.
+        for bookie, reason in self._bookie_series.get(check, set()) - set(per_bookie):
+            self.bookie_fragments.remove(check, bookie, reason)
+        for (bookie, reason), n in per_bookie.items():
+            self.bookie_fragments.labels(check, bookie, reason).set(n)
+        self._bookie_series[check] = set(per_bookie)
+
+    def set_lost(self, since: Mapping[str, float], now: float) -> None:
+        """The lost bookies (pending the delay or due) and when each was first seen gone:
+        ``since`` and ``now`` are the cycle's monotonic seconds, exported as Unix time."""
+        wall = time.time()
+        self.lost_since.clear()
+        for bookie, t0 in since.items():
+            self.lost_since.labels(bookie).set(wall - (now - t0))
+
+    def set_schedule(self, every: Mapping[str, float]) -> None:
+        """The periodic audits (--every): a check is overdue after twice its interval."""
+        for check, seconds in every.items():
+            self.audit_interval.labels(check).set(seconds)
+
     def count_actions(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for r in rows:
             self.actions.labels(r["action"], r["status"]).inc()
@@ -138,3 +229,58 @@ class WatchMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ZooKeeperBudgetCollector(Collector):
+    """This process's ZooKeeper request budget (``--zk-rate``,
+    :mod:`bklib.meta.stores.zookeeper.budget`), read at each scrape.
+
+    An audit swaps in a share of the budget for its duration (``shared_budget``) and adds
+    the share's requests back to the whole when it ends; a scrape meanwhile counts the whole
+    as it was plus the share, so the counters neither drop nor count twice. A budget replaced
+    for good (``set_request_rate``) has its last figures kept as a base."""
+
+    def __init__(self) -> None:
+        # The budget in force when the watch starts is the whole (no audit has begun yet).
+        self._whole: weakref.ref[RequestBudget] | None = weakref.ref(request_budget())
+        self._base = (0, 0.0)
+        self._last = (0, 0.0)
+        self._reported = (0.0, 0.0)
+
+    def _figures(self) -> tuple[RequestBudget, float, float]:
+        now = request_budget()
+        whole = self._whole() if self._whole is not None else None
+        if whole is None or now is whole:
+            if whole is None and self._whole is not None:  # replaced: keep what it counted
+                self._base = (self._base[0] + self._last[0], self._base[1] + self._last[1])
+            self._whole = weakref.ref(now)
+            self._last = (now.requests, now.waited)
+            extra: tuple[int, float] = (0, 0.0)
+            limit = now
+        else:  # inside a shared_budget block: the whole is alive, its share in force
+            self._last = (whole.requests, whole.waited)
+            extra = (now.requests, now.waited)
+            limit = whole
+        requests = self._base[0] + self._last[0] + extra[0]
+        waited = self._base[1] + self._last[1] + extra[1]
+        # Counters never go down (a refund, a budget replaced between two scrapes).
+        self._reported = (max(self._reported[0], requests), max(self._reported[1], waited))
+        return limit, *self._reported
+
+    def collect(self) -> Iterator[Metric]:
+        budget, requests, waited = self._figures()
+        yield CounterMetricFamily(
+            "bkaudit_zk_requests",
+            "ZooKeeper requests granted by this process's budget (--zk-rate)",
+            value=requests,
+        )
+        yield CounterMetricFamily(
+            "bkaudit_zk_request_wait_seconds",
+            "Seconds this process's ZooKeeper requests waited for the budget",
+            value=waited,
+        )
+        yield GaugeMetricFamily(
+            "bkaudit_zk_request_rate_limit",
+            "This process's ZooKeeper budget, requests/s (--zk-rate; +Inf: unlimited)",
+            value=budget.rate if budget.rate is not None else float("inf"),
+        )
