@@ -110,6 +110,7 @@ interop-matrix: venv java-deps
 ## a host without the checkout (`pip install dist/bkaudit-*.whl`; docs/deploy.md).
 .PHONY: wheel
 wheel: venv
+	rm -rf build  # setuptools' staging area: a module deleted since the last build stays in it
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w dist .
 
 ## Regenerate bklib/proto/*_pb2.py from our .proto files.

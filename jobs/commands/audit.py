@@ -218,7 +218,7 @@ def _run_with(
 def _load_racks(config: AuditConfig, session: MetadataStore) -> None:
     """Read the rack document for the placement pass, before anything heavy: a document that
     does not parse stops the audit with one line naming it (docs/placement.md)."""
-    from jobs.options.placement import PLACEMENT_OFF, PLACEMENT_ON
+    from jobs.options.placement import PLACEMENT_OFF, PLACEMENT_ON, document_to_check
     from jobs.runs.placement import load_rack_document
 
     if config.placement == PLACEMENT_OFF:
@@ -231,7 +231,9 @@ def _load_racks(config: AuditConfig, session: MetadataStore) -> None:
         )
     if doc is None:
         log.info("placement: not checked (no %s znode, no --racks-file)", config.racks_znode)
-    config.rack_document = doc
+    elif document_to_check(config.placement, doc) is None:
+        log.info("placement: not checked (%s names no rack; --placement on checks)", doc.source)
+    config.rack_document = document_to_check(config.placement, doc)
 
 
 def _run_local(config: AuditConfig, plan: ScanPlan, session: MetadataStore) -> int:
