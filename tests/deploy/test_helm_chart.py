@@ -1,7 +1,9 @@
 """The Helm chart (deploy/helm/bkaudit): ``helm lint --strict``; its manifests, with the default
-values and with everything switched on, validate against Kubernetes 1.28 and 1.33 schemas; the
-config it renders is read by the commands as conf/bkaudit.yaml is; secrets reach the pods as
-files only; the Spark audit's account may manage pods in its namespace and nothing more."""
+values and with everything switched on, validate against Kubernetes 1.28 and 1.33 schemas (the
+Spark executors' pod template too) and have no duplicate key; the config it renders is read by
+the commands as conf/bkaudit.yaml is; secrets reach the pods, the Spark executors included, as
+files only; the Spark audit's account may manage pods in its namespace and nothing more. Its
+names next to a real Pulsar release: tests/deploy/test_chart_pulsar.py."""
 
 from __future__ import annotations
 
@@ -41,15 +43,50 @@ def _helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(helm()), *args], capture_output=True, text=True, timeout=120)
 
 
-@functools.cache
-def render(values: str, kube: str = KUBERNETES[-1]) -> tuple[dict[str, Any], ...]:
+class _NoDuplicates(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping with a key twice (PyYAML keeps the last silently;
+    the API server refuses such a manifest)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        dup = {k for k in keys if keys.count(k) > 1}
+        assert not dup, f"duplicate keys {dup} at {node.start_mark}"
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_manifests(text: str) -> tuple[dict[str, Any], ...]:
+    """The documents of ``helm template`` output, refusing duplicate keys."""
+    return tuple(d for d in yaml.load_all(text, Loader=_NoDuplicates) if d)
+
+
+def template(
+    *args: str, release: str = "bk", kube: str = KUBERNETES[-1]
+) -> tuple[dict[str, Any], ...]:
+    """``helm template RELEASE CHART --namespace pulsar ARGS``, its manifests loaded."""
     # A Helm built from source assumes Kubernetes 1.20 unless told (release builds stamp it).
     proc = _helm(
-        "template", "bk", str(CHART), "--namespace", "pulsar", "-f", str(VALUES[values]),
-        "--kube-version", kube,
-    )  # fmt: skip
+        "template", release, str(CHART), "--namespace", "pulsar", "--kube-version", kube, *args
+    )
     assert proc.returncode == 0, proc.stderr
-    return tuple(d for d in yaml.safe_load_all(proc.stdout) if d)
+    return load_manifests(proc.stdout)
+
+
+def refused(*args: str) -> str:
+    """The error of a ``helm template`` that must fail (its stderr)."""
+    proc = _helm("template", "bk", str(CHART), "--kube-version", KUBERNETES[-1], *args)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    return proc.stderr
+
+
+@functools.cache
+def render(values: str, kube: str = KUBERNETES[-1]) -> tuple[dict[str, Any], ...]:
+    return template("-f", str(VALUES[values]), kube=kube)
+
+
+def executor_template(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The Spark executors' pod template the chart ships (a Pod manifest)."""
+    data = _one(docs, "ConfigMap", "-spark-executor")["data"]["executor.yaml"]
+    return load_manifests(data)[0]
 
 
 def _one(docs: tuple[dict[str, Any], ...], kind: str, suffix: str = "") -> dict[str, Any]:
@@ -58,8 +95,11 @@ def _one(docs: tuple[dict[str, Any], ...], kind: str, suffix: str = "") -> dict[
     return found[0]
 
 
-def _pods(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+def _pods(docs: tuple[dict[str, Any], ...], executors: bool = False) -> list[dict[str, Any]]:
+    """Every pod spec the manifests hold; with ``executors``, the Spark executors' too."""
     out = []
+    if executors and any(d["metadata"]["name"].endswith("-spark-executor") for d in docs):
+        out.append(executor_template(docs)["spec"])
     for d in docs:
         spec = d.get("spec", {})
         if d["kind"] == "CronJob":
@@ -78,23 +118,29 @@ def test_helm_lint_strict(values: str) -> None:
 
 
 def test_a_release_without_its_cluster_is_refused_in_one_line() -> None:
-    proc = _helm("template", "bk", str(CHART), "--kube-version", KUBERNETES[-1])
-    assert proc.returncode == 1
-    assert "warehouse is required" in proc.stderr
+    assert "warehouse is required" in refused()
+    # without the metadata, the error names the URI the Pulsar release's bookies read
+    err = refused("--set", "warehouse=/w", "--set", "pulsar.release=prod")
+    assert "metadata.zk or metadata.metadataUri is required" in err
+    assert "zk+hierarchical://prod-pulsar-zookeeper:2181/ledgers" in err, err
 
 
 @pytest.mark.parametrize("version", KUBERNETES)
 @pytest.mark.parametrize("values", sorted(VALUES))
 def test_manifests_validate_strictly(values: str, version: str) -> None:
     kinds = set()
-    for doc in render(values, version):
+    docs = render(values, version)
+    for doc in docs:
         kinds.add(doc["kind"])
         if doc["kind"] in OPERATOR_KINDS:
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             continue
         kubernetes_validate.validate(doc, version, strict=True)
     expected = {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
-    if values == "full":
+    if values != "default":  # the Spark executors' pod template is a Pod manifest
+        kubernetes_validate.validate(executor_template(docs), version, strict=True)
+    if values == "full":  # its spool persists: a StatefulSet
+        expected ^= {"Deployment", "StatefulSet"}
         expected |= OPERATOR_KINDS | {"CronJob", "Job", "ServiceAccount", "Role", "RoleBinding"}
         expected |= {"NetworkPolicy"}
     assert expected <= kinds, kinds
@@ -139,8 +185,8 @@ def test_secrets_are_files_named_in_the_config_never_args_or_env() -> None:
     files = {k: v for k, v in config.items() if k.endswith("-file") or k.startswith("tls-")}
     files |= {k: v for k, v in config.items() if k.startswith("zk-tls-")}
     paths = [v for v in files.values() if isinstance(v, str) and v.startswith("/")]
-    assert len(paths) >= 7, files
-    for pod in _pods(docs):
+    assert len(paths) >= 8, files
+    for pod in _pods(docs, executors=True):
         for container in pod["containers"]:
             mounts = [m["mountPath"] for m in container["volumeMounts"]]
             for path in paths:
@@ -149,8 +195,9 @@ def test_secrets_are_files_named_in_the_config_never_args_or_env() -> None:
             assert "zk-auth=" not in args and "password=" not in args and "token=" not in args
             for env in container.get("env", []):
                 assert "secretKeyRef" not in env.get("valueFrom", {}), env
-    volumes = {v["name"]: v for pod in _pods(docs) for v in pod["volumes"]}
+    volumes = {v["name"]: v for pod in _pods(docs, executors=True) for v in pod["volumes"]}
     assert volumes["zk-auth"]["secret"]["defaultMode"] == 0o400
+    assert volumes["pulsar-token"]["secret"]["defaultMode"] == 0o400
 
 
 def test_watch_runs_two_replicas_behind_a_pdb_with_an_http_port() -> None:
@@ -220,16 +267,12 @@ def test_oxia_tls_and_token_are_files_in_every_pod_and_the_executors() -> None:
             # the token is a file named in the config: an argument names at most its directory
             for arg in container.get("args", []):
                 assert "token" not in arg or arg.endswith("=/etc/bkaudit/secrets/oxia-token"), arg
-    # Spark's executor pods get the same Secrets at the same paths (spark-submit --conf).
-    driver = _one(docs, "Job", "-spark-audit-1")["spec"]["template"]["spec"]["containers"][0]
-    assert (
-        "--conf=spark.kubernetes.executor.secrets.pulsar-ca-tls=/pulsar/certs/oxia-ca"
-        in (driver["args"])
-    )
-    assert (
-        "--conf=spark.kubernetes.executor.secrets.bkaudit-oxia-token="
-        "/etc/bkaudit/secrets/oxia-token" in driver["args"]
-    )
+    # Spark's executor pods get the same Secrets at the same paths (their pod template).
+    executor = executor_template(docs)["spec"]
+    volumes = {v["name"]: v["secret"] for v in executor["volumes"] if "secret" in v}
+    assert volumes["oxia-token"] == {"secretName": "bkaudit-oxia-token", "defaultMode": 0o400}
+    mounts = {m["name"]: m["mountPath"] for m in executor["containers"][0]["volumeMounts"]}
+    assert token.startswith(mounts["oxia-token"] + "/") and ca.startswith(mounts["oxia-tls-ca"])
 
 
 def test_an_oxia_token_without_oxia_tls_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -239,6 +282,4 @@ def test_an_oxia_token_without_oxia_tls_is_refused_in_one_line(tmp_path: Path) -
         "warehouse: /data/bkaudit\n"
         "auth: {oxiaToken: {secretName: t}}\n"
     )
-    proc = _helm("template", "bk", str(CHART), "-f", str(values), "--kube-version", KUBERNETES[-1])
-    assert proc.returncode == 1
-    assert "auth.oxiaToken needs tls.oxia.enabled" in proc.stderr
+    assert "auth.oxiaToken needs tls.oxia.enabled" in refused("-f", str(values))

@@ -82,8 +82,9 @@ def test_helm_install_creates_every_object_and_the_spark_account_is_namespaced(
         assert proc.returncode == 0, proc.stdout + proc.stderr
         for doc in docs:
             stored = kube.get(_path(doc))
-            assert stored["metadata"]["labels"]["app.kubernetes.io/instance"] == "bk", stored
-        deployment = kube.get(_path(next(d for d in docs if d["kind"] == "Deployment")))
+            assert stored["metadata"]["labels"] == doc["metadata"]["labels"], stored
+        watch = next(d for d in docs if d["kind"] in ("Deployment", "StatefulSet"))
+        deployment = kube.get(_path(watch))
         assert deployment["spec"]["replicas"] == 2
 
         spark = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]

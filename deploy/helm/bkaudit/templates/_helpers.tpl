@@ -1,23 +1,94 @@
-{{/* Names and labels, in the Apache Pulsar chart's style. */}}
+{{/*
+Names and labels as the Apache Pulsar chart makes them (charts/pulsar/templates/_helpers.tpl:
+pulsar.name, pulsar.fullname, pulsar.standardLabels, pulsar.template.labels, pulsar.matchLabels),
+so one label query (app, release, cluster, component) finds bkaudit next to the Pulsar pods.
+*/}}
+{{- define "bkaudit.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "bkaudit.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{- define "bkaudit.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" -}}
+{{- end -}}
+
+{{/* The Pulsar release's pulsar.fullname: its services are <this>-zookeeper, -bookie, -broker. */}}
+{{- define "bkaudit.pulsarFullname" -}}
+{{- $p := .Values.pulsar -}}
+{{- if $p.fullnameOverride -}}
+{{- $p.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default "pulsar" $p.nameOverride -}}
+{{- if contains $name $p.release -}}
+{{- $p.release | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" $p.release $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pulsar's pulsar.cluster.name: its clusterName, else its fullname. */}}
+{{- define "bkaudit.cluster" -}}
+{{- .Values.pulsar.clusterName | default (include "bkaudit.pulsarFullname" .) -}}
+{{- end -}}
+
+{{/* The metadataServiceUri the Pulsar release's bookies read (pulsar.bookkeeper.config.common). */}}
+{{- define "bkaudit.pulsarBookiesUri" -}}
+{{- $port := ternary 2281 2181 (.Values.tls.zookeeper.enabled | default false) -}}
+{{- printf "zk+hierarchical://%s-zookeeper:%d%s/ledgers" (include "bkaudit.pulsarFullname" .) (int $port) .Values.pulsar.metadataPrefix -}}
+{{- end -}}
+
+{{/*
+metadata.labels: Pulsar's standard labels and `component` (argument `component`), then the
+chart's `labels`; `extra` (a monitor's labels, e.g. release: <Prometheus release>) wins, so a
+monitor may carry another `release` than its own without a duplicate key.
+*/}}
 {{- define "bkaudit.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- $root := .root -}}
+{{- $labels := dict "app" (include "bkaudit.name" $root) "chart" (include "bkaudit.chart" $root) "release" $root.Release.Name "heritage" $root.Release.Service "cluster" (include "bkaudit.cluster" $root) -}}
+{{- with .component }}{{ $_ := set $labels "component" . }}{{ end -}}
+{{- toYaml (merge (deepCopy (.extra | default dict)) $labels (deepCopy ($root.Values.labels | default dict))) -}}
 {{- end -}}
 
-{{- define "bkaudit.selector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{/* Pod template labels (Pulsar's pulsar.template.labels and `component`). */}}
+{{- define "bkaudit.templateLabels" -}}
+{{- $root := .root -}}
+{{- $labels := dict "app" (include "bkaudit.name" $root) "release" $root.Release.Name "cluster" (include "bkaudit.cluster" $root) "component" .component -}}
+{{- toYaml (merge $labels (deepCopy ($root.Values.labels | default dict))) -}}
+{{- end -}}
+
+{{/* Selectors (Pulsar's pulsar.matchLabels and `component`, when given). */}}
+{{- define "bkaudit.matchLabels" -}}
+app: {{ include "bkaudit.name" .root }}
+release: {{ .root.Release.Name }}
+{{- with .component }}
+component: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A Prometheus operator object's labels: the standard ones plus monitoring.labels and the
+object's own. Prometheus selects these objects by label (kube-prometheus-stack: release: <its
+Helm release>), so an object with none of ours would be ignored without a word: refused here.
+*/}}
+{{- define "bkaudit.monitorLabels" -}}
+{{- $extra := merge (deepCopy (.own | default dict)) (deepCopy (.root.Values.monitoring.labels | default dict)) -}}
+{{- if not $extra -}}
+{{- fail (printf "monitoring.labels is empty: Prometheus selects a %s by its labels (kube-prometheus-stack: release=<its Helm release>); set monitoring.labels.release=<that release>, or the labels your Prometheus selects" .kind) -}}
+{{- end -}}
+{{- include "bkaudit.labels" (dict "root" .root "component" "watch" "extra" $extra) -}}
 {{- end -}}
 
 {{- define "bkaudit.image" -}}
@@ -31,6 +102,54 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* Where secrets are mounted: one directory per Secret, files only. */}}
 {{- define "bkaudit.secretsDir" -}}/etc/bkaudit/secrets{{- end -}}
 
+{{/* "true" when the admin API is https and its CA is mounted. */}}
+{{- define "bkaudit.adminCa" -}}
+{{- if and (hasPrefix "https://" .Values.pulsarAdmin.url) (tpl .Values.pulsarAdmin.tls.caSecretName .) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The Secrets a bkaudit pod mounts, as YAML {mounts: [{name, secret, path, private}]}: one
+place for the volumes, the mounts and the Spark executors' pod template. Secret names may
+refer to the Pulsar release ("{{ .Values.pulsar.release }}-ca-tls"). One volume per path: two
+uses of one path (the Pulsar chart's single /pulsar/certs/ca) must name one Secret.
+*/}}
+{{- define "bkaudit.secretMounts" -}}
+{{- $v := .Values -}}
+{{- $secrets := include "bkaudit.secretsDir" . -}}
+{{- $want := list -}}
+{{- with $v.auth.zkAuth.secretName }}{{ $want = append $want (dict "name" "zk-auth" "secret" . "path" (printf "%s/zk-auth" $secrets) "private" true) }}{{ end -}}
+{{- with $v.auth.ledgerPassword.secretName }}{{ $want = append $want (dict "name" "ledger-password" "secret" . "path" (printf "%s/ledger-password" $secrets) "private" true) }}{{ end -}}
+{{- if $v.auth.pulsarToken.enabled }}{{ $want = append $want (dict "name" "pulsar-token" "secret" (required "auth.pulsarToken.secretName is required with auth.pulsarToken.enabled" (tpl $v.auth.pulsarToken.secretName .)) "path" (printf "%s/pulsar-token" $secrets) "private" true) }}{{ end -}}
+{{- with $v.auth.oxiaToken.secretName }}{{ $want = append $want (dict "name" "oxia-token" "secret" . "path" (printf "%s/oxia-token" $secrets) "private" true) }}{{ end -}}
+{{- if $v.tls.oxia.enabled -}}
+{{- with $v.tls.oxia.secretName }}{{ $want = append $want (dict "name" "oxia-tls" "secret" (tpl . $) "path" $v.tls.oxia.mountPath "private" true) }}{{ end -}}
+{{- with $v.tls.oxia.caSecretName }}{{ $want = append $want (dict "name" "oxia-tls-ca" "secret" (tpl . $) "path" $v.tls.oxia.caMountPath "private" false) }}{{ end -}}
+{{- end -}}
+{{- if $v.tls.zookeeper.enabled -}}
+{{- with $v.tls.zookeeper.secretName }}{{ $want = append $want (dict "name" "zk-tls" "secret" (tpl . $) "path" $v.tls.zookeeper.mountPath "private" true) }}{{ end -}}
+{{- with $v.tls.zookeeper.caSecretName }}{{ $want = append $want (dict "name" "zk-tls-ca" "secret" (tpl . $) "path" $v.tls.zookeeper.caMountPath "private" false) }}{{ end -}}
+{{- end -}}
+{{- if $v.tls.bookie.enabled -}}
+{{- with $v.tls.bookie.secretName }}{{ $want = append $want (dict "name" "bookie-tls" "secret" (tpl . $) "path" $v.tls.bookie.mountPath "private" true) }}{{ end -}}
+{{- $want = append $want (dict "name" "bookie-tls-ca" "secret" (required "tls.bookie.caSecretName is required with bookie TLS" (tpl $v.tls.bookie.caSecretName .)) "path" $v.tls.bookie.caMountPath "private" false) -}}
+{{- end -}}
+{{- if include "bkaudit.adminCa" . }}{{ $want = append $want (dict "name" "pulsar-admin-ca" "secret" (tpl $v.pulsarAdmin.tls.caSecretName .) "path" $v.pulsarAdmin.tls.caMountPath "private" false) }}{{ end -}}
+{{- $byPath := dict -}}
+{{- $out := list -}}
+{{- range $want -}}
+{{- $seen := get $byPath .path -}}
+{{- if $seen -}}
+{{- if ne $seen.secret .secret -}}
+{{- fail (printf "%s (Secret %s) and %s (Secret %s) are both mounted at %s: give them the same Secret, or another path" $seen.name $seen.secret .name .secret .path) -}}
+{{- end -}}
+{{- else -}}
+{{- $_ := set $byPath .path . -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "mounts" $out) -}}
+{{- end -}}
+
 {{/*
 conf/bkaudit.yaml for the release: the `config` values, with the connection, the secret
 files and the TLS files filled in by path. Keys are flag names, as in conf/bkaudit.yaml.
@@ -42,7 +161,7 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- if $v.metadata.metadataUri -}}
 {{- $_ := set $global "metadata-uri" $v.metadata.metadataUri -}}
 {{- else -}}
-{{- $_ := set $global "zk" (required "metadata.zk or metadata.metadataUri is required" $v.metadata.zk) -}}
+{{- $_ := set $global "zk" (required (printf "metadata.zk or metadata.metadataUri is required (the bookies of Pulsar release %s read %s)" $v.pulsar.release (include "bkaudit.pulsarBookiesUri" .)) $v.metadata.zk) -}}
 {{- $_ := set $global "ledgers-root" $v.metadata.ledgersRoot -}}
 {{- end -}}
 {{- with $v.auth.zkAuth.secretName -}}
@@ -54,8 +173,11 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- with $v.pulsarAdmin.url -}}
 {{- $_ := set $global "pulsar-admin-url" . -}}
 {{- end -}}
-{{- with $v.auth.pulsarToken.secretName -}}
+{{- if $v.auth.pulsarToken.enabled -}}
 {{- $_ := set $global "pulsar-token-file" (printf "%s/pulsar-token/%s" $secrets $v.auth.pulsarToken.key) -}}
+{{- end -}}
+{{- if include "bkaudit.adminCa" . -}}
+{{- $_ := set $global "pulsar-tls-ca" (printf "%s/ca.crt" $v.pulsarAdmin.tls.caMountPath) -}}
 {{- end -}}
 {{- if $v.tls.zookeeper.enabled -}}
 {{- $_ := set $global "zk-tls" true -}}
@@ -95,63 +217,27 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- $_ := set $global "tls-client-authentication" true -}}
 {{- end -}}
 {{- end -}}
-{{- $watch := merge (dict "metrics-port" $v.watch.metricsPort "stop-timeout" (printf "%ds" (int $v.watch.stopTimeoutSeconds)) "spool-dir" "/var/lib/bkaudit/spool") (index $v.config "watch" | default dict) -}}
+{{- $watch := merge (dict "metrics-port" $v.watch.metricsPort "stop-timeout" (printf "%ds" (int $v.watch.stopTimeoutSeconds)) "spool-dir" (include "bkaudit.spoolDir" .)) (index $v.config "watch" | default dict) -}}
 {{- $out := merge (dict "global" $global "watch" $watch) (deepCopy $v.config) -}}
 {{- toYaml $out -}}
 {{- end -}}
 
-{{/* The volumes every bkaudit pod mounts: config, secrets, TLS, scratch space. */}}
+{{- define "bkaudit.spoolDir" -}}/var/lib/bkaudit/spool{{- end -}}
+
+{{/* The volumes every bkaudit pod mounts: config, secrets, TLS, scratch space, warehouse. */}}
 {{- define "bkaudit.volumes" -}}
 - name: config
   configMap:
     name: {{ include "bkaudit.fullname" . }}
 - name: tmp
   emptyDir: {}
-{{- with .Values.auth.zkAuth.secretName }}
-- name: zk-auth
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- with .Values.auth.ledgerPassword.secretName }}
-- name: ledger-password
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- with .Values.auth.pulsarToken.secretName }}
-- name: pulsar-token
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- with .Values.auth.oxiaToken.secretName }}
-- name: oxia-token
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- if .Values.tls.oxia.enabled }}
-{{- with .Values.tls.oxia.secretName }}
-- name: oxia-tls
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- with .Values.tls.oxia.caSecretName }}
-- name: oxia-tls-ca
-  secret: {secretName: {{ . }}}
-{{- end }}
-{{- end }}
-{{- if .Values.tls.zookeeper.enabled }}
-{{- with .Values.tls.zookeeper.secretName }}
-- name: zk-tls
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- with .Values.tls.zookeeper.caSecretName }}
-- name: zk-tls-ca
-  secret: {secretName: {{ . }}}
-{{- end }}
-{{- end }}
-{{- if .Values.tls.bookie.enabled }}
-{{- with .Values.tls.bookie.secretName }}
-- name: bookie-tls
-  secret: {secretName: {{ . }}, defaultMode: 0400}
-{{- end }}
-{{- if ne (include "bkaudit.sharedCa" .) "true" }}
-- name: bookie-tls-ca
-  secret: {secretName: {{ required "tls.bookie.caSecretName is required with bookie TLS" .Values.tls.bookie.caSecretName }}}
-{{- end }}
+{{- range (include "bkaudit.secretMounts" . | fromYaml).mounts }}
+- name: {{ .name }}
+  secret:
+    secretName: {{ .secret }}
+    {{- if .private }}
+    defaultMode: 0400
+    {{- end }}
 {{- end }}
 {{- with .Values.warehouseVolume }}
 - name: warehouse
@@ -160,77 +246,35 @@ files and the TLS files filled in by path. Keys are flag names, as in conf/bkaud
 {{- end -}}
 
 {{- define "bkaudit.volumeMounts" -}}
-{{- $secrets := include "bkaudit.secretsDir" . -}}
 - {name: config, mountPath: /etc/bkaudit/config, readOnly: true}
 - {name: tmp, mountPath: /tmp}
-{{- if .Values.auth.zkAuth.secretName }}
-- {name: zk-auth, mountPath: {{ $secrets }}/zk-auth, readOnly: true}
-{{- end }}
-{{- if .Values.auth.ledgerPassword.secretName }}
-- {name: ledger-password, mountPath: {{ $secrets }}/ledger-password, readOnly: true}
-{{- end }}
-{{- if .Values.auth.pulsarToken.secretName }}
-- {name: pulsar-token, mountPath: {{ $secrets }}/pulsar-token, readOnly: true}
-{{- end }}
-{{- if .Values.auth.oxiaToken.secretName }}
-- {name: oxia-token, mountPath: {{ $secrets }}/oxia-token, readOnly: true}
-{{- end }}
-{{- if .Values.tls.oxia.enabled }}
-{{- if .Values.tls.oxia.secretName }}
-- {name: oxia-tls, mountPath: {{ .Values.tls.oxia.mountPath }}, readOnly: true}
-{{- end }}
-{{- if .Values.tls.oxia.caSecretName }}
-- {name: oxia-tls-ca, mountPath: {{ .Values.tls.oxia.caMountPath }}, readOnly: true}
-{{- end }}
-{{- end }}
-{{- if .Values.tls.zookeeper.enabled }}
-{{- if .Values.tls.zookeeper.secretName }}
-- {name: zk-tls, mountPath: {{ .Values.tls.zookeeper.mountPath }}, readOnly: true}
-{{- end }}
-{{- if .Values.tls.zookeeper.caSecretName }}
-- {name: zk-tls-ca, mountPath: {{ .Values.tls.zookeeper.caMountPath }}, readOnly: true}
-{{- end }}
-{{- end }}
-{{- if .Values.tls.bookie.enabled }}
-{{- if .Values.tls.bookie.secretName }}
-- {name: bookie-tls, mountPath: {{ .Values.tls.bookie.mountPath }}, readOnly: true}
-{{- end }}
-{{- if eq (include "bkaudit.sharedCa" .) "true" }}
-{{- if ne .Values.tls.bookie.caSecretName .Values.tls.zookeeper.caSecretName }}
-{{- fail "tls.bookie.caMountPath equals tls.zookeeper.caMountPath: use the same caSecretName, or another path" }}
-{{- end }}
-{{- else }}
-- {name: bookie-tls-ca, mountPath: {{ .Values.tls.bookie.caMountPath }}, readOnly: true}
-{{- end }}
+{{- range (include "bkaudit.secretMounts" . | fromYaml).mounts }}
+- {name: {{ .name }}, mountPath: {{ .path }}, readOnly: true}
 {{- end }}
 {{- if .Values.warehouseVolume }}
 - {name: warehouse, mountPath: {{ .Values.warehouseMountPath }}}
 {{- end }}
 {{- end -}}
 
-{{/* "true" when the bookie CA is the ZooKeeper CA's mount (one Secret, one path). */}}
-{{- define "bkaudit.sharedCa" -}}
-{{- and .Values.tls.zookeeper.enabled .Values.tls.zookeeper.caSecretName (eq .Values.tls.bookie.caMountPath .Values.tls.zookeeper.caMountPath) | toString -}}
+{{/*
+The watch's pod anti-affinity, in the Pulsar chart's form (e.g. its autorecovery StatefulSet):
+no two watch pods of this release in one topology domain (a node by default).
+*/}}
+{{- define "bkaudit.watchAffinity" -}}
+{{- $a := .Values.watch.antiAffinity -}}
+{{- $term := dict "labelSelector" (dict "matchExpressions" (list (dict "key" "app" "operator" "In" "values" (list (include "bkaudit.name" .))) (dict "key" "release" "operator" "In" "values" (list .Release.Name)) (dict "key" "component" "operator" "In" "values" (list "watch")))) "topologyKey" $a.topologyKey -}}
+podAntiAffinity:
+  {{ $a.type }}:
+  {{- if eq $a.type "requiredDuringSchedulingIgnoredDuringExecution" }}
+    {{- toYaml (list $term) | nindent 4 }}
+  {{- else if eq $a.type "preferredDuringSchedulingIgnoredDuringExecution" }}
+    {{- toYaml (list (dict "weight" 100 "podAffinityTerm" $term)) | nindent 4 }}
+  {{- else }}
+  {{- fail (printf "watch.antiAffinity.type %q: requiredDuringSchedulingIgnoredDuringExecution or preferredDuringSchedulingIgnoredDuringExecution" $a.type) }}
+  {{- end }}
 {{- end -}}
 
-{{/*
-spark-submit --conf lines mounting the Oxia Secrets into the executor pods at the driver's
-paths (Spark's spark.kubernetes.executor.secrets.<Secret>=<path>): tasks that open the store
-read the same files.
-*/}}
-{{- define "bkaudit.sparkOxiaSecrets" -}}
-{{- $secrets := include "bkaudit.secretsDir" . -}}
-{{- if .Values.tls.oxia.enabled }}
-{{- with .Values.tls.oxia.caSecretName }}
-- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $.Values.tls.oxia.caMountPath }}
-{{- end }}
-{{- with .Values.tls.oxia.secretName }}
-- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $.Values.tls.oxia.mountPath }}
-{{- end }}
-{{- end }}
-{{- with .Values.auth.oxiaToken.secretName }}
-- --conf=spark.kubernetes.executor.secrets.{{ . }}={{ $secrets }}/oxia-token
-{{- end }}
-{{- end -}}
+{{/* Where the Spark driver reads the executors' pod template. */}}
+{{- define "bkaudit.sparkExecutorTemplate" -}}/etc/bkaudit/spark/executor.yaml{{- end -}}
 
 {{- define "bkaudit.configFlag" -}}--config=/etc/bkaudit/config/bkaudit.yaml{{- end -}}
