@@ -126,6 +126,18 @@ def test_labels_are_pulsars_label_set_with_its_cluster() -> None:
     assert executor["cluster"] == PROD.cluster
 
 
+def test_extra_labels_mark_objects_and_pods_but_not_selectors() -> None:
+    docs = template("-f", str(VALUES["full"]), "--set", "labels.environment=dev")
+    watch = _watch(docs)
+    assert watch["metadata"]["labels"]["environment"] == "dev"
+    assert watch["spec"]["template"]["metadata"]["labels"]["environment"] == "dev"
+    assert "environment" not in watch["spec"]["selector"]["matchLabels"]
+    assert executor_template(docs)["metadata"]["labels"]["environment"] == "dev"
+    # a label the chart sets itself keeps the chart's value
+    docs = template("-f", str(VALUES["default"]), "--set", "labels.app=x")
+    assert _watch(docs)["spec"]["template"]["metadata"]["labels"]["app"] == "bkaudit"
+
+
 @pytest.mark.parametrize(
     ("release", "sets", "fullname"),
     [
