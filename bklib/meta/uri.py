@@ -36,10 +36,12 @@ import re
 from dataclasses import dataclass
 
 from bklib.meta.stores import OXIA_PREFIX
+from bklib.meta.stores.zookeeper.connect_string import ConnectStringError, parse_connect_string
 from bklib.states import DEFAULT_LEDGERS_ROOT
 
 __all__ = [
     "LAYOUTS",
+    "METADATA_URI_FORMS",
     "PULSAR_SCHEME",
     "InvalidMetadataUri",
     "MetadataTarget",
@@ -51,12 +53,23 @@ PULSAR_SCHEME = "metadata-store"
 LAYOUTS = ("flat", "hierarchical", "longhierarchical")
 """Ledger managers a ``zk+<layout>://`` URI may name (``null`` or none: read ``LAYOUT``)."""
 
+METADATA_URI_FORMS = (
+    "zk[+hierarchical|+longhierarchical|+flat]://HOST:PORT[;HOST:PORT...]/LEDGERS_ROOT, "
+    "metadata-store:zk:HOST:PORT[,HOST:PORT...][/CHROOT] or "
+    "metadata-store:oxia://HOST:PORT[/NAMESPACE]"
+)
+"""What ``--metadata-uri`` accepts, for its help text and its errors."""
+
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _PULSAR_UNSUPPORTED = ("etcd", "rocksdb", "memory", "local-memory")
 
 
 class InvalidMetadataUri(ValueError):
-    """The text is no metadata service URI we can read."""
+    """The text is no metadata service URI we can read; the message ends with the forms we
+    read (:data:`METADATA_URI_FORMS`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}; give {METADATA_URI_FORMS}")
 
 
 class UnsupportedMetadataUri(InvalidMetadataUri):
@@ -96,8 +109,7 @@ def parse_metadata_uri(uri: str) -> MetadataTarget:
     if not parts or parts[0] != "zk":
         name = parts[0] if parts else scheme
         raise UnsupportedMetadataUri(
-            f"metadata service URI {uri!r}: backend {name!r} is not supported (only ZooKeeper: "
-            "zk://, zk+hierarchical://, ... or metadata-store:zk:...)"
+            f"metadata service URI {uri!r}: backend {name!r} is not supported"
         )
     layout: str | None = None
     if len(parts) > 1 and parts[1] != "null":
@@ -123,16 +135,16 @@ def _parse_pulsar(uri: str, rest: str) -> MetadataTarget:
     else:
         inner = _SCHEME.match(store)
         name = inner.group(1).lower() if inner else ""
-        if "://" in store or name in _PULSAR_UNSUPPORTED:
+        # "zookeeper:h:2181" is no host and port: a store name we do not know, as Pulsar
+        # would find no server in it ("h1:2181" is a host and its port).
+        unknown = inner is not None and not store[inner.end() :][:1].isdigit()
+        if "://" in store or name in _PULSAR_UNSUPPORTED or unknown:
             raise UnsupportedMetadataUri(
-                f"metadata service URI {uri!r}: metadata store {name or store!r} is not "
-                "supported (ZooKeeper: metadata-store:zk:HOST:PORT[/chroot]; Oxia: "
-                "metadata-store:oxia://HOST:PORT/NAMESPACE)"
+                f"metadata service URI {uri!r}: metadata store {name or store!r} is not supported"
             )
     if store.startswith("//"):  # ZKMetadataStore: Invalid path string "//h:2181/..."
         raise InvalidMetadataUri(
-            f"invalid metadata service URI {uri!r}: Pulsar takes metadata-store:zk:HOST:PORT"
-            "[/chroot], without '//'"
+            f"invalid metadata service URI {uri!r}: Pulsar's zk: takes no '//'"
         )
     authority, path = _split_authority(store)
     servers = _servers(uri, authority)
@@ -147,8 +159,7 @@ def _parse_oxia(uri: str, rest: str) -> MetadataTarget:
     authority, path = _split_authority(rest)
     if not authority or "," in authority or ";" in authority or ":" not in authority:
         raise InvalidMetadataUri(
-            f"invalid metadata service URI {uri!r}: Oxia takes one service address, "
-            "metadata-store:oxia://HOST:PORT[/NAMESPACE]"
+            f"invalid metadata service URI {uri!r}: Oxia takes one service address"
         )
     namespace = path.strip("/") or "default"
     if "/" in namespace:
@@ -171,7 +182,13 @@ def _servers(uri: str, authority: str) -> str:
     servers = [s.strip() for s in re.split(r"[;,]", authority)]
     if not authority or not all(servers):
         raise InvalidMetadataUri(f"invalid metadata service URI {uri!r}: no servers")
-    return ",".join(servers)
+    connect = ",".join(servers)
+    try:  # the connect string's own rules (ports, IPv6 brackets), read by its one parser
+        parse_connect_string(connect)
+    except ConnectStringError as exc:
+        reason = str(exc).partition(": ")[2] or str(exc)
+        raise InvalidMetadataUri(f"invalid metadata service URI {uri!r}: {reason}") from None
+    return connect
 
 
 def _root(uri: str, path: str) -> str:

@@ -160,7 +160,10 @@ def run_audit(args: argparse.Namespace, spark: Any = None) -> int:
     requested = getattr(args, "executor", Executor.AUTO)
     if spark is not None and requested == Executor.AUTO:
         requested = Executor.SPARK
+    from jobs.runtime.startup import check_before_connecting
+
     try:
+        check_before_connecting(args, spark)  # the executor and the warehouse, first
         # One session for every step this process runs (cluster check, racks, scan,
         # registrations, accounting, re-reads); Spark tasks open their own from the locator.
         session = open_store(

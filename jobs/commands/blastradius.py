@@ -168,7 +168,10 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
     (ledgers unreadable or missed by the scan: the counts are a lower bound).
     ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.runs.executor`); a
     caller that hands in a SparkSession gets Spark under ``auto``."""
+    from jobs.runtime.startup import check_before_connecting
+
     try:
+        check_before_connecting(args, spark)  # the executor and the warehouse, first
         session = open_store(  # the command's one session
             args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
         )

@@ -162,7 +162,10 @@ def run_orphans(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitStatus.OPERATOR_ERROR
+    from jobs.runtime.startup import check_before_connecting
+
     try:
+        check_before_connecting(args)  # the warehouse, in one line, before the store
         delta.check_writable(args.warehouse, (ACTIONS,))
         session = open_store(  # the command's one session
             args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout

@@ -225,12 +225,17 @@ def _requests(
     return reqs, None
 
 
-def _open_session(mode: str, config: RepairConfig) -> MetadataStore | None:
+def _open_session(
+    mode: str, config: RepairConfig, args: argparse.Namespace, spark: Any
+) -> MetadataStore | None:
     """The command's one store session (its in-process repairs' locks live on it), or None
-    after one line saying why it could not be opened."""
+    after one line saying why it could not be opened (or why the executor or the warehouse
+    cannot take the run: checked first)."""
     from bklib.meta.stores import open_store
+    from jobs.runtime.startup import check_before_connecting
 
     try:
+        check_before_connecting(args, spark)
         return open_store(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout)
     except Exception as exc:
         log.debug("%s could not connect", mode, exc_info=True)
@@ -344,7 +349,7 @@ def run_recover(args: argparse.Namespace, spark: Any = None) -> int:
 
 def _run_with_session(mode: str, args: argparse.Namespace, spark: Any) -> ExitStatus:
     """:func:`_run` over a session opened here, where the command starts, and closed after."""
-    session = _open_session(mode, RepairConfig.from_args(args, mode))
+    session = _open_session(mode, RepairConfig.from_args(args, mode), args, spark)
     if session is None:
         return ExitStatus.OPERATOR_ERROR
     with session:
@@ -362,7 +367,7 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     if not bookie or len(config.bookies) != 1:
         print("decommission takes exactly one bookie id", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
-    zk = _open_session(MODE_DECOMMISSION, config)
+    zk = _open_session(MODE_DECOMMISSION, config, args, spark)
     if zk is None:
         return ExitStatus.OPERATOR_ERROR
     try:

@@ -246,9 +246,12 @@ def run_watch(args: argparse.Namespace) -> int:
 
     if args.log_format == "json":
         use_json_logs()
+    from jobs.runtime.startup import StartupError, check_before_connecting
+
     try:  # checked before anything starts: a bad token file must not wait for the first repair
         pulsar_admin = admin_settings(args)
-    except (ValueError, OSError) as exc:
+        check_before_connecting(args)  # the warehouse, before the store
+    except (ValueError, OSError, StartupError) as exc:
         print(f"watch: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
     config = watch_config(args, pulsar_admin)

@@ -19,9 +19,15 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from bklib.meta.stores import is_oxia
 from bklib.meta.stores.zookeeper import security as zk_security
 from bklib.meta.stores.zookeeper.budget import DEFAULT_REQUEST_RATE, set_request_rate
-from bklib.meta.uri import InvalidMetadataUri, parse_metadata_uri
+from bklib.meta.stores.zookeeper.connect_string import (
+    CONNECT_STRING_FORMS,
+    ConnectStringError,
+    parse_connect_string,
+)
+from bklib.meta.uri import METADATA_URI_FORMS, InvalidMetadataUri, parse_metadata_uri
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.oxia_security import (
     OxiaSecurityArgsError,
@@ -30,6 +36,7 @@ from jobs.options.oxia_security import (
 )
 from jobs.options.tls import TLS_DEST, TlsConfigError, add_tls_arguments, tls_from_args
 from jobs.options.units import parse_duration, parse_request_rate
+from jobs.options.warehouse import WAREHOUSE_HELP, WarehouseUriError, check_warehouse_uri
 from jobs.options.zookeeper_security import (
     ZkSecurityArgsError,
     add_zk_security_arguments,
@@ -54,6 +61,9 @@ SECRET_DESTS = frozenset({"zk_auth", "password"})
 
 _ZK_REQUIRED = "_bkaudit_zk_required"
 
+ZK_HELP = f"ZooKeeper connect string, {CONNECT_STRING_FORMS}"
+"""``--zk``'s help text, set here for every command that has the flag."""
+
 
 class ConnectionArgsError(ValueError):
     """A one-line usage error (exit 2) about --metadata-uri, --zk or a secret file."""
@@ -71,12 +81,16 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         return parser
     setattr(parser, _ZK_REQUIRED, bool(zk.required))
     zk.required = False
+    if zk.help is None or "connect string" in zk.help:  # a command's own wording stays
+        zk.help = ZK_HELP
+    warehouse = _action(parser, "warehouse")
+    if warehouse is not None and warehouse.help and warehouse.help.startswith("directory or"):
+        warehouse.help = WAREHOUSE_HELP
     parser.add_argument(
         "--metadata-uri",
         default=None,
-        help="BookKeeper's metadataServiceUri instead of --zk/--ledgers-root: "
-        "zk+hierarchical://H1:2181;H2:2181/ledgers (zk://, zk+flat://, ...) or Pulsar's "
-        "metadata-store:zk:H1:2181/ledgers",
+        help=f"BookKeeper's metadataServiceUri instead of --zk/--ledgers-root: "
+        f"{METADATA_URI_FORMS}",
     )
     parser.add_argument(
         "--zk-auth-file",
@@ -167,7 +181,9 @@ def resolve_connection(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]
 ) -> argparse.Namespace:
     """Turn ``--metadata-uri`` and the secret files into ``zk``, ``ledgers_root``,
-    ``zk_auth`` and ``password`` on ``args``. Raises :class:`ConnectionArgsError`."""
+    ``zk_auth`` and ``password`` on ``args``; refuse a ``--zk`` or ``--warehouse`` typo in
+    one line naming the accepted forms. Raises :class:`ConnectionArgsError`."""
+    _check_warehouse(args)
     if not hasattr(parser, _ZK_REQUIRED):
         return args
     _read_secret_flags(args)
@@ -178,6 +194,7 @@ def resolve_connection(
     # Refused before anything else is read or checked: a ZooKeeper-only flag on Oxia.
     zk_only = zk_security_given(parser, args)
     _apply_metadata_uri(parser, args, argv)
+    _check_zk(args)
     try:
         refuse_on_other_stores(args.zk or "", zk_only)
         redact_in_logs(*resolve_zk_security(args))  # args.zk_auth: a ZkAccess with any flag
@@ -189,8 +206,29 @@ def resolve_connection(
         setattr(args, TLS_DEST, tls_from_args(args))
     except TlsConfigError as exc:
         raise ConnectionArgsError(exc.reason) from None
-    set_request_rate(getattr(args, "zk_rate", DEFAULT_REQUEST_RATE))
+    if not is_oxia(args.zk or ""):  # the budget is ZooKeeper's (docs/zookeeper-budget.md)
+        set_request_rate(getattr(args, "zk_rate", DEFAULT_REQUEST_RATE))
     return args
+
+
+def _check_warehouse(args: argparse.Namespace) -> None:
+    warehouse = getattr(args, "warehouse", None)
+    if warehouse is not None:
+        try:
+            check_warehouse_uri(str(warehouse))
+        except WarehouseUriError as exc:
+            raise ConnectionArgsError(str(exc)) from None
+
+
+def _check_zk(args: argparse.Namespace) -> None:
+    """A ``--zk`` that is no connect string, refused before anything connects."""
+    zk = getattr(args, "zk", None)
+    if not zk or is_oxia(zk) or getattr(args, "metadata_uri", None):
+        return
+    try:
+        parse_connect_string(zk)
+    except ConnectStringError as exc:
+        raise ConnectionArgsError(f"--zk: {exc}; give {CONNECT_STRING_FORMS}") from None
 
 
 def _read_secret_flags(args: argparse.Namespace) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 __all__ = [
+    "LIBRARY_LOGGERS",
     "LOG_FORMATS",
+    "RUST_LOG_DEFAULT",
     "JsonFormatter",
     "is_verbose",
     "log_format",
@@ -25,6 +28,15 @@ __all__ = [
 
 LOG_FORMATS = ("text", "json")
 DEFAULT_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+LIBRARY_LOGGERS = ("kazoo", "oxia", "grpc", "py4j", "urllib3", "py.warnings")
+"""Other projects' loggers: at ERROR unless ``-v``. Their warnings (kazoo's "Connection
+dropped" per retry, the Oxia client's retries) repeat what bkaudit says in one line."""
+
+RUST_LOG_DEFAULT = "error"
+"""``RUST_LOG`` unless ``-v`` (or the operator's own): delta-rs logs through env_logger, whose
+warnings (a multi-kilobyte ``aws_config::imds`` line per credential provider tried) would
+otherwise reach the terminal."""
 
 _state: dict[str, Any] = {"verbose": False, "format": "text"}
 # Progress bars drawn now on stderr (jobs.runtime.progress opens and closes them).
@@ -108,8 +120,9 @@ def setup_logging(
 
     ``verbose`` forces DEBUG and leaves the ``quiet`` loggers alone (py4j stays at INFO: its
     DEBUG is one line per Python-to-JVM call, which slows a Spark job several times over and
-    tells an operator nothing); otherwise those are raised to WARNING. ``fmt`` is ``text``
-    (``text_format``) or ``json``.
+    tells an operator nothing); otherwise those are raised to WARNING, the
+    :data:`LIBRARY_LOGGERS` to ERROR, and delta-rs's Rust log to errors
+    (:data:`RUST_LOG_DEFAULT`). ``fmt`` is ``text`` (``text_format``) or ``json``.
     """
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format {fmt!r}: use one of {', '.join(LOG_FORMATS)}")
@@ -124,5 +137,27 @@ def setup_logging(
     root.setLevel("DEBUG" if verbose else level.upper())
     for name in quiet:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
+    # Python warnings (a library's DeprecationWarning, kazoo's "No chroot path exists") go
+    # through logging, so that they follow -v as the libraries' log lines do.
+    logging.captureWarnings(True)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
     if verbose:
         logging.getLogger("py4j").setLevel(logging.INFO)
+    _set_rust_log(verbose)
+
+
+_RUST_LOG_MARK = "BKAUDIT_RUST_LOG_SET"
+"""Set beside our ``RUST_LOG``, so that a child with ``-v`` tells ours from the operator's."""
+
+
+def _set_rust_log(verbose: bool) -> None:
+    """``RUST_LOG=error`` for this process and its children unless ``-v`` or the operator set
+    one; read by delta-rs's logger when it is first loaded, so set before any table is."""
+    ours = os.environ.get(_RUST_LOG_MARK)
+    if verbose:
+        if ours is not None and os.environ.get("RUST_LOG") == ours:
+            del os.environ["RUST_LOG"]
+        os.environ.pop(_RUST_LOG_MARK, None)
+    elif "RUST_LOG" not in os.environ:
+        os.environ["RUST_LOG"] = os.environ[_RUST_LOG_MARK] = RUST_LOG_DEFAULT

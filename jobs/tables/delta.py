@@ -219,8 +219,16 @@ def _check_protocol(table: Any, path: str, write: bool) -> None:
 
 
 def check_writable(warehouse: str, names: Iterable[str]) -> None:
-    """Raise :class:`TableError` before any work if an existing table among ``names`` cannot
-    be appended to by delta-rs."""
+    """Raise :class:`TableError` before any work if the warehouse cannot be written or reached
+    (:mod:`jobs.tables.warehouse_probe`), or an existing table among ``names`` cannot be
+    appended to by delta-rs. With no ``names`` only the warehouse is checked: what the
+    commands ask before they read the cluster, whichever executor will write."""
+    from jobs.tables.warehouse_probe import WarehouseUnusable, probe_warehouse
+
+    try:
+        probe_warehouse(warehouse)
+    except WarehouseUnusable as exc:
+        raise TableError(str(exc)) from None
     for name in names:
         if table_exists(warehouse, name):
             _check_protocol(open_table(warehouse, name), table_path(warehouse, name), write=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +49,7 @@ from bklib.meta.stores.base import (
     StoreUnavailable,
     ValueRead,
 )
+from bklib.meta.stores.reachability import CONNECT_TIMEOUT, check_reachable
 
 __all__ = ["OXIA_EXTRA_HINT", "OxiaClientMissing", "OxiaStore", "connect_oxia"]
 
@@ -225,10 +225,13 @@ class OxiaStore(MetadataStore):
         ``timeout``; StoreUnavailable (one line) otherwise."""
         identity = f"bkaudit-{uuid.uuid4().hex}"
         host, _, port = self.address.rpartition(":")
-        try:  # a refused or unresolvable address fails now, not after the client's retries
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-        except (OSError, ValueError) as exc:
-            raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: {exc}") from None
+        try:
+            server = (host.strip("[]"), int(port))
+        except ValueError:
+            raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: bad port") from None
+        # A refused, unresolvable or silent address fails now (Unreachable, naming the cause),
+        # not after the client's retries.
+        check_reachable([server], "Oxia", timeout=min(timeout, CONNECT_TIMEOUT))
         from bklib.meta.stores.oxia_transport import probe, secure_client
 
         # A wrong CA or token is one line now (OxiaSecurityError), not the client's retries.

@@ -139,8 +139,9 @@ _PROBED_LOCK = threading.Lock()
 def probe(address: str, namespace: str, access: OxiaAccess | None, timeout: float) -> None:
     """Check ``access`` against the server at ``address`` once per process: a TLS handshake
     (when TLS is asked for), then one shard-assignments call with the token. Raises
-    :class:`OxiaSecurityError` with one line, StoreUnavailable when no assignments come
-    within ``timeout``; anything else (unreachable) is left to the client's own timeout."""
+    :class:`OxiaSecurityError` with one line, StoreUnavailable when the server does not serve
+    ``namespace`` (it says so at once) or no assignments come within ``timeout``; anything
+    else (unreachable) is left to the client's own timeout."""
     key = (address, namespace, access)
     with _PROBED_LOCK:
         if key in _PROBED:
@@ -255,6 +256,11 @@ def _call_once(address: str, namespace: str, access: OxiaAccess | None, timeout:
             raise OxiaSecurityError(
                 f"Oxia at {address} requires a token ({details}): give --oxia-tls with "
                 f"--oxia-token-file or ${TOKEN_ENV}"
+            ) from None
+        if "namespace not found" in details:  # Oxia's ErrNamespaceNotFound, sent at once
+            raise StoreUnavailable(
+                f"cannot connect to Oxia at oxia://{address}/{namespace}: the server does not "
+                f"serve namespace {namespace!r} ({details})"
             ) from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:  # the client would wait as long again
             raise StoreUnavailable(

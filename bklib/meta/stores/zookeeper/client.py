@@ -11,8 +11,10 @@ import os
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from bklib.errors import ZKError
+from bklib.meta.stores.reachability import CONNECT_TIMEOUT, check_reachable
 from bklib.meta.stores.zookeeper.budget import BudgetedKazooClient
 from bklib.meta.stores.zookeeper.bulk import BulkReader
 from bklib.meta.stores.zookeeper.connect_string import parse_connect_string
@@ -78,10 +80,14 @@ def start_client(
 ) -> None:
     """Start ``client`` (from :func:`new_client`) and make sure the security holds: a TLS
     certificate problem or rejected SASL credentials raise :class:`ZkSecurityError` at once
-    instead of an endless reconnect, anything else :class:`~bklib.errors.ZKError`. A failed
-    client is stopped and closed."""
+    instead of an endless reconnect, a name not found, a refused or silent port
+    :class:`~bklib.meta.stores.reachability.Unreachable` within seconds (kazoo would retry
+    them for ``timeout``, then say only "Connection time-out"), anything else
+    :class:`~bklib.errors.ZKError`. A failed client is stopped and closed."""
     access = ZkAccess.of(auth)
     try:
+        servers = parse_connect_string(hosts).servers
+        check_reachable(servers, "ZooKeeper", timeout=min(timeout, CONNECT_TIMEOUT))
         if access.tls is not None:
             probe_tls(hosts, access.tls, timeout)
         probe_sasl(hosts, access, timeout)
@@ -102,4 +108,9 @@ def start_client(
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, KazooException) and not str(exc):
             reason = type(exc).__name__
+        if isinstance(exc, KazooTimeoutError):  # a server took the TCP connection: not ZK?
+            reason = (
+                f"no ZooKeeper session within {timeout:g}s, though the address accepts "
+                "connections (is it ZooKeeper's client port, and is ZooKeeper serving?)"
+            )
         raise ZKError(f"cannot connect to ZooKeeper at {hosts}: {reason}") from exc

@@ -27,6 +27,7 @@ import ipaddress
 from dataclasses import dataclass
 
 __all__ = [
+    "CONNECT_STRING_FORMS",
     "DEFAULT_PORT",
     "ConnectString",
     "ConnectStringError",
@@ -36,6 +37,9 @@ __all__ = [
 
 DEFAULT_PORT = 2181
 """ZooKeeper's ``clientPort`` when a server names none."""
+
+CONNECT_STRING_FORMS = "HOST:PORT[,HOST:PORT...][/CHROOT] (IPv6 in brackets: [::1]:2181)"
+"""What a connect string looks like, for ``--zk``'s help text and its errors."""
 
 
 class ConnectStringError(ValueError):

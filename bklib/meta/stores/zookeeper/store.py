@@ -356,7 +356,7 @@ def connect_zookeeper(
         warnings.filterwarnings("ignore", message="No chroot path exists")
         try:
             start_client(client, hosts, auth, timeout)
-        except ZkSecurityError:
+        except (ZkSecurityError, StoreUnavailable):
             raise
         except ZKError as exc:
             raise StoreUnavailable(exc.reason, path=exc.path) from exc

@@ -1,0 +1,60 @@
+"""What a command checks before it touches the cluster: its executor's prerequisites and its
+warehouse. A missing pyspark or Java, a warehouse that is a file, read-only or unreachable,
+each is one line at once, not after a connection attempt or a whole scan
+(docs/operations.md, "Wrong addresses").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from typing import Any
+
+from bklib.errors import BKError
+from bklib.states import Executor
+
+__all__ = ["StartupError", "check_before_connecting", "java_found"]
+
+
+class StartupError(BKError):
+    """A command cannot start: one line naming what is missing (exit 2)."""
+
+
+def java_found() -> str | None:
+    """The ``java`` Spark would start: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java")
+
+
+def _check_spark() -> None:
+    from jobs.runs.executor import spark_installed
+    from jobs.runtime.messages import one_line
+
+    if not spark_installed():
+        missing = ModuleNotFoundError("No module named 'pyspark'", name="pyspark")
+        raise StartupError(one_line(missing))
+    if java_found() is None:
+        raise StartupError(
+            "--executor spark needs a Java runtime (Java 17+), and there is none: no java "
+            "in $JAVA_HOME/bin nor on PATH"
+        )
+
+
+def check_before_connecting(args: argparse.Namespace, spark: Any = None) -> None:
+    """Raise :class:`StartupError` if ``--executor spark`` cannot start (no pyspark, no Java;
+    not asked when the caller hands in its ``spark`` session) or ``--warehouse`` cannot be
+    written or reached (:func:`jobs.tables.delta.check_writable`, the warehouse only: each
+    executor checks its tables' protocols itself)."""
+    if getattr(args, "executor", None) == Executor.SPARK and spark is None:
+        _check_spark()
+    warehouse = getattr(args, "warehouse", None)
+    if warehouse:
+        from jobs.tables import delta
+
+        try:
+            delta.check_writable(str(warehouse), ())
+        except delta.TableError as exc:
+            raise StartupError(str(exc)) from None

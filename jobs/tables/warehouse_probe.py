@@ -1,0 +1,91 @@
+"""Can the warehouse take a run? Asked before a command reads the cluster, answered in one line.
+
+Without it a warehouse that is a file, a read-only directory or an object store without
+credentials failed only when the run was written, after the whole scan (and a read-only one
+with delta-rs's runtime panicking on its way out). :func:`probe_warehouse` checks:
+
+- a directory (a path or ``file://``): that neither it nor a parent is a file, and that a file
+  can be created in it (or in its nearest existing parent, where the run will create it);
+- an object store (``s3a://``, ``gs://``, ...): that delta-rs can list it, with the
+  credentials and endpoint of the process's environment, retried twice at most (delta-rs's
+  default is ten retries over three minutes). Write permission on a bucket is not probed:
+  the first commit finds it.
+
+Nothing here reads a table; :func:`jobs.tables.delta.check_writable` runs this, then checks
+each existing table's protocol. docs/operations.md, "Wrong addresses".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+
+__all__ = ["WarehouseUnusable", "probe_warehouse"]
+
+PROBE_STORAGE_OPTIONS = {"max_retries": "2", "retry_timeout": "10s"}
+"""object_store's retry limits for the probe's one listing."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_probed: set[str] = set()
+_probed_lock = threading.Lock()
+
+
+class WarehouseUnusable(RuntimeError):
+    """The warehouse cannot take a run (one line naming it and why)."""
+
+
+def probe_warehouse(warehouse: str) -> None:
+    """Raise :class:`WarehouseUnusable` when ``warehouse`` cannot be written (a directory)
+    or reached (an object store); once per process for a warehouse that passed."""
+    with _probed_lock:
+        if warehouse in _probed:
+            return
+    if "://" not in warehouse or warehouse.startswith("file://"):
+        _probe_directory(warehouse)
+    else:
+        _probe_object_store(warehouse)
+    with _probed_lock:
+        _probed.add(warehouse)
+
+
+def _probe_directory(warehouse: str) -> None:
+    path = os.path.abspath(warehouse.removeprefix("file://"))
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = "is a file" if existing == path else f"is under {existing}, a file"
+        raise WarehouseUnusable(f"warehouse {path} {what}, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".bkaudit-probe-", dir=existing)
+    except OSError as exc:
+        where = "" if existing == path else f" (its parent {existing} cannot take it)"
+        raise WarehouseUnusable(
+            f"warehouse {path} is not writable{where}: {exc.strerror or exc}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _probe_object_store(warehouse: str) -> None:
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable.is_deltatable(warehouse, storage_options=dict(PROBE_STORAGE_OPTIONS))
+    except Exception as exc:  # noqa: BLE001 - delta-rs raises OSError, DeltaError, ...
+        raise WarehouseUnusable(f"warehouse {warehouse} cannot be reached: {_cause(exc)}") from None
+
+
+def _cause(exc: BaseException) -> str:
+    """delta-rs's error chain (one ``↳`` line per cause, coloured) as one line: its first
+    line and its innermost cause, where the reason is (``Connection refused``, ``IMDS is
+    disabled``); a credentials failure says so first."""
+    lines = [_ANSI.sub("", x).strip().lstrip("↳").strip() for x in str(exc).splitlines()]
+    lines = [x for x in lines if x] or [type(exc).__name__]
+    first, last = lines[0], lines[-1]
+    text = first if first == last else f"{first}: {last}"
+    if any("credentials" in x for x in lines):
+        text = f"no credentials ({text})"
+    return text
