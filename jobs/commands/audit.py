@@ -43,6 +43,7 @@ from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
     DEFAULT_READ_RATE,
     AuditConfig,
+    record_interrupted,
     summary_line,
 )
 from jobs.runs.executor import (
@@ -51,6 +52,7 @@ from jobs.runs.executor import (
     choose_executor,
     limits_from_args,
 )
+from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus, for_run_status
 from jobs.runtime.messages import one_line
 
@@ -260,6 +262,16 @@ def _run_local(config: AuditConfig, plan: ScanPlan, session: MetadataStore) -> i
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.INCOMPLETE
+    except BaseException as exc:  # SIGINT, SIGTERM: recorded INTERRUPTED, then the line
+        signum = interrupts.signal_of(exc)
+        if signum is not None:
+            run_row = job.run.as_row  # called once the record says INTERRUPTED
+            record_interrupted(
+                job.run,
+                signum,
+                lambda: delta.append_rows(config.warehouse, AUDIT_RUNS, [run_row()]),
+            )
+        raise
     return _finished(run)
 
 
@@ -291,6 +303,13 @@ def _run_spark(
             log.error("could not record the failed run: %s", exc2)
         print(f"audit {job.run.run_id} FAILED: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.INCOMPLETE
+    except BaseException as exc:  # SIGINT (PySpark's handler: KeyboardInterrupt), SIGTERM
+        signum = interrupts.signal_of(exc)
+        if signum is not None:
+            record_interrupted(
+                job.run, signum, lambda: load.write_run_record(spark, config.warehouse, job.run)
+            )
+        raise
     finally:
         job.close()
     return _finished(run)

@@ -31,7 +31,7 @@ from bklib.meta.model import DigestType
 from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.repair.requests import LedgerRequest
-from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RepairMode
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Executor, RepairMode
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_rate
 from jobs.options.zookeeper import add_session_timeout_argument
@@ -42,6 +42,7 @@ from jobs.runs.executor import (
 )
 from jobs.runs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
 from jobs.runtime.exit_status import ExitStatus, for_error, worst
+from jobs.runtime.interrupts import DEFAULT_STOP_TIMEOUT
 from jobs.runtime.messages import one_line
 
 log = logging.getLogger("jobs.commands.repair")
@@ -130,6 +131,14 @@ def add_repair_arguments(
     )
     parser.add_argument(
         "--window", type=int, default=64, help="entries in flight per fragment copy"
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=parse_duration,
+        default=DEFAULT_STOP_TIMEOUT,
+        help="after SIGINT or SIGTERM no ledger starts; how long those in flight may finish "
+        f"before the process exits (their locks go with its session; default "
+        f"{DEFAULT_STOP_TIMEOUT:g}s)",
     )
     add_bookie_protocol_argument(parser, what="the copy's reads and adds")
     parser.add_argument("--read-timeout", type=parse_duration, default=10.0)
@@ -371,10 +380,12 @@ def run_decommission(args: argparse.Namespace, spark: Any = None) -> int:
     if zk is None:
         return ExitStatus.OPERATOR_ERROR
     try:
-        if list_bookies(zk, config.ledgers_root).is_available(bookie):
+        registry = list_bookies(zk, config.ledgers_root)
+        if registry.is_available(bookie):
+            state = BookieState.WRITABLE if bookie in registry.writable else BookieState.READONLY
             print(
-                f"bookie {bookie} is still registered: stop it first (BookKeeper refuses to "
-                "decommission a running bookie too)",
+                f"bookie {bookie} is {state} (registered): stop it first (BookKeeper refuses "
+                "to decommission a running bookie too)",
                 file=sys.stderr,
             )
             return ExitStatus.OPERATOR_ERROR

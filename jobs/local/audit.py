@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -48,13 +48,14 @@ from jobs.local.scan_shard import (
     split_bounds,
     split_dirs,
 )
-from jobs.runs.audit_run import log_metadata
+from jobs.runs.audit_run import log_metadata, record_interrupted
 from jobs.runs.placement import (
     PlacementPass,
     final_placement_counts,
     placement_counts,
     under_replication,
 )
+from jobs.runtime import interrupts
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.progress import track
@@ -71,6 +72,8 @@ __all__ = ["LocalAudit"]
 log = logging.getLogger("jobs.commands.audit")
 
 PROGRESS_EVERY = 5.0
+
+T = TypeVar("T")
 
 
 class LocalAudit:
@@ -144,7 +147,7 @@ class LocalAudit:
                 )  # fmt: skip
             self.ledgers = list(
                 track(
-                    scan_dirs(self.store, own, max_in_flight=cfg.scan_in_flight),
+                    checkpointed(scan_dirs(self.store, own, max_in_flight=cfg.scan_in_flight)),
                     sum(d.count for d in own),
                     "metadata scan",
                     logger=log,
@@ -181,7 +184,7 @@ class LocalAudit:
         if not check_kind(cfg.check).reads_entries:
             if self.shard is not None:
                 self.shard.request_check(ShardCheck(lost, cfg.check))  # its half, meanwhile
-            for _, _, f in check_ledgers(self.ledgers, lost, cfg.check):
+            for _, _, f in checkpointed(check_ledgers(self.ledgers, lost, cfg.check)):
                 found.extend(f)
             self._helper_checked(found, pairs)
         else:
@@ -308,8 +311,12 @@ class LocalAudit:
         # The ledgers' rows are built as columns (a million dicts would take seconds).
         tables = [t for t in self.row_sources(delta.first_detections(wh)) if t[0] != LEDGERS]
         # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
-        # audit_runs, which makes the run visible, only once all three are committed.
-        with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
+        # audit_runs, which makes the run visible, only once all three are committed. A signal
+        # meanwhile lets the writes finish: the run is then recorded INTERRUPTED.
+        with (
+            interrupts.draining(interrupts.DEFAULT_STOP_TIMEOUT),
+            concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool,
+        ):
             writes = [
                 pool.submit(delta.append_rows, wh, table, rows, run_date=day)
                 for table, rows in tables
@@ -322,6 +329,12 @@ class LocalAudit:
             writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
             for w in writes:
                 w.result()
+        signum = interrupts.received()
+        if signum is not None:  # a signal during the writes: never COMPLETED
+            record_interrupted(
+                run, signum, lambda: delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
+            )
+            interrupts.checkpoint()
         run.finished_at = datetime.now(timezone.utc)
         delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
         log.info(
@@ -400,4 +413,12 @@ def _shard_rows(table: pa.Table | None) -> Iterator[dict[str, Any]]:
 def _progress(items: Iterator[Any], total: int, what: str) -> Iterator[Any]:
     """Pass ``items`` through: a bar with an ETA on a terminal, a line every few seconds
     otherwise (:mod:`jobs.runtime.progress`)."""
-    return track(items, total, what, logger=log, every=PROGRESS_EVERY)
+    return track(checkpointed(items), total, what, logger=log, every=PROGRESS_EVERY)
+
+
+def checkpointed(items: Iterable[T]) -> Iterator[T]:
+    """``items``, with :func:`~jobs.runtime.interrupts.checkpoint` before each: a run whose
+    signal did not raise at once (the watch drains its work) stops at the next ledger."""
+    for item in items:
+        interrupts.checkpoint()
+        yield item

@@ -6,8 +6,12 @@ tasks run, over one ZooKeeper session and one bookie client, with a few ledgers 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import multiprocessing
+import os
+import signal
+import threading
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -25,6 +29,7 @@ from bklib.repair.requests import (
 from bklib.states import ActionStatus, Executor, Reason
 from jobs.runs.repair_partition import repair_partition, repair_partition_rows
 from jobs.runs.repair_run import log_done, log_start, stamp
+from jobs.runtime import interrupts
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.progress import Progress
 from jobs.tables import delta
@@ -157,7 +162,9 @@ class LocalRepair:
 
     def execute(self, reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
         """Repair ``reqs``; returns the action rows (also appended to
-        ``replication_actions``)."""
+        ``replication_actions``). After SIGINT or SIGTERM no ledger starts, those in flight
+        finish within ``--stop-timeout``, the rows of every finished ledger are written, and
+        :class:`~jobs.runtime.interrupts.Interrupted` is raised."""
         cfg = self.config
         n = len(reqs)
         if n == 0:
@@ -168,9 +175,20 @@ class LocalRepair:
         log_start(cfg, self.run_id, n, where)
         t0 = time.monotonic()
         rows: list[dict[str, Any]] = []
+        record = _Record(cfg, self.run_id)
         procs = self.processes(n)
+
+        # Past --stop-timeout the finished ledgers' rows are written from the timer, the
+        # session closed (its locks deleted at once), and the process leaves.
+        def abandon() -> None:
+            record.write(list(rows))
+            self.session.close()
+
         # A bar with an ETA on a terminal, a line every few seconds otherwise.
-        with Progress(cfg.mode, n, logger=log, every=PROGRESS_EVERY) as progress:
+        with (
+            interrupts.draining(cfg.stop_timeout, on_stop=_stop_workers, on_deadline=abandon),
+            Progress(cfg.mode, n, logger=log, every=PROGRESS_EVERY) as progress,
+        ):
             if procs <= 1:
                 for actions in repair_partition(cfg, self.session, reqs):
                     rows.extend(actions)
@@ -180,13 +198,49 @@ class LocalRepair:
                 # processes (by ledger id, as Spark partitions them), each with its own client.
                 groups = [[r for r in reqs if r.ledger_id % procs == k] for k in range(procs)]
                 ctx = multiprocessing.get_context("spawn")
-                with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+                with concurrent.futures.ProcessPoolExecutor(
+                    procs, mp_context=ctx, initializer=interrupts.in_repair_worker
+                ) as pool:
                     futures = {pool.submit(repair_partition_rows, cfg, g): len(g) for g in groups}
                     for fut in concurrent.futures.as_completed(futures):
                         rows.extend(fut.result())
                         progress.advance(futures[fut])
-        elapsed = time.monotonic() - t0
-        stamp(rows, cfg, self.run_id, Executor.LOCAL)
-        delta.append_rows(cfg.warehouse, ACTIONS, rows)
-        log_done(cfg, self.run_id, rows, n, elapsed)
+        record.write(rows)
+        log_done(cfg, self.run_id, rows, n, time.monotonic() - t0)
+        if interrupts.stop_requested():
+            done = len({r["ledger_id"] for r in rows})
+            interrupts.note(
+                f"{cfg.mode} {self.run_id}: the actions of {done} ledgers recorded, "
+                f"{n - done} not started; run {cfg.mode} again"
+            )
+            interrupts.checkpoint()
         return rows
+
+
+class _Record:
+    """A repair run's rows, appended to ``replication_actions`` once: by the run, or past
+    ``--stop-timeout`` by the timer that ends the process, whichever comes first."""
+
+    def __init__(self, config: RepairConfig, run_id: str) -> None:
+        self.config = config
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        self._written = False
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            if self._written:
+                return
+            self._written = True
+            stamp(rows, self.config, self.run_id, Executor.LOCAL)
+            delta.append_rows(self.config.warehouse, ACTIONS, rows)
+
+
+def _stop_workers() -> None:
+    """Tell the repair's worker processes, if any, to start no ledger (SIGTERM:
+    :func:`~jobs.runtime.interrupts.in_repair_worker`); a Ctrl-C reaches them too, but they
+    ignore SIGINT, and a signal to this process alone must stop them as well."""
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)

@@ -51,6 +51,7 @@ from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.zookeeper.budget import set_request_rate
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.tls import TlsSettings
+from jobs.runtime import interrupts
 from jobs.runtime.logs import is_verbose, log_format, setup_logging
 from jobs.runtime.progress import MODE_ENV as PROGRESS_MODE_ENV
 from jobs.runtime.progress import mode as progress_mode
@@ -215,6 +216,7 @@ def _serve(conn: Connection, job: ShardJob) -> None:
     # As in the run's own process (jobs.runtime.gc_pause): the views are long-lived and
     # acyclic, and the collector would walk them again and again as they pile up.
     gc.disable()
+    interrupts.in_child()  # a Ctrl-C reaches the process group: the run stops its helper
     level, verbose, fmt = job.logs
     setup_logging(level, verbose=verbose, fmt=fmt)
     if progress_mode() == "bar":
@@ -315,6 +317,8 @@ class ScanShard:
 
     def close(self) -> None:
         """Stop the helper (at once, if it is still working: the run has failed)."""
+        if interrupts.stop_requested():  # the run was interrupted: no waiting for the helper
+            self._proc.kill()
         try:
             if self._proc.is_alive():
                 self._conn.send(("stop",))

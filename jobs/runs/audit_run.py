@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Mapping
+import signal
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
 
 from bklib.audit.checker import CheckSettings
 from bklib.audit.checks import DEFAULT_CHECK
@@ -16,12 +19,14 @@ from bklib.meta.racks import RackDocument
 from bklib.meta.scan import DEFAULT_MAX_IN_FLIGHT
 from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.meta.stores.zookeeper.security import ZkAuth
-from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, CountKey
+from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, CountKey, RunStatus
 from bklib.tls import TlsSettings
 from jobs.options.placement import rule_from_args
 from jobs.runs.placement import placement_note
+from jobs.runtime import interrupts
+from jobs.runtime.messages import one_line
 
-__all__ = ["AuditConfig", "log_metadata", "summary_line"]
+__all__ = ["AuditConfig", "log_metadata", "record_interrupted", "summary_line"]
 
 DEFAULT_LEDGERS_PER_TASK = 50_000
 """Target ledgers per Spark metadata-scan task: big enough to amortise a ZooKeeper session."""
@@ -120,3 +125,25 @@ def log_metadata(counts: Mapping[str, int], seconds: float) -> None:
         counts.get(CountKey.bookies(BookieState.LOST), 0),
         seconds,
     )
+
+
+def record_interrupted(run: Any, signum: int, write: Callable[[], object]) -> None:
+    """A run stopped by ``signum`` (SIGINT, SIGTERM): its record (a
+    :class:`~jobs.tables.runs.RunRecord`) becomes INTERRUPTED, never acted on, and ``write``
+    appends it where its executor records runs; the command's one line says which
+    (:mod:`jobs.runtime.interrupts`). A record that cannot be written is said too: the run
+    then has no ``audit_runs`` row, which no reader takes for a finished run either. A run
+    already recorded INTERRUPTED is left alone."""
+    if run.status == RunStatus.INTERRUPTED:
+        return
+    run.status = RunStatus.INTERRUPTED
+    run.error = f"interrupted by {signal.Signals(signum).name}"
+    run.finished_at = datetime.now(timezone.utc)
+    try:
+        write()
+    except Exception as exc:  # said in the line; the exit is 130 / 143 anyway
+        log = logging.getLogger("jobs.commands.audit")
+        log.debug("run %s not recorded", run.run_id, exc_info=True)
+        interrupts.note(f"run {run.run_id} could not be recorded ({one_line(exc)})")
+        return
+    interrupts.note(f"run {run.run_id} recorded as {RunStatus.INTERRUPTED}")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from bklib.repair.requests import LedgerRequest
+from jobs.runtime import interrupts
 
 if TYPE_CHECKING:
     from bklib.meta.stores import MetadataStore
@@ -30,7 +31,8 @@ def repair_partition(
     ``config.ledgers_in_flight`` ledgers at a time; yields each ledger's action rows as it
     finishes, in request order. The bookie client resolves addresses over the same session.
 
-    ``proceed``, if given, is asked before each ledger starts: once it says no, the ledgers
+    ``proceed``, if given, is asked before each ledger starts, as is whether a signal asked
+    the process to stop (:mod:`jobs.runtime.interrupts`): once either says no, the ledgers
     not yet started yield no rows (those in flight finish). A ledger starts as soon as any
     other finishes, so one slow ledger (an open one being fenced) holds up no batch."""
     from bklib.client.operations import run_client_config
@@ -66,7 +68,8 @@ def repair_partition(
         ) as pool:
 
             def one(req: LedgerRequest) -> list[dict[str, Any]]:
-                if proceed is not None and not proceed():
+                # After SIGINT or SIGTERM no ledger starts; those in flight finish.
+                if interrupts.stop_requested() or (proceed is not None and not proceed()):
                     return []
                 return [a.as_row() for a in repairer.repair(req)]
 

@@ -17,6 +17,7 @@ from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from bklib.tls import TlsSettings
 from jobs.runtime.exit_status import ExitStatus
+from jobs.runtime.interrupts import DEFAULT_STOP_TIMEOUT
 
 __all__ = [
     "RepairConfig",
@@ -61,6 +62,8 @@ class RepairConfig:
     :mod:`bklib.repair.placement_fix` under ``settings.placement_rule``."""
     tls: TlsSettings | None = None
     """Bookie TLS (``--tls-*`` flags) of every bookie connection the workers open."""
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    """After SIGINT or SIGTERM, how long the ledgers in flight may finish (``--stop-timeout``)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, mode: str) -> RepairConfig:
@@ -102,6 +105,7 @@ class RepairConfig:
             racks_file=getattr(args, "racks_file", None),
             fix_placement=fix_placement,
             tls=getattr(args, "bookie_tls", None),
+            stop_timeout=getattr(args, "stop_timeout", DEFAULT_STOP_TIMEOUT),
         )
 
 
@@ -183,7 +187,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> ExitStatus:
-    """Print what the run did; returns the exit status (0 done, 1 work left)."""
+    """Print what the run did; returns the exit status (0 done, 1 work left, or a dry run's
+    plan has steps the real run would not take)."""
     s = summarize(rows)
     ledgers = len({r["ledger_id"] for r in rows})
     print(
@@ -203,9 +208,15 @@ def print_summary(mode: str, run_id: str, rows: Sequence[Mapping[str, Any]]) -> 
             r for r in rows if r["status"] == ActionStatus.FAILED and r["error"].startswith(reason)
         )
         print(f"  FAILED x{count}: {example['error']} (e.g. ledger {example['ledger_id']})")
+    # A dry run's steps the real run would not take are PLANNED with their reason
+    # (bklib.repair.outcome.as_planned): said so, and the run is not clean.
+    blocked = [r for r in rows if r["status"] == ActionStatus.PLANNED and r["error"]]
+    for error, count in Counter(r["error"] for r in blocked).most_common(5):
+        example = next(r for r in blocked if r["error"] == error)
+        print(f"  would not be done x{count}: {error} (e.g. ledger {example['ledger_id']})")
     for lid, seg, entries in s["no_replica"][:20]:
         shown = ", ".join(map(str, entries[:20])) + (" ..." if len(entries) > 20 else "")
         print(f"  NO_REPLICA ledger {lid} segment {seg}: entries {shown or '(earlier run)'}")
     if s["ledgers_pending"]:
         print(f"  ledgers needing another run: {s['ledgers_pending'][:30]}")
-    return ExitStatus.FINDINGS if s["ledgers_pending"] else ExitStatus.OK
+    return ExitStatus.FINDINGS if s["ledgers_pending"] or blocked else ExitStatus.OK

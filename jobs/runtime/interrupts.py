@@ -43,6 +43,7 @@ from types import FrameType
 from jobs.runtime.exit_status import ExitStatus
 
 __all__ = [
+    "DEFAULT_STOP_TIMEOUT",
     "Drain",
     "Interrupted",
     "at_exit_now",
@@ -64,6 +65,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+DEFAULT_STOP_TIMEOUT = 10.0
+"""How long work in flight may finish after a signal (the repairs' ``--stop-timeout``)."""
 
 
 class Interrupted(BaseException):

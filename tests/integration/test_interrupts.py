@@ -1,0 +1,252 @@
+"""Ctrl-C is an answer, not a crash (issue 47, docs/exit-status.md): a real ``bkaudit``
+subprocess on a real ZooKeeper with Python bookies, signalled mid-work (found by watching a
+bookie's fault rule being hit or the command's log, never by sleeping blindly), prints one
+line, exits 130 (143 for SIGTERM), records its run as INTERRUPTED where it records runs, and
+leaves no process behind. A repair stops starting ledgers, finishes those in flight, writes
+their rows and releases its locks; rerun, it converges with nothing copied twice."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from bklib.states import ActionKind, ActionStatus, RunStatus
+from jobs.runtime.exit_status import ExitStatus
+from jobs.tables import delta
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS
+from tests.audit_helpers import AuditCluster, audit_cluster
+from tests.cli_helpers import REPO, bkaudit, error_lines, failure
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+WAIT = 120.0
+"""How long a command may take to reach the point where it is signalled (a bound, not a
+timing: the tests wait for an event)."""
+
+
+class Running:
+    """A ``bkaudit`` subprocess in a session of its own, its output read as it comes, and
+    every process it started seen while it ran."""
+
+    def __init__(self, *argv: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", *argv],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.me = psutil.Process(self.proc.pid)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.children: set[psutil.Process] = set()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    @staticmethod
+    def _read(stream: object, into: list[str]) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            into.append(line)
+
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+    def wait_for(self, what: str, ready: Callable[[], bool]) -> None:
+        """Until ``ready()``; fails if the command exits first or takes past :data:`WAIT`."""
+        deadline = time.monotonic() + WAIT
+        while not ready():
+            self._see_children()
+            assert self.proc.poll() is None, f"exited before {what}:\n{self.stderr()[-4000:]}"
+            assert time.monotonic() < deadline, f"no {what} in {WAIT}s:\n{self.stderr()[-4000:]}"
+            time.sleep(0.05)
+        self._see_children()
+
+    def _see_children(self) -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.children.update(self.me.children(recursive=True))
+
+    def signal(self, sig: int = signal.SIGINT, *, group: bool = False) -> None:
+        """``sig`` to the command, or to its whole process group as a terminal's Ctrl-C."""
+        if group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
+
+    def finish(self, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        try:
+            self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for t in self._readers:
+            t.join(10)
+        return subprocess.CompletedProcess(
+            self.proc.args, self.proc.returncode, "".join(self.out), self.stderr()
+        )
+
+    def left_behind(self) -> list[psutil.Process]:
+        """The processes it started that are still alive (zombies count as gone)."""
+        alive = []
+        for p in self.children:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+
+def _interrupted(
+    proc: subprocess.CompletedProcess[str], running: Running, pattern: str, sig: int
+) -> str:
+    """The command exited 128 + ``sig`` with one line matching ``pattern``, no traceback, and
+    no process of its own left alive; returns the line."""
+    want = ExitStatus.INTERRUPTED if sig == signal.SIGINT else ExitStatus.TERMINATED
+    assert proc.returncode == want, failure(proc)
+    assert "Traceback" not in proc.stderr, failure(proc)
+    lines = error_lines(proc)
+    assert len(lines) == 1, failure(proc)
+    assert re.fullmatch(pattern, lines[0]), failure(proc, f"want {pattern}")
+    assert not running.left_behind(), running.left_behind()
+    return lines[0]
+
+
+def _hit(c: AuditCluster, bookies: list[str]) -> Callable[[], bool]:
+    """Whether any fault rule of ``bookies`` has been hit: the command is talking to them."""
+
+    def hit() -> bool:
+        return any(r["hits"] for b in bookies for r in c.admin(b).faults())
+
+    return hit
+
+
+@pytest.fixture
+def cluster(zk_server, tmp_path: Path) -> Iterator[AuditCluster]:  # type: ignore[no-untyped-def]
+    """Four bookies; twelve closed ledgers of ten entries over the first three."""
+    with (
+        zk_server.private_chroot("interrupts") as chroot,
+        audit_cluster(tmp_path / "sandbox", chroot, bookies=4) as c,
+    ):
+        b0, b1, b2, _ = c.bookie_ids
+        for _ in range(12):
+            c.ledger([b0, b1, b2], 10, wq=2, aq=2)
+        yield c
+
+
+def _zk(c: AuditCluster) -> list[str]:
+    return ["--zk", c.zk]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_audit_stopped_mid_check_records_its_run_as_interrupted(
+    cluster: AuditCluster, tmp_path: Path, sig: int
+) -> None:
+    """The replicas check waits on a bookie that answers in a minute; the signal ends it at
+    once, its run is INTERRUPTED (never COMPLETED), and the line names the run."""
+    slow = cluster.bookie_ids[1]
+    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=60_000)
+    wh = str(tmp_path / "warehouse")
+    run = Running("audit", *_zk(cluster), "--warehouse", wh, "--check", "replicas",
+                  "--executor", "local", "--read-timeout", "90s")  # fmt: skip
+    run.wait_for("a list-entries request at the slow bookie", _hit(cluster, [slow]))
+    run.signal(sig)
+    proc = run.finish()
+    name = signal.Signals(sig).name
+    line = _interrupted(
+        proc, run, rf"audit: interrupted \({name}\); run (\S+) recorded as INTERRUPTED", sig
+    )
+    (row,) = delta.read_rows(wh, AUDIT_RUNS)
+    assert row["status"] == RunStatus.INTERRUPTED, row
+    assert row["run_id"] in line and row["error"] == f"interrupted by {name}"
+    assert row["finished_at"] is not None
+
+
+def test_status_stopped_while_probing_says_one_line(cluster: AuditCluster) -> None:
+    """status asks each bookie; one takes a minute to answer: Ctrl-C, one line, 130."""
+    slow = cluster.bookie_ids[0]
+    cluster.admin(slow).add_fault("delay", ops=["GET_BOOKIE_INFO"], delay_ms=60_000)
+    run = Running("status", *_zk(cluster), "--probe-timeout", "90s")
+    run.wait_for("the probe at the slow bookie", _hit(cluster, [slow]))
+    run.signal(signal.SIGINT)
+    proc = run.finish()
+    _interrupted(proc, run, r"status: interrupted \(SIGINT\)", signal.SIGINT)
+
+
+def _copies(wh: str) -> Counter[tuple[int, int]]:
+    """COPY DONE rows per (ledger, segment), across every run in ``wh``."""
+    return Counter(
+        (r["ledger_id"], r["segment_first_entry_id"])
+        for r in delta.read_rows(wh, ACTIONS)
+        if r["action"] == ActionKind.COPY and r["status"] == ActionStatus.DONE
+    )
+
+
+def _locks(c: AuditCluster) -> list[str]:
+    """The ledgers locked for re-replication (BookKeeper's ``underreplication/locks``)."""
+    zk: Any = c.store.zk
+    return list(zk.get_children("/ledgers/underreplication/locks"))
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
+    cluster: AuditCluster, tmp_path: Path, processes: int
+) -> None:
+    """A lost bookie's ledgers are being copied slowly (each add delayed): Ctrl-C (to the
+    process group, as a terminal sends it, with worker processes; to the command alone
+    otherwise) stops the run with its in-flight ledgers finished and recorded, the rest not
+    started, no lock left; the rerun repairs the rest, and no segment is copied twice."""
+    b0, b1, b2, b3 = cluster.bookie_ids
+    wh = str(tmp_path / "warehouse")
+    cluster.sandbox.stop_bookie(b2)
+    audit = bkaudit("audit", *_zk(cluster), "--warehouse", wh, "--check", "lost",
+                    "--executor", "local")  # fmt: skip
+    assert audit.returncode == 0, failure(audit)
+    writers = [b0, b1, b3]
+    for b in writers:
+        cluster.admin(b).add_fault("delay", ops=["ADD_ENTRY"], delay_ms=300)
+    repair = ["rereplicate", *_zk(cluster), "--warehouse", wh, "--executor", "local",
+              "--grace-period", "0s", "--read-timeout", "10s"]  # fmt: skip
+    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2",
+                  "--local-processes", str(processes), "--stop-timeout", "60s")  # fmt: skip
+    run.wait_for("a copy's first add", _hit(cluster, writers))
+    run.signal(signal.SIGINT, group=processes > 1)
+    proc = run.finish()
+    line = _interrupted(
+        proc,
+        run,
+        r"rereplicate: interrupted \(SIGINT\); rereplicate \S+: the actions of (\d+) ledgers "
+        r"recorded, (\d+) not started; run rereplicate again",
+        signal.SIGINT,
+    )
+    done, not_started = map(int, re.findall(r"(\d+) ledgers recorded, (\d+) not", line)[0])
+    assert done >= 1 and not_started >= 1, line  # stopped mid-work, not before, not after
+    first = _copies(wh)
+    assert len(first) == done, (first, line)  # every ledger in flight finished and was written
+    assert _locks(cluster) == []
+
+    for b in writers:
+        cluster.admin(b).clear_faults()
+    again = bkaudit(*repair)
+    assert again.returncode == 0, failure(again)
+    copies = _copies(wh)
+    assert len(copies) == 12 and set(copies.values()) == {1}, copies
+    assert _locks(cluster) == []
