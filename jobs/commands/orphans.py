@@ -14,8 +14,9 @@ row in ``replication_actions``; at most ``--rate`` ledgers are deleted a second.
 See docs/pulsar.md.
 
 Exit status (docs/exit-status.md): 0 when every agreed orphan was deleted (or planned), 1 when
-some were not, 2 on an operator error, 3 when a read missed part of the cluster or the session
-was lost (nothing more is deleted).
+some were not, 2 on an operator error, 3 when a read missed part of the cluster (an incomplete
+scan deletes nothing; an unreadable ledger or an undecodable Pulsar key leaves what it may own
+unjudged, said on the last line) or the session was lost (nothing more is deleted).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from bklib.meta.stores.session_guard import SessionGuard
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
-from jobs.runtime.exit_status import ExitStatus, for_error
+from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.messages import one_line
 
 __all__ = ["add_orphans_arguments", "agreed_orphans", "run_orphans"]
@@ -187,11 +188,11 @@ def _run_with(
 
     try:
         require_cluster(session, args.ledgers_root)
-        _, first = _read(args, session, root)
+        first_check, first = _read(args, session, root)
         guard.check("the first read")  # one view of the cluster, or none
         log.info("orphans: %d found; reading again in %gs", len(first), args.delay)
         time.sleep(args.delay)
-        _, second = _read(args, session, root)
+        second_check, second = _read(args, session, root)
         guard.check("the second read")
     except Exception as exc:  # one line for the operator; nothing was deleted
         log.debug("orphans failed", exc_info=True)
@@ -221,7 +222,26 @@ def _run_with(
         print(
             f"  ledger {r['ledger_id']:<12} {r['status']:<8} {r['topic'] or '-'} {r['error'] or ''}"
         )
-    return ExitStatus.OK if len(done) == len(agreed) else ExitStatus.FINDINGS
+    unjudged = _unjudged(first_check, second_check)
+    if unjudged:  # what could not be read may be an orphan too: never a clean run
+        print(f"INCOMPLETE: not judged, {unjudged}")
+    return worst(
+        ExitStatus.OK if len(done) == len(agreed) else ExitStatus.FINDINGS,
+        ExitStatus.INCOMPLETE if unjudged else ExitStatus.OK,
+    )
+
+
+def _unjudged(*checks: PulsarCheck) -> str:
+    """What the reads could not judge (unreadable ledgers, Pulsar keys that do not decode and
+    so the ledgers they own), as one clause; "" when they judged everything."""
+    ledgers = max(c.unreadable_ledgers for c in checks)
+    keys = sorted({k for c in checks for k in c.refs.errors})
+    parts = []
+    if ledgers:
+        parts.append(f"{ledgers} ledgers whose metadata could not be read")
+    if keys:
+        parts.append(f"the ledgers of {len(keys)} Pulsar keys that do not decode (e.g. {keys[0]})")
+    return "; ".join(parts)
 
 
 def _delete(
