@@ -159,7 +159,8 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--stop-timeout",
         type=parse_duration,
         default=30.0,
-        help="after SIGTERM, how long the ledgers in flight may finish before the process exits",
+        help="after SIGTERM or SIGINT, how long the ledgers in flight may finish before the "
+        "process exits",
     )
     parser.add_argument(
         "--metrics-port",
@@ -257,7 +258,6 @@ def run_watch(args: argparse.Namespace) -> int:
     config = watch_config(args, pulsar_admin)
     try:
         service = WatchService(config)
-        service.install_signals()
         log.info(
             "watch: bkaudit %s, %s on %s%s into %s; periodic %s; delay %s",
             __version__,

@@ -348,8 +348,10 @@ class LocalAudit:
 
     def run_steps(self) -> None:
         """The audit's steps before anything is recorded (:func:`run_audit_steps`, without
-        the commit): the watch records the run through its spool."""
-        run_audit_steps(self, self.store, commit=False)
+        the commit): the watch records the run through its spool. A signal stops it at once
+        (it only reads), even while the watch lets its repairs drain."""
+        with interrupts.at_once():
+            run_audit_steps(self, self.store, commit=False)
 
     def abandon(self) -> None:
         """:meth:`close_helper` (the pipeline's ``abandon`` step)."""

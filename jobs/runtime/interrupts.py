@@ -47,6 +47,7 @@ __all__ = [
     "Drain",
     "Interrupted",
     "at_exit_now",
+    "at_once",
     "checkpoint",
     "draining",
     "exit_line",
@@ -89,7 +90,8 @@ class _State:
     def __init__(self) -> None:
         self.command = "bkaudit"
         self.signum: int | None = None
-        self.drains: list[Drain] = []
+        self.drains: list[Drain | None] = []
+        """The scopes in force, innermost last; None is :func:`at_once`'s."""
         self.notes: list[str] = []
         self.printed = False
         self.exit_now_callbacks: list[Callable[[], object]] = []
@@ -270,6 +272,18 @@ def draining(
     finally:
         _state.drains.remove(drain)
         drain.close()
+
+
+@contextlib.contextmanager
+def at_once() -> Iterator[None]:
+    """Within this scope a signal raises :class:`Interrupted` at once, even inside a
+    :func:`draining` one: for read-only work (the watch's audits) that may stop anywhere."""
+    _state.drains.append(None)
+    try:
+        checkpoint()  # a signal that came before did not raise: it does now
+        yield
+    finally:
+        _state.drains.pop()
 
 
 def in_child() -> None:

@@ -20,6 +20,8 @@ from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
 from bklib.meta.stores import MetadataStore
 from bklib.states import CountKey, RunStatus
+from jobs.runs.audit_run import record_interrupted
+from jobs.runtime import interrupts
 from jobs.runtime.messages import one_line
 from jobs.tables.schema import AUDIT_RUNS, run_day
 from jobs.watch.config import WatchConfig, audit_config
@@ -86,6 +88,14 @@ class WatchAudits:
             self._incomplete(AuditIncomplete(check, run_id, RunStatus.FAILED, one_line(exc)))
             self.metrics.audits.labels(check, RunStatus.FAILED).inc()
             return None
+        except BaseException as exc:  # SIGINT, SIGTERM: recorded INTERRUPTED, the watch stops
+            signum = interrupts.signal_of(exc)
+            if signum is not None and job is not None:
+                run = job.run
+                write = lambda: self.warehouse.write([(AUDIT_RUNS, [run.as_row()])])  # noqa: E731
+                record_interrupted(run, signum, write)
+                self.metrics.audits.labels(check, RunStatus.INTERRUPTED).inc()
+            raise
         self.health.heartbeat()
         self._first_detected(job)
         run = self._load(job)

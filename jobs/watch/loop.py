@@ -36,6 +36,7 @@ from typing import Any
 
 from bklib.audit.engine import require_cluster
 from bklib.meta.stores import MetadataStore, open_store
+from jobs.runtime import interrupts
 from jobs.watch.config import WatchConfig
 from jobs.watch.cycle import Cycle
 from jobs.watch.election import LeaderElection, Leadership
@@ -50,7 +51,8 @@ log = logging.getLogger("jobs.watch")
 
 
 class WatchService:
-    """One ``bkaudit watch`` instance. :meth:`run` blocks until :meth:`stop` (SIGTERM)."""
+    """One ``bkaudit watch`` instance. :meth:`run` blocks until :meth:`stop` (SIGTERM,
+    SIGINT)."""
 
     def __init__(self, config: WatchConfig, metrics: WatchMetrics | None = None) -> None:
         self.cfg = config
@@ -79,30 +81,6 @@ class WatchService:
         self.stopping.set()
         if self.watcher is not None:
             self.watcher.wake.set()
-
-    def install_signals(self) -> None:
-        """SIGTERM and SIGINT stop the loop; past ``--stop-timeout`` the process exits 1."""
-
-        def handler(signum: int, _frame: Any) -> None:
-            log.info("watch: %s received, stopping", signal.Signals(signum).name)
-            self.stop()
-            # A batch of repairs may be copying: give it stop_timeout, then leave; its locks
-            # are ephemeral and die with its session.
-            t = threading.Timer(self.cfg.stop_timeout, self._hard_exit)
-            t.daemon = True
-            t.start()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-
-    def _hard_exit(self) -> None:
-        log.error(
-            "watch: still busy %gs after the stop request; exiting (locks in flight expire "
-            "with their ZooKeeper session)",
-            self.cfg.stop_timeout,
-        )
-        logging.shutdown()
-        os._exit(1)
 
     def identity(self) -> dict[str, Any]:
         """What this instance's election member says about it (``bkaudit status``)."""
@@ -147,20 +125,28 @@ class WatchService:
                 wh.spool.stats()[1],
                 cfg.warehouse,
             )
+        # SIGTERM and SIGINT stop the loop after its step (jobs.runtime.interrupts): no ledger
+        # starts, those in flight finish within --stop-timeout (past it the process leaves;
+        # their locks are ephemeral and go with the session), an audit stops at once and is
+        # recorded INTERRUPTED.
         try:
-            election.join()
-            self.leadership.watch_members()
-            while not self.stopping.is_set():
-                self.health.heartbeat()
-                wh.flush()
-                wait = self.cycle.run()
-                if self.stopping.is_set():
-                    break
-                self.watcher.wake.wait(max(0.05, wait))
-                self.watcher.wake.clear()
+            with interrupts.draining(cfg.stop_timeout, on_stop=self.stop):
+                election.join()
+                self.leadership.watch_members()
+                while not self.stopping.is_set():
+                    self.health.heartbeat()
+                    wh.flush()
+                    wait = self.cycle.run()
+                    if self.stopping.is_set():
+                        break
+                    self.watcher.wake.wait(max(0.05, wait))
+                    self.watcher.wake.clear()
+        except interrupts.Interrupted as exc:
+            if exc.signum != signal.SIGTERM:
+                raise  # SIGINT: 130 and one line (jobs.cli.main)
         finally:
             self._shutdown()
-        return 0
+        return 0  # SIGTERM is the watch's clean stop
 
     def _shutdown(self) -> None:
         if self.leadership is not None:

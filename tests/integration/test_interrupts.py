@@ -250,3 +250,32 @@ def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
     copies = _copies(wh)
     assert len(copies) == 12 and set(copies.values()) == {1}, copies
     assert _locks(cluster) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_watch_stopped_mid_audit_records_it_as_interrupted(
+    cluster: AuditCluster, tmp_path: Path, sig: int
+) -> None:
+    """The watch's scheduled replicas audit waits on a slow bookie: SIGINT stops the audit at
+    once, records it INTERRUPTED through the spool and exits 130 with one line; SIGTERM, the
+    watch's ordinary stop, records it the same and exits 0."""
+    slow = cluster.bookie_ids[1]
+    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=60_000)
+    wh = str(tmp_path / "warehouse")
+    run = Running("watch", *_zk(cluster), "--warehouse", wh, "--every", "replicas=1h",
+                  "--poll-interval", "0.5s", "--read-timeout", "90s",
+                  "--spool-dir", str(tmp_path / "spool"), "--instance-id", "w1")  # fmt: skip
+    run.wait_for("the audit's list-entries at the slow bookie", _hit(cluster, [slow]))
+    run.signal(sig)
+    proc = run.finish()
+    # The take-over's lost audit may have completed before; the replicas audit never does.
+    (row,) = [r for r in delta.read_rows(wh, AUDIT_RUNS) if r["check"] == "replicas"]
+    assert row["status"] == RunStatus.INTERRUPTED, row
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 0 and not error_lines(proc), failure(proc)
+        assert not run.left_behind()
+        return
+    line = _interrupted(
+        proc, run, r"watch: interrupted \(SIGINT\); run (\S+) recorded as INTERRUPTED", sig
+    )
+    assert row["run_id"] in line
