@@ -17,13 +17,20 @@ workers included), peak RSS of each process, and the requests ZooKeeper received
   gone), ``blastradius`` with each executor of ``--executors``, and ``report``;
 - with ``--zk-rates``, the local lost audit again under each ``--zk-rate``.
 
+``--compare-with DIR`` is an A/B of two commits on one seeded farm: every audit and repair
+above runs from this checkout and from DIR (another checkout, e.g. a ``git worktree`` of the
+commit before a change, run with this virtualenv), alternating which goes first, so that
+whatever else loads the machine loads both; each side's repair loses an identity of its own.
+``--repeat N`` runs each audit N times a side. The names of DIR's measurements end in
+`` [DIR's name]``.
+
 A latency probe reads one znode every 10 ms on its own session through every command and
 reports p50, p99 and the maximum: what a broker would see meanwhile.
 
     .venv/bin/python bench/scale.py --ledgers 100000 [--bookies 100] [--executors local,spark]
         [--checks lost,sample] [--repair [--repair-executors local,spark] [--repair-in-flight 8,16]]
         [--zk-rates 0,20000,10000] [--commands whatif,blastradius,report] [--json FILE]
-        [--keep-warehouse DIR] [--logs DIR]
+        [--keep-warehouse DIR] [--logs DIR] [--compare-with DIR [--repeat N]]
 
 ``--keep-warehouse`` copies the first repair's warehouse (two audit runs and a repair run) to
 DIR before the cluster goes: ``bench/warehouse_history.py`` grows it to 30 runs.
@@ -152,16 +159,16 @@ def _cpu(p: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def measure(name: str, argv: list[str], zk: ZooKeeperServer) -> Measured:
-    """Run ``python -m jobs.cli ARGV`` and measure it, with a latency probe reading one znode
-    every 10 ms on a session of its own."""
+def measure(name: str, argv: list[str], zk: ZooKeeperServer, tree: Path = REPO) -> Measured:
+    """Run ``python -m jobs.cli ARGV`` in the checkout ``tree`` and measure it, with a latency
+    probe reading one znode every 10 ms on a session of its own."""
     peers_before = {k: _cpu(p) for k, p in PEERS.items()}
     read_before = FARM[0].entries_read() if FARM else 0
     with LatencyProbe(zk.connect_string, PROBE_PATH) as probe:
         before = zk_packets(zk)
         t0 = time.monotonic()
         cmd = [sys.executable, "-m", "jobs.cli", *argv]
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
         sampler = TreeSampler(proc.pid)
         sampler.start()
@@ -263,7 +270,24 @@ def main() -> None:
     p.add_argument("--json", help="append the results to this file")
     p.add_argument("--keep-warehouse", help="copy the first repair's warehouse here")
     p.add_argument("--logs", help="save each command's log (its stderr) in this directory")
+    p.add_argument(
+        "--compare-with",
+        type=Path,
+        default=None,
+        help="another checkout: run every audit and repair from it too, alternating (an A/B)",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="runs of each audit, per side")
     args = p.parse_args()
+    trees = [(REPO, "")]
+    if args.compare_with is not None:
+        trees.append((args.compare_with.resolve(), f" [{args.compare_with.name}]"))
+    turn = [0]
+
+    def in_turn() -> list[tuple[Path, str]]:
+        """The checkouts in this step's order: who goes first alternates."""
+        turn[0] += 1
+        return trees if turn[0] % 2 else trees[::-1]
+
     LOGS[:] = [Path(args.logs)] if args.logs else []
     commands = [c for c in args.commands.split(",") if c]
     unknown = set(commands) - set(READ_ONLY_COMMANDS)
@@ -276,12 +300,17 @@ def main() -> None:
             common = ["--zk", hosts, "--read-timeout", "5"]
 
             def audit(
-                name: str, executor: str, wh: str, rate: str | None = None, check: str = "lost"
+                name: str,
+                executor: str,
+                wh: str,
+                rate: str | None = None,
+                check: str = "lost",
+                tree: Path = REPO,
             ) -> Measured:
                 argv = ["audit", "--check", check, "--executor", executor, "--warehouse", wh]
                 argv += ["--connect-timeout", "5"]
                 argv += ["--zk-rate", rate] if rate is not None else []
-                m = measure(name, [*argv, *common], zk)
+                m = measure(name, [*argv, *common], zk, tree)
                 run = delta.latest_run(wh) or {}
                 counts = dict(run.get("counts") or [])
                 m.detail = {"status": run.get("status"), "ledgers": counts.get(CountKey.LEDGERS),
@@ -292,30 +321,32 @@ def main() -> None:
             audited: str | None = None  # the warehouse the read-only commands read
             for check in filter(None, args.checks.split(",")):
                 for ex in filter(None, args.executors.split(",")):
-                    wh = str(base / f"wh-{check}-{ex}")
-                    audit(f"audit {check} {ex}", ex, wh, check=check)
-                    if check == Check.LOST and audited is None:
-                        audited = wh
+                    for _ in range(args.repeat):
+                        for tree, tag in in_turn():
+                            wh = str(base / f"wh-{check}-{ex}{tag.strip(' []')}")
+                            audit(f"audit {check} {ex}{tag}", ex, wh, check=check, tree=tree)
+                            if check == Check.LOST and audited is None and not tag:
+                                audited = wh
             for rate in filter(None, args.zk_rates.split(",")):
                 wh = str(base / f"wh-r{rate}")
                 audit(f"audit lost local --zk-rate {rate}", "local", wh, rate)
             executors = filter(None, args.repair_executors.split(",")) if args.repair else []
             in_flight = [n for n in args.repair_in_flight.split(",") if n] or [None]
-            repairs = [(ex, n) for ex in executors for n in in_flight]
-            for k, (ex, n) in enumerate(repairs):
+            repairs = [(ex, n, t) for ex in executors for n in in_flight for t in in_turn()]
+            for k, (ex, n, (tree, tag)) in enumerate(repairs):
                 wh = str(base / f"wh-repair-{k}-{ex}")
                 lose_one(hosts, farm, k)
-                audit("audit lost after a loss", "local", wh)
+                audit(f"audit lost after a loss{tag}", "local", wh, tree=tree)
                 argv = ["rereplicate", "--executor", ex, "--grace-period", "0s"]
                 argv += ["--ledgers-in-flight", n] if n else []
-                name = f"rereplicate {ex}" + (f" --ledgers-in-flight {n}" if n else "")
-                m = measure(name, [*argv, "--warehouse", wh, *common], zk)
+                name = f"rereplicate {ex}" + (f" --ledgers-in-flight {n}" if n else "") + tag
+                m = measure(name, [*argv, "--warehouse", wh, *common], zk, tree)
                 acts = delta.read_rows(wh, ACTIONS)
                 repaired = {a["ledger_id"] for a in acts if a["action"] == "METADATA_UPDATE"}
                 per_min = round(len(repaired) / m.wall_s * 60)
                 m.detail = {"ledgers_repaired": len(repaired), "ledgers_per_min": per_min}
                 results.append(m)
-                if k == 0:
+                if k == 0 and not tag:
                     argv = ["listunderreplicated", "--warehouse", wh]
                     results.append(measure("listunderreplicated", argv, zk))
                     if args.keep_warehouse:
