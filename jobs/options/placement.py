@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from bklib.audit.placement import PlacementPolicyName, PlacementRule
-from bklib.meta.racks import DEFAULT_RACKS_ZNODE
+from bklib.meta.racks import DEFAULT_RACKS_ZNODE, RackDocument
 
 __all__ = [
     "PLACEMENT_AUTO",
@@ -16,6 +16,7 @@ __all__ = [
     "PLACEMENT_OFF",
     "PLACEMENT_ON",
     "add_placement_arguments",
+    "document_to_check",
     "rule_from_args",
 ]
 
@@ -41,8 +42,8 @@ def add_placement_arguments(parser: argparse.ArgumentParser, *, command: str) ->
             choices=PLACEMENT_MODES,
             default=PLACEMENT_AUTO,
             help="placement check of every closed ledger's ensembles (metadata only): auto = "
-            "when racks are known (the racks znode exists or --racks-file is given); on = "
-            "always (no racks is an error); off = never",
+            "when racks are configured (the racks znode or --racks-file names a rack for some "
+            "bookie); on = always (no rack document is an error); off = never",
         )
         parser.add_argument(
             "--racks-znode",
@@ -110,3 +111,17 @@ def rule_from_args(args: argparse.Namespace) -> PlacementRule:
         min_zones_per_write_quorum=getattr(args, "min_zones_per_write_quorum", 2),
         desired_zones_per_write_quorum=getattr(args, "desired_zones_per_write_quorum", 3),
     )
+
+
+def document_to_check(mode: str, document: RackDocument | None) -> RackDocument | None:
+    """The rack document the audit's placement pass checks against, or None for no pass.
+    ``off``: never. ``on``: whatever the document says, even no rack (the caller refuses a
+    missing document). ``auto``: only a document that names a rack: Pulsar's
+    ``initialize-cluster-metadata`` creates ``/bookies`` as ``{}`` on every cluster, and with
+    no rack configured every write set spans one rack, so every closed ledger would break a
+    rule nobody set (docs/placement.md)."""
+    if mode == PLACEMENT_OFF or document is None:
+        return None
+    if mode == PLACEMENT_AUTO and not document.racks:
+        return None
+    return document
