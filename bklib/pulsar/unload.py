@@ -63,8 +63,8 @@ def topics_to_unload(
 
 def topics_awaiting_unload(actions: Iterable[Mapping[str, Any]]) -> list[str]:
     """Topics whose latest ``UNLOAD_TOPIC`` row (dry runs aside) is not DONE or SKIPPED: a
-    repair changed their ledgers and no unload has reached their broker since (FAILED: the
-    admin API refused or was not given)."""
+    repair changed their ledgers and no unload has reached their broker since (MANUAL: the
+    admin API was not given, the operator's step; FAILED: the admin API refused)."""
     latest: dict[str, Mapping[str, Any]] = {}
     for a in actions:
         if a["action"] != ActionKind.UNLOAD_TOPIC or not a.get("topic"):
@@ -87,8 +87,9 @@ def operator_command(topic: str) -> str:
 @dataclass(frozen=True)
 class UnloadOutcome:
     """One topic's unload: ``status`` is DONE, PLANNED (dry run), SKIPPED (the topic no longer
-    exists, so no broker holds it) or FAILED (``error`` says why; the topic still needs one,
-    and a later run with the admin API retries it)."""
+    exists, so no broker holds it), MANUAL (no admin API was given: the operator runs
+    ``error``'s command, or a later run with the admin API does it) or FAILED (the admin API
+    refused; ``error`` says why, and a later run with the admin API retries it)."""
 
     topic: str
     ledger_ids: tuple[int, ...]
@@ -110,8 +111,9 @@ def unload_topics(
     """Unload each topic of ``plan`` once, at most ``per_second`` a second (each unload makes
     the topic's producers and consumers reconnect). Never raises for the admin API: once it is
     unreachable, the remaining topics fail with the same error without more attempts. Without
-    an ``admin`` each topic is FAILED with the command that would unload it, so the need is
-    on record until a later run (or the operator) does it."""
+    an ``admin`` nothing was asked of the admin API, so nothing failed: each topic is MANUAL,
+    with the command that would unload it, so the need is on record until a later run (or
+    the operator) does it."""
     out: list[UnloadOutcome] = []
     interval = 1.0 / per_second if per_second > 0 else 0.0
     unreachable: str | None = None
@@ -123,7 +125,7 @@ def unload_topics(
             continue
         if admin is None:
             why = f"not unloaded: no --pulsar-admin-url; run {operator_command(topic)}"
-            out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.FAILED, why, t0, t0))
+            out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.MANUAL, why, t0, t0))
             continue
         if unreachable is not None:
             out.append(UnloadOutcome(topic, tuple(lids), ActionStatus.FAILED, unreachable, t0, t0))

@@ -153,8 +153,8 @@ def test_rate_and_outcomes_against_a_broker(broker: str) -> None:
     assert len(sleeps) == 2 and all(1.5 < s <= 2.0 for s in sleeps)
     dry = unload_topics(None, plan, dry_run=True)
     assert {o.status for o in dry} == {ActionStatus.PLANNED} and len(_Broker.seen) == 6
-    named = unload_topics(None, plan)  # no admin API: recorded as still needed, with the command
-    assert {o.status for o in named} == {ActionStatus.FAILED}
+    named = unload_topics(None, plan)  # no admin API: the operator's step, with the command
+    assert {o.status for o in named} == {ActionStatus.MANUAL}
     assert "pulsar-admin topics unload persistent://a/b/t1" in str(named[0].error)
 
 
@@ -175,8 +175,8 @@ def test_topics_awaiting_unload_until_a_later_unload() -> None:
         }
 
     rows = [
-        unload("persistent://a/b/t1", ActionStatus.FAILED, 1),  # no URL, or refused
-        unload("persistent://a/b/t2", ActionStatus.FAILED, 1),
+        unload("persistent://a/b/t1", ActionStatus.MANUAL, 1),  # no URL given
+        unload("persistent://a/b/t2", ActionStatus.FAILED, 1),  # the admin API refused
         unload("persistent://a/b/t2", ActionStatus.DONE, 2),  # a later run did it
         unload("persistent://a/b/t3", ActionStatus.SKIPPED, 1),  # deleted meanwhile
         unload("persistent://a/b/t4", ActionStatus.PLANNED, 1),  # a dry run changes nothing
