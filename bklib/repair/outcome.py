@@ -8,10 +8,23 @@ from typing import Any
 
 from bklib.states import ActionKind, ActionStatus
 
-__all__ = ["REPAIRED", "RESOLVED", "repair_status"]
+__all__ = ["DRY_RUN", "REPAIRED", "RESOLVED", "as_planned", "repair_status"]
 
 REPAIRED = "REPAIRED"
 """A ledger whose latest repair since the audit did its work and left nothing to do."""
+
+DRY_RUN = ActionStatus.PLANNED
+"""The outcome of a ledger whose deciding run was a dry run: only ``--dry-run`` writes
+PLANNED (:func:`as_planned`), so a reader marks it as a dry run (never as a repair), and the
+deciding row's ``error``, if any, is what the real run would meet (docs/repair.md)."""
+
+
+def as_planned(status: str) -> str:
+    """The status a dry run records for a step whose real run would end in ``status``: a dry
+    run does nothing, so nothing of it failed, waited or was locked out; each such step is
+    PLANNED, and its row's ``error`` says why the real run would not do it. SKIPPED stays
+    (nothing to do is a fact the dry run read, as a real run would)."""
+    return status if status in ActionStatus.FINAL else ActionStatus.PLANNED
 
 
 def repair_status(
@@ -19,7 +32,7 @@ def repair_status(
 ) -> dict[int, tuple[str, dict[str, Any]]]:
     """Per ledger, what the repair runs that started after ``since`` left it in, with the
     deciding run's last action row: REPAIRED (a run did its work and left nothing to do),
-    SKIPPED (nothing to do: already repaired or deleted), PLANNED (a dry run), or the first
+    SKIPPED (nothing to do: already repaired or deleted), PLANNED (:data:`DRY_RUN`), or the first
     unfinished status (WAITING_GRACE, FAILED, NO_REPLICA, LOCKED, ...). A later run that only
     skips the ledger does not undo an earlier repair."""
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {}

@@ -39,6 +39,7 @@ from bklib.meta.registration import BookieRegistry
 from bklib.meta.store import Versioned
 from bklib.repair.actions import Action, describe, recovery_swap, replace_in_segment
 from bklib.repair.context import RepairContext, RepairSettings
+from bklib.repair.outcome import as_planned
 from bklib.repair.placement_fix import fix_placement
 from bklib.repair.plan import (
     FragmentWork,
@@ -98,6 +99,9 @@ class LedgerRepairer(RepairContext):
                     req.ledger_id, ActionKind.SKIP, ActionStatus.FAILED, error=describe(exc)
                 ).finish()
             ]
+        if self.settings.dry_run:  # a plan: nothing of it failed (docs/repair.md, "Dry run")
+            for a in actions:
+                a.status = as_planned(a.status)
         for a in actions:
             log.debug(
                 "ledger %d segment %s: %s %s%s%s",

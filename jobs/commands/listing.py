@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from bklib.audit.completeness import incomplete_line
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.pulsar.unload import operator_command, topics_awaiting_unload
-from bklib.repair.outcome import REPAIRED, RESOLVED
+from bklib.repair.outcome import DRY_RUN, REPAIRED, RESOLVED
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, Reason, Severity
 from jobs.reports.arrow_queries import repair_status_of
 from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
@@ -120,13 +120,22 @@ class RepairsSince:
         """From :func:`repair_status_of`'s table, the notes made over its columns."""
         outcome = decided["outcome"]
         error = _text(decided, "error", falsy_is_null=True)
+        has_error = pc.fill_null(pc.is_valid(error), False)
         why = pc.if_else(
-            pc.fill_null(pc.and_(pc.not_equal(outcome, REPAIRED), pc.is_valid(error)), False),
+            pc.and_(pc.not_equal(outcome, REPAIRED), has_error),
             pc.binary_join_element_wise(": ", error, ""),
             "",
         )
+        # A dry run repaired nothing and failed nothing: its note says what the real run
+        # would do (DRY_RUN), never a status a repair would leave.
+        dry = pc.equal(outcome, DRY_RUN)
+        said = pc.if_else(
+            dry,
+            pc.if_else(has_error, "dry run since: would not repair", "dry run since: would repair"),
+            pc.binary_join_element_wise("repair since: ", outcome, ""),
+        )
         note = pc.binary_join_element_wise(
-            "repair since: ", outcome, why, " (", decided["mode"], " ", decided["run_id"],
+            said, why, " (", decided["mode"], " ", decided["run_id"],
             ", ", _text(decided, "started_at"), ")", "",
         )  # fmt: skip
         ids = decided["ledger_id"].to_pylist()
