@@ -50,6 +50,7 @@ from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
     DEFAULT_LEDGERS_ROOT,
     UNKNOWN_RACK,
+    BookieState,
     Reason,
     Verdict,
 )
@@ -191,14 +192,16 @@ def load_state(
         found, state.audit_run_id = findings_missing(warehouse)
         state.missing = current_missing(found, views)
     log.info(
-        "whatif: %d ledgers, %d writable, %d read-only, %d lost bookies, %d missing replicas "
-        "from audit %s; %.1fs",
+        "whatif: %d ledgers; bookies: %d %s, %d %s, %d %s; %d missing replicas from %s; %.1fs",
         len(views),
         len(state.writable),
+        BookieState.WRITABLE,
         len(state.readonly),
+        BookieState.READONLY,
         len(state.lost),
+        BookieState.LOST,
         len(state.missing),
-        state.audit_run_id,
+        _audit_used(state),
         time.monotonic() - t0,
     )
     return state
@@ -277,6 +280,11 @@ def _fmt_ranges(imp: LedgerImpact) -> str:
     return text + (" ..." if imp.lost_ranges_truncated else "")
 
 
+def _audit_used(state: ClusterState) -> str:
+    """Which audit run the answer counts the missing replicas of: its id, or none."""
+    return f"audit {state.audit_run_id}" if state.audit_run_id else "no audit"
+
+
 def format_whatif(res: WhatIfResult, state: ClusterState, max_ledgers: int = 50) -> str:
     """The report text."""
     lines = [*res.notes]
@@ -285,10 +293,13 @@ def format_whatif(res: WhatIfResult, state: ClusterState, max_ledgers: int = 50)
         + ", ".join(sorted(res.failed))
     )
     if state.lost:
-        lines.append("already lost: " + ", ".join(sorted(state.lost)))
+        lines.append(f"already {BookieState.LOST}: " + ", ".join(sorted(state.lost)))
     if state.audit_run_id:
+        lines.append(f"missing replicas from {_audit_used(state)}: {len(state.missing)} fragments")
+    else:  # say so: the answer counts only what the metadata and registrations show
         lines.append(
-            f"missing replicas from audit {state.audit_run_id}: {len(state.missing)} fragments"
+            f"{_audit_used(state)}: replicas an audit found missing are not counted "
+            "(--warehouse counts the latest audit's)"
         )
     below = [i for i in res.impacts if i.below_aq]
     lost = [i for i in res.impacts if i.lost]

@@ -149,10 +149,8 @@ def spark_blast_radius(
         writable = frozenset(states[BookieState.WRITABLE])
         registered = sorted(writable | states[BookieState.READONLY])
         log.info(
-            "blastradius on spark: %d writable, %d read-only, %d lost bookies, %d missing replicas",
-            len(writable),
-            len(states[BookieState.READONLY]),
-            len(lost),
+            "blastradius on spark: bookies: %s; %d missing replicas",
+            ", ".join(f"{len(states[s])} {s}" for s in BookieState.ALL),
             len(missing),
         )
         scopes = blast_radius_df(
