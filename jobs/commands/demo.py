@@ -28,6 +28,7 @@ from bklib.meta.stores import open_store
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
 from jobs.options.units import parse_duration
+from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus
 
 log = logging.getLogger(__name__)
@@ -170,8 +171,6 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run the whole story; returns 0 when every step behaved as expected."""
-    from jobs.commands.audit import add_audit_arguments, run_audit
-    from jobs.commands.repair import add_repair_arguments, run_rereplicate
     from jobs.commands.sandbox import prepare_zookeeper
 
     missing = prepare_zookeeper()
@@ -188,7 +187,36 @@ def run_demo(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
 
     _step(1, total, f"sandbox: ZooKeeper + {args.bookies} Python bookies under {base}")
-    with Sandbox(base / "cluster", num_bookies=args.bookies) as sb:
+    sb = Sandbox(base / "cluster", num_bookies=args.bookies)
+    # Ctrl-C stops the sandbox on the way out (the with below); a second one, which leaves at
+    # once (jobs.runtime.interrupts), kills its processes first: none is left behind.
+    forget = interrupts.at_exit_now(lambda: _kill_sandbox(sb))
+    try:
+        return _story(args, sb, base, warehouse, total, t_start)
+    except (interrupts.Interrupted, KeyboardInterrupt):
+        if not args.dir:  # nothing to look at in a throw-away sandbox stopped half-way
+            shutil.rmtree(base, ignore_errors=True)
+        raise
+    finally:
+        forget()
+
+
+def _kill_sandbox(sb: Sandbox) -> None:
+    """SIGKILL every process of ``sb`` still running (the process leaves at once)."""
+    procs = [b.proc for b in sb.bookies] + [sb.zk_server.proc if sb.zk_server else None]
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+def _story(
+    args: argparse.Namespace, sb: Sandbox, base: Path, warehouse: Path, total: int, t_start: float
+) -> int:
+    """Steps 1 to 9 on ``sb`` (started here, stopped on the way out, whatever happens)."""
+    from jobs.commands.audit import add_audit_arguments, run_audit
+    from jobs.commands.repair import add_repair_arguments, run_rereplicate
+
+    with sb:
         print(f"  ZooKeeper {sb.zk_connect}; bookies {', '.join(sb.bookie_ids)}")
 
         _step(2, total, f"workload: {args.ledgers} ledgers through the bklib writer")

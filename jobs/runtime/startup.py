@@ -52,9 +52,11 @@ def check_before_connecting(args: argparse.Namespace, spark: Any = None) -> None
         _check_spark()
     warehouse = getattr(args, "warehouse", None)
     if warehouse:
-        from jobs.tables import delta
+        # delta.check_writable(warehouse, ()) without importing pyarrow: a failing start is
+        # said in about a second.
+        from jobs.tables.warehouse_probe import WarehouseUnusable, probe_warehouse
 
         try:
-            delta.check_writable(str(warehouse), ())
-        except delta.TableError as exc:
+            probe_warehouse(str(warehouse))
+        except WarehouseUnusable as exc:
             raise StartupError(str(exc)) from None

@@ -41,7 +41,7 @@ class Running:
     """A ``bkaudit`` subprocess in a session of its own, its output read as it comes, and
     every process it started seen while it ran."""
 
-    def __init__(self, *argv: str) -> None:
+    def __init__(self, *argv: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", *argv],
             cwd=REPO,
@@ -49,11 +49,14 @@ class Running:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         self.me = psutil.Process(self.proc.pid)
         self.out: list[str] = []
         self.err: list[str] = []
         self.children: set[psutil.Process] = set()
+        self.seen: list[list[str]] = []
+        """The command lines of the processes it started."""
         self._readers = [
             threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
             threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
@@ -81,7 +84,11 @@ class Running:
 
     def _see_children(self) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
-            self.children.update(self.me.children(recursive=True))
+            for p in self.me.children(recursive=True):
+                if p not in self.children:
+                    self.children.add(p)
+                    with contextlib.suppress(psutil.Error):
+                        self.seen.append(p.cmdline())
 
     def signal(self, sig: int = signal.SIGINT, *, group: bool = False) -> None:
         """``sig`` to the command, or to its whole process group as a terminal's Ctrl-C."""
@@ -103,13 +110,16 @@ class Running:
             self.proc.args, self.proc.returncode, "".join(self.out), self.stderr()
         )
 
-    def left_behind(self) -> list[psutil.Process]:
-        """The processes it started that are still alive (zombies count as gone)."""
+    def left_behind(self) -> list[str]:
+        """The processes it started that are still alive (zombies count as gone), once each
+        had a few seconds to see its parent gone (multiprocessing's resource tracker reads
+        until its pipe closes); their command lines."""
+        _, waiting = psutil.wait_procs(list(self.children), timeout=10)
         alive = []
-        for p in self.children:
+        for p in waiting:
             try:
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
+                    alive.append(" ".join(p.cmdline()))
             except psutil.NoSuchProcess:
                 pass
         return alive
@@ -279,3 +289,18 @@ def test_the_watch_stopped_mid_audit_records_it_as_interrupted(
         proc, run, r"watch: interrupted \(SIGINT\); run (\S+) recorded as INTERRUPTED", sig
     )
     assert row["run_id"] in line
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("times", [1, 2])
+def test_demo_interrupted_mid_workload_leaves_no_sandbox_behind(tmp_path: Path, times: int) -> None:
+    """Ctrl-C while the demo writes its workload: one line, 130, and its sandbox (a ZooKeeper
+    JVM, Python bookies) stopped, also when a second Ctrl-C makes it leave at once."""
+    env = {"BKAUDIT_PROGRESS": "off"}
+    run = Running("demo", "--ledgers", "200", "--bookies", "4", "--dir", str(tmp_path), env=env)
+    run.wait_for("the workload step", lambda: any("== [2/9]" in x for x in run.out))
+    for _ in range(times):
+        run.signal(signal.SIGINT)
+    proc = run.finish()
+    _interrupted(proc, run, r"demo: interrupted \(SIGINT\)(; .*)?", signal.SIGINT)
+    assert any("zookeeper" in " ".join(cmd).lower() for cmd in run.seen), run.seen

@@ -224,14 +224,9 @@ class OxiaStore(MetadataStore):
         """A client with a fresh identity that answered one listing of every shard, within
         ``timeout``; StoreUnavailable (one line) otherwise."""
         identity = f"bkaudit-{uuid.uuid4().hex}"
-        host, _, port = self.address.rpartition(":")
-        try:
-            server = (host.strip("[]"), int(port))
-        except ValueError:
-            raise StoreUnavailable(f"cannot connect to Oxia at {self.locator}: bad port") from None
         # A refused, unresolvable or silent address fails now (Unreachable, naming the cause),
         # not after the client's retries.
-        check_reachable([server], "Oxia", timeout=min(timeout, CONNECT_TIMEOUT))
+        _check_reachable(self.address, timeout)
         from bklib.meta.stores.oxia_transport import probe, secure_client
 
         # A wrong CA or token is one line now (OxiaSecurityError), not the client's retries.
@@ -603,6 +598,16 @@ def _reason(exc: BaseException | None) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _check_reachable(address: str, timeout: float) -> None:
+    """:func:`~bklib.meta.stores.reachability.check_reachable` for ``HOST:PORT``."""
+    host, _, port = address.rpartition(":")
+    try:
+        server = (host.strip("[]"), int(port))
+    except ValueError:
+        raise StoreUnavailable(f"cannot connect to Oxia at {address}: bad port") from None
+    check_reachable([server], "Oxia", timeout=min(timeout, CONNECT_TIMEOUT))
+
+
 def connect_oxia(
     address: str,
     namespace: str,
@@ -615,5 +620,6 @@ def connect_oxia(
     :class:`StoreUnavailable` (one line) when the server cannot be reached within ``timeout``,
     :class:`~bklib.meta.stores.oxia_transport.OxiaSecurityError` when it refuses the
     certificate or the token, :class:`OxiaClientMissing` without the extra."""
+    _check_reachable(address, timeout)  # before the client is imported: said in a second
     store = OxiaStore(address, namespace, session_timeout_ms=session_timeout_ms, access=access)
     return store.open(timeout)

@@ -32,7 +32,7 @@ CONNECT_TIMEOUT = 5.0
 """Longest wait for one TCP connect: an address that neither accepts nor refuses by then
 (an unroutable address, a firewall that drops) has timed out."""
 
-RETRY_FOR = 1.0
+RETRY_FOR = 0.5
 """How long a refusal or a temporary DNS failure is retried before it is the answer: a server
 restarting under us is back within it, a wrong port or name is not."""
 
