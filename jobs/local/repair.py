@@ -181,8 +181,11 @@ class LocalRepair:
         # Past --stop-timeout the finished ledgers' rows are written from the timer, the
         # session closed (its locks deleted at once), and the process leaves.
         def abandon() -> None:
-            record.write(list(rows))
+            done = list(rows)
+            record.write(done)
             self.session.close()
+            ledgers = len({r["ledger_id"] for r in done})
+            interrupts.note(f"{cfg.mode} {self.run_id}: the actions of {ledgers} ledgers recorded")
 
         # A bar with an ETA on a terminal, a line every few seconds otherwise.
         with (

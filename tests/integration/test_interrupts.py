@@ -304,3 +304,43 @@ def test_demo_interrupted_mid_workload_leaves_no_sandbox_behind(tmp_path: Path, 
     proc = run.finish()
     _interrupted(proc, run, r"demo: interrupted \(SIGINT\)(; .*)?", signal.SIGINT)
     assert any("zookeeper" in " ".join(cmd).lower() for cmd in run.seen), run.seen
+
+
+def test_rereplicate_past_its_stop_timeout_leaves_with_its_rows_and_no_lock(
+    cluster: AuditCluster, tmp_path: Path
+) -> None:
+    """The ledgers in flight need longer than --stop-timeout: the process leaves at the
+    timeout, with one line, 130, the finished ledgers' rows written and its session closed
+    (no lock left); the rerun converges and copies no segment twice."""
+    b0, b1, b2, b3 = cluster.bookie_ids
+    wh = str(tmp_path / "warehouse")
+    cluster.sandbox.stop_bookie(b2)
+    audit = bkaudit("audit", *_zk(cluster), "--warehouse", wh, "--check", "lost",
+                    "--executor", "local")  # fmt: skip
+    assert audit.returncode == 0, failure(audit)
+    writers = [b0, b1, b3]
+    for b in writers:  # ten adds one after another: three seconds a ledger, past the timeout
+        cluster.admin(b).add_fault("delay", ops=["ADD_ENTRY"], delay_ms=300)
+    repair = ["rereplicate", *_zk(cluster), "--warehouse", wh, "--executor", "local",
+              "--grace-period", "0s", "--read-timeout", "10s"]  # fmt: skip
+    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2", "--local-processes", "1",
+                  "--stop-timeout", "1s")  # fmt: skip
+    run.wait_for("a copy's first add", _hit(cluster, writers))
+    run.signal(signal.SIGINT)
+    proc = run.finish()
+    _interrupted(
+        proc,
+        run,
+        r"rereplicate: interrupted \(SIGINT\); rereplicate \S+: the actions of \d+ ledgers "
+        r"recorded; the work in flight was abandoned after --stop-timeout 1s \(its locks go "
+        r"with the session\)",
+        signal.SIGINT,
+    )
+    assert _locks(cluster) == []
+
+    for b in writers:
+        cluster.admin(b).clear_faults()
+    again = bkaudit(*repair)
+    assert again.returncode == 0, failure(again)
+    copies = _copies(wh)
+    assert len(copies) == 12 and set(copies.values()) == {1}, copies
