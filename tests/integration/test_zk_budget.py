@@ -66,12 +66,12 @@ def test_an_audit_under_zk_rate_finds_everything_and_takes_its_time(
     wh = str(tmp_path / "wh")  # type: ignore[operator]
     start = time.monotonic()
     proc = bkaudit(
-        "audit", "--zk", zk_chroot, "--warehouse", wh, "--check", "lost",
+        "-v", "audit", "--zk", zk_chroot, "--warehouse", wh, "--check", "lost",
         "--executor", "local", "--zk-rate", "150",
     )  # fmt: skip
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert "300 ledgers, 300 under-replicated" in proc.stdout
-    assert "ZooKeeper budget: 150 requests/s from this process" in proc.stderr
+    assert "ZooKeeper budget: 150 requests/s from this process" in proc.stderr  # -v: DEBUG
     # At least the 300 ledger reads drew from a 150/s budget holding 15 at the start.
     assert elapsed >= (300 - 15) / 150, elapsed
