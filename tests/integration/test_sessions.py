@@ -9,6 +9,9 @@ the client ports of ZooKeeper's ``cons`` list.
 - a Spark audit: at most 2 from the driver (each task opens its own);
 - a watch that has run three more audits and a repair: not one session more than after its
   first cycle.
+
+On Oxia the server counts its clients' shard-assignment streams: the same bounds per store,
+and a Spark driver's one store is counted where it is made.
 """
 
 from __future__ import annotations
@@ -274,6 +277,41 @@ def test_on_oxia_a_command_opens_one_store_and_each_worker_one(
 
     n = oxia_clients_created(oxia, repair)
     assert 1 + workers <= n <= per_store * (1 + workers), n
+
+
+def test_on_oxia_a_spark_audit_driver_opens_one_store(
+    oxia: OxiaServer,
+    oxia_cluster: AuditCluster,
+    tmp_path: Path,
+    spark: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's stores, counted where they are made (gRPC shares one TCP connection
+    among a process's channels to one server, so the driver's cannot be told apart by port as
+    ZooKeeper's are); the server's count bounds every process's, the tasks' included."""
+    from bklib.meta.stores.oxia import OxiaStore
+
+    made: list[OxiaStore] = []
+    init = OxiaStore.__init__
+
+    def counted(self: OxiaStore, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    c = oxia_cluster
+    b = c.bookie_ids
+    for i in range(8):
+        c.ledger([b[i % 4], b[(i + 1) % 4], b[(i + 2) % 4]], 10, wq=2, aq=2)
+    c.sandbox.stop_bookie(b[3])
+    args: argparse.Namespace = audit_args(c.zk, str(tmp_path / "wh"), "lost")
+    args.executor = "spark"
+    monkeypatch.setattr(OxiaStore, "__init__", counted)
+    total = oxia_clients_created(oxia, lambda: run_audit(args, spark))
+    assert len(made) == 1, made
+    # A lost audit's tasks that read the store: the scan's and the re-read's (one store each
+    # when its partition is not empty), ``defaultParallelism`` of each.
+    tasks = 2 * spark.sparkContext.defaultParallelism
+    assert 1 <= total <= OXIA_STREAMS_PER_STORE * (1 + tasks), total
 
 
 def test_on_oxia_a_watch_opens_no_client_after_its_first_cycle(
