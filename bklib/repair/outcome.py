@@ -34,7 +34,8 @@ def repair_status(
     deciding run's last action row: REPAIRED (a run did its work and left nothing to do),
     SKIPPED (nothing to do: already repaired or deleted), PLANNED (:data:`DRY_RUN`), or the first
     unfinished status (WAITING_GRACE, FAILED, NO_REPLICA, LOCKED, ...). A later run that only
-    skips the ledger does not undo an earlier repair."""
+    skips the ledger does not undo an earlier repair, and a dry run undoes no real run's
+    outcome: it decides only a ledger no real run has touched since."""
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for a in sorted(actions, key=lambda a: a["started_at"]):
         if a["action"] in ActionKind.NOT_LEDGER_REPAIRS:
@@ -43,18 +44,25 @@ def repair_status(
             runs.setdefault(a["ledger_id"], {}).setdefault(a["run_id"], []).append(a)
     out: dict[int, tuple[str, dict[str, Any]]] = {}
     for lid, by_run in runs.items():
-        for rows in by_run.values():  # in the order the runs started
-            unfinished = [r["status"] for r in rows if r["status"] not in ActionStatus.FINAL]
-            if unfinished:
-                outcome = unfinished[0]
-            elif any(r["status"] == ActionStatus.DONE for r in rows):
-                outcome = REPAIRED
-            else:
-                outcome = rows[-1]["status"]
+        decided = [(_run_outcome(rows), rows) for rows in by_run.values()]  # in start order
+        if any(outcome != DRY_RUN for outcome, _ in decided):  # a plan changed nothing
+            decided = [(outcome, rows) for outcome, rows in decided if outcome != DRY_RUN]
+        for outcome, rows in decided:
             if outcome == ActionStatus.SKIPPED and out.get(lid, ("",))[0] == REPAIRED:
                 continue
             out[lid] = (outcome, rows[-1])
     return out
+
+
+def _run_outcome(rows: list[dict[str, Any]]) -> str:
+    """One run's outcome for one ledger: its first unfinished status, else REPAIRED when it
+    did work, else its last row's (final) status."""
+    unfinished = [r["status"] for r in rows if r["status"] not in ActionStatus.FINAL]
+    if unfinished:
+        return str(unfinished[0])
+    if any(r["status"] == ActionStatus.DONE for r in rows):
+        return REPAIRED
+    return str(rows[-1]["status"])
 
 
 RESOLVED = (REPAIRED, ActionStatus.SKIPPED)

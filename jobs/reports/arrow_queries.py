@@ -16,9 +16,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bklib.repair.outcome import REPAIRED
+from bklib.repair.outcome import DRY_RUN, REPAIRED
 from bklib.states import ActionKind, ActionStatus
-from jobs.reports.queries import SEVERITIES, Row, recent_runs
+from jobs.reports.queries import SEVERITIES, UNKNOWN_SEVERITY, Row, recent_runs
 
 __all__ = [
     "finished_span_seconds",
@@ -199,10 +199,19 @@ def repair_status_of(actions: pa.Table, since: datetime | None) -> pa.Table:
         [("pos", "min"), ("pos", "max"), ("unfinished", "first"), ("done", "any"),
          ("status", "last")]
     )  # fmt: skip
-    outcome = pc.coalesce(
-        runs["unfinished_first"],
-        pc.if_else(runs["done_any"], REPAIRED, runs["status_last"]),
+    runs = runs.append_column(
+        "outcome",
+        pc.coalesce(
+            runs["unfinished_first"],
+            pc.if_else(runs["done_any"], REPAIRED, runs["status_last"]),
+        ),
     )
+    # A dry run undoes no real run's outcome: it decides only a ledger no real run touched.
+    runs = runs.append_column("real", pc.not_equal(runs["outcome"], DRY_RUN))
+    touched = runs.group_by("ledger_id", use_threads=False).aggregate([("real", "any")])
+    runs = runs.join(touched, "ledger_id")
+    runs = runs.filter(pc.or_(runs["real"], pc.invert(runs["real_any"])))
+    outcome = runs["outcome"]
     skipped = pc.equal(outcome, ActionStatus.SKIPPED)
     # Per ledger, its runs in the order they started: the last run decides, except that a
     # SKIPPED run does not undo the REPAIRED run before it (nor the SKIPPED ones after that).

@@ -58,3 +58,26 @@ def test_both_reports_agree_after_a_partial_repair() -> None:
         None,
         None,
     ]
+
+
+def test_a_dry_run_decides_only_a_ledger_no_real_run_touched() -> None:
+    import pyarrow as pa
+
+    from bklib.repair.outcome import DRY_RUN
+    from jobs.reports.arrow_queries import repair_status_of
+    from jobs.tables.delta import arrow_rows
+
+    actions = [
+        # Ledger 1: a real run failed, a dry run since: still FAILED (a plan changed nothing).
+        _act(1, "b1", ActionKind.COPY, ActionStatus.FAILED, 1, run="r1"),
+        _act(1, "b1", ActionKind.COPY, ActionStatus.PLANNED, 2, run="r2"),
+        # Ledger 2: only a dry run: it decides, as a dry run.
+        _act(2, "b1", ActionKind.COPY, ActionStatus.PLANNED, 2, run="r2"),
+        # Ledger 3: a dry run, then a real repair: the repair decides.
+        _act(3, "b1", ActionKind.COPY, ActionStatus.PLANNED, 2, run="r2"),
+        _act(3, "b1", ActionKind.COPY, ActionStatus.DONE, 3, run="r3"),
+    ]
+    listed = {lid: (o, a["run_id"]) for lid, (o, a) in repair_status(actions, AUDIT).items()}
+    assert listed == {1: (ActionStatus.FAILED, "r1"), 2: (DRY_RUN, "r2"), 3: ("REPAIRED", "r3")}
+    decided = arrow_rows(repair_status_of(pa.Table.from_pylist(actions), AUDIT))
+    assert {d["ledger_id"]: (d["outcome"], d["run_id"]) for d in decided} == listed
