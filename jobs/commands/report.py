@@ -2,19 +2,23 @@
 
     bkaudit report --warehouse PATH --out report.html [--run-id R] [--runs 30]
 
-The page has three charts (under-replicated fragments per bookie by severity, findings per
-severity over the recent audit runs, repair throughput over time), the ledgers whose repair is
-stuck (WAITING_GRACE or NO_REPLICA) and the findings table of the latest completed audit run
+The page shows the latest finished run of each audit check (a sample audit's unreachable
+findings stay after a later lost audit), the lost bookies with the time since each loss and
+its time to repair, each bookie's state and last answer, the repair runs (a dry run marked),
+the repair failures with their reasons, the manual steps, three charts (fragments per bookie
+by severity, findings per severity over the recent audit runs, repair throughput), the
+stuck ledgers and the findings table; a job that never ran says "not run"
 (docs/operations.md).
 
 Three layers under :mod:`jobs.reports`, kept apart so each is tested on its own:
 
-* :mod:`jobs.reports.queries`: plain-Python functions over rows of the Delta tables (also
-  used by ``notebooks/underreplication.ipynb``);
-* :mod:`jobs.reports.data`: reads the tables through delta-rs (no JVM) and runs the queries
-  into small Python lists (:class:`~jobs.reports.data.ReportData`);
-* :mod:`jobs.reports.charts` and :mod:`jobs.reports.page`: pure functions from those lists
-  to SVG and HTML strings.
+* :mod:`jobs.reports.queries`, :mod:`~jobs.reports.bookies`, :mod:`~jobs.reports.repairs`:
+  plain-Python functions over rows of the Delta tables (the first also used by
+  ``notebooks/underreplication.ipynb``);
+* :mod:`jobs.reports.data` and :mod:`~jobs.reports.incident`: read the tables through delta-rs
+  (no JVM) and run the queries into small Python lists (:class:`~jobs.reports.data.ReportData`);
+* :mod:`jobs.reports.charts`, :mod:`~jobs.reports.sections` and :mod:`jobs.reports.page`:
+  pure functions from those lists to SVG and HTML strings.
 
 This module is the command line only. Exit status: 0 when the page was written, 2 on error
 (no warehouse, no completed run).

@@ -160,6 +160,7 @@ def severity_over_runs(
         {
             **r,
             **per_sev[r["run_id"]],
+            UNKNOWN_SEVERITY: total[r["run_id"]] - sum(per_sev[r["run_id"]].values()),
             "fragments": total[r["run_id"]],
             "underreplicated_ledgers": ledgers[r["run_id"]],
         }

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from bklib.states import ActionKind, ActionStatus, RunStatus, Severity
+from bklib.states import ActionKind, ActionStatus, Reason, RunStatus, Severity
 
 Row = dict[str, Any]
 
@@ -66,6 +66,53 @@ def fragments_per_bookie(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:
     ]
 
 
+def run_recency(run: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Sort key of audit runs, newest last: the rule of :func:`jobs.tables.delta.latest_run`
+    (finished before unfinished, then finished_at or started_at, then started_at)."""
+    return (run["finished_at"] is not None, run["finished_at"] or run["started_at"],
+            run["started_at"])  # fmt: skip
+
+
+def latest_run_per_check(
+    runs: Iterable[Mapping[str, Any]], checks: Sequence[str] = ()
+) -> list[Row]:
+    """Each check's latest finished audit run, in the order of ``checks`` (the registry's),
+    then any other check by name. A ``lost`` audit after a ``sample`` one does not hide what
+    the sample found: it did not ask the bookies."""
+    best: dict[str, Mapping[str, Any]] = {}
+    for r in runs:
+        if r["status"] not in RunStatus.FINISHED:
+            continue
+        cur = best.get(r["check"])
+        if cur is None or run_recency(r) > run_recency(cur):
+            best[r["check"]] = r
+    order = {c: i for i, c in enumerate(checks)}
+    keys = sorted(best, key=lambda c: (order.get(c, len(order)), c or ""))
+    return [dict(best[c]) for c in keys]
+
+
+def merge_run_findings(
+    runs: Sequence[Mapping[str, Any]], fragments: Iterable[Mapping[str, Any]]
+) -> list[Row]:
+    """The findings of several checks' latest runs as one list: one row per fragment
+    (ledger, segment, bookie), the newest run's. A BOOKIE_LOST finding of an older run is
+    dropped when a newer run exists, since every check finds lost bookies: it was repaired,
+    or the bookie came back. Findings only a reading check makes (unreachable, missing,
+    corrupt) stay until that check runs again."""
+    rank = {r["run_id"]: i for i, r in enumerate(sorted(runs, key=run_recency))}
+    newest = len(rank) - 1
+    best: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
+    for f in fragments:
+        pos = rank.get(f["run_id"])
+        if pos is None or (f["reason"] == Reason.BOOKIE_LOST and pos < newest):
+            continue
+        k = (f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"])
+        cur = best.get(k)
+        if cur is None or pos > rank[cur["run_id"]]:
+            best[k] = f
+    return [dict(best[k]) for k in sorted(best, key=lambda k: (k[0], k[1], k[2]))]
+
+
 def recent_runs(runs: Iterable[Mapping[str, Any]], limit: int = DEFAULT_RUNS) -> list[Row]:
     """The latest ``limit`` finished audit runs (COMPLETED or COMPLETED_WITH_ERRORS), newest
     first: run_id, started_at, check, status."""
@@ -83,8 +130,8 @@ def severity_over_runs(
     first. Runs without findings are kept (with zeros), so a repair shows as a drop to 0.
     ``fragments`` is read once and may be a generator over many runs.
 
-    Keys: run_id, started_at, check, status, NO_REPLICA, BELOW_AQ, BELOW_WQ, fragments,
-    underreplicated_ledgers.
+    Keys: run_id, started_at, check, status, NO_REPLICA, BELOW_AQ, BELOW_WQ, UNKNOWN (no
+    severity: a bookie that did not answer), fragments, underreplicated_ledgers.
     """
     recent = recent_runs(runs, limit)
     per_sev = {r["run_id"]: dict.fromkeys(SEVERITIES, 0) for r in recent}
@@ -103,6 +150,7 @@ def severity_over_runs(
         {
             **r,
             **per_sev[r["run_id"]],
+            UNKNOWN_SEVERITY: total[r["run_id"]] - sum(per_sev[r["run_id"]].values()),
             "fragments": total[r["run_id"]],
             "underreplicated_ledgers": len(ledgers[r["run_id"]]),
         }
@@ -210,17 +258,27 @@ def findings_with_repair_status(
     """One run's fragments with what the repair runs started after ``since`` (the audit's
     start) left their ledger in: ``repair_status`` and ``repair_error`` by the rule
     ``listunderreplicated`` uses (:func:`jobs.commands.listing.repair_status`), so both
-    reports say the same of every finding."""
+    reports say the same of every finding; ``repair_run_id`` names the deciding run."""
     from bklib.repair.outcome import REPAIRED, repair_status
 
     if actions is None:
-        return [{**f, "repair_status": None, "repair_error": None} for f in fragments]
+        return [
+            {**f, "repair_status": None, "repair_error": None, "repair_run_id": None}
+            for f in fragments
+        ]
     repairs = repair_status([dict(a) for a in actions], since)
     out = []
     for f in fragments:
         status, last = repairs.get(f["ledger_id"], (None, {}))
         error = last.get("error") if status not in (None, REPAIRED) else None
-        out.append({**f, "repair_status": status, "repair_error": error})
+        out.append(
+            {
+                **f,
+                "repair_status": status,
+                "repair_error": error,
+                "repair_run_id": last.get("run_id"),
+            }
+        )
     return out
 
 
@@ -251,11 +309,14 @@ def time_to_repair(
             or done is None
         ):
             continue
-        k = (a["ledger_id"], a["segment_first_entry_id"], a["old_bookie"])
-        if a["action"] == ActionKind.METADATA_UPDATE and (k not in swapped or done < swapped[k]):
-            swapped[k] = done
-        if k not in last_done or done > last_done[k]:
-            last_done[k] = done
+        # A METADATA_UPDATE that swapped several bookies names them all, comma-joined.
+        for old in a["old_bookie"].split(","):
+            k = (a["ledger_id"], a["segment_first_entry_id"], old)
+            swap = a["action"] == ActionKind.METADATA_UPDATE
+            if swap and (k not in swapped or done < swapped[k]):
+                swapped[k] = done
+            if k not in last_done or done > last_done[k]:
+                last_done[k] = done
     out = []
     for k in sorted(found):
         repaired = swapped.get(k, last_done.get(k))
@@ -281,18 +342,15 @@ def severity_rank(finding: Mapping[str, Any]) -> int:
     return Severity.ORDER.get(finding["severity"], len(Severity.ORDER))
 
 
+def finding_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Sort key of findings, worst first: by severity, then ledger, segment and bookie."""
+    f = finding
+    return (severity_rank(f), f["ledger_id"], f["segment_first_entry_id"], f["bookie_id"])
+
+
 def worst_findings(findings: Iterable[Mapping[str, Any]], limit: int) -> list[Mapping[str, Any]]:
-    """The ``limit`` worst findings: by severity, then ledger, segment and bookie."""
-    return heapq.nsmallest(
-        max(limit, 0),
-        findings,
-        key=lambda f: (
-            severity_rank(f),
-            f["ledger_id"],
-            f["segment_first_entry_id"],
-            f["bookie_id"],
-        ),
-    )
+    """The ``limit`` worst findings (:func:`finding_order`)."""
+    return heapq.nsmallest(max(limit, 0), findings, key=finding_order)
 
 
 def affected_topics(fragments: Iterable[Mapping[str, Any]]) -> list[Row]:

@@ -258,7 +258,7 @@ def test_report_command_renders_charts_and_findings_in_chromium(
 
     # Painted, not just present: the severity colours and the throughput blue are on screen.
     shot = tmp_path / "report.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1400,1600", out.as_uri())
+    _chromium(f"--screenshot={shot}", "--window-size=1400,4000", out.as_uri())
     img = Image.open(shot).convert("RGB")
     colors = img.getcolors(maxcolors=1 << 20) or []
     painted = {rgb: n for n, rgb in colors}
@@ -368,5 +368,9 @@ def test_rendering_escapes_and_handles_empty_data() -> None:
             ],
         )
     )
-    assert 'id="findings-empty"' in page and "No repair run recorded yet." in page
+    assert 'id="findings-empty"' in page
+    # No repair ran: the repair sections say "not run" (neutral), not a green "nothing".
+    for section in ("stuck", "repair-throughput", "repair-runs", "repair-failures"):
+        assert f'<p class="not-run" id="{section}-not-run">not run: ' in page, section
+        assert f'id="{section}-empty"' not in page, section
     assert page.count("<svg") == 1  # the run chart; no bookie bars, no repair chart
