@@ -82,25 +82,46 @@ def _connect(family: int, sockaddr: tuple[object, ...], timeout: float) -> str |
     return None
 
 
+def _diagnose_once(host: str, port: int, timeout: float) -> str | None:
+    resolved = _resolve(host, port)
+    if isinstance(resolved, str):
+        return resolved
+    causes = [_connect(family, addr, timeout) for family, addr in resolved]
+    failed = [c for c in causes if c is not None]
+    if len(failed) < len(causes):
+        return None
+    return next((c for c in failed if c != "connection refused"), "connection refused")
+
+
+def _retryable(cause: str) -> bool:
+    return cause == "connection refused" or "temporary" in cause
+
+
 def diagnose(host: str, port: int, *, timeout: float = CONNECT_TIMEOUT) -> str | None:
     """None when ``host:port`` accepts a TCP connection (one of its addresses does), else the
     cause: ``name not found``, ``connection refused``, ``timed out after Ns``, ... A refusal
     or a temporary DNS failure is tried again for :data:`RETRY_FOR` seconds."""
+    causes = _diagnose_all([(host, port)], timeout)
+    return None if causes is None else causes[(host, port)]
+
+
+def _diagnose_all(
+    servers: Sequence[tuple[str, int]], timeout: float
+) -> dict[tuple[str, int], str] | None:
+    """None as soon as one server accepts; else each server's cause. Every server is tried
+    once before any refusal is retried, so that one server down costs the others nothing."""
     deadline = time.monotonic() + RETRY_FOR
+    causes: dict[tuple[str, int], str] = {}
+    pending = list(servers)
     while True:
-        resolved = _resolve(host, port)
-        if isinstance(resolved, str):
-            cause = resolved
-            retry = "temporary" in cause
-        else:
-            causes = [_connect(family, addr, timeout) for family, addr in resolved]
-            failed = [c for c in causes if c is not None]
-            if len(failed) < len(causes):
+        for server in pending:
+            cause = _diagnose_once(*server, timeout)
+            if cause is None:
                 return None
-            cause = next((c for c in failed if c != "connection refused"), "connection refused")
-            retry = cause == "connection refused"
-        if not retry or time.monotonic() >= deadline:
-            return cause
+            causes[server] = cause
+        pending = [s for s in pending if _retryable(causes[s])]
+        if not pending or time.monotonic() >= deadline:
+            return causes
         time.sleep(_RETRY_PAUSE)
 
 
@@ -111,10 +132,8 @@ def check_reachable(
     otherwise, one line: ``cannot connect to WHAT at HOST:PORT: connection refused`` (each
     address with its cause when there are several). ``what`` names the store
     (``ZooKeeper``, ``Oxia``)."""
-    causes: list[str] = []
-    for host, port in servers:
-        cause = diagnose(host, port, timeout=timeout)
-        if cause is None:
-            return
-        causes.append(f"{_format(host, port)}: {cause}")
-    raise Unreachable(f"cannot connect to {what} at {'; '.join(causes)}")
+    causes = _diagnose_all(servers, timeout)
+    if causes is None:
+        return
+    named = "; ".join(f"{_format(host, port)}: {causes[(host, port)]}" for host, port in servers)
+    raise Unreachable(f"cannot connect to {what} at {named}")
