@@ -324,7 +324,32 @@ def _repairs_since(warehouse: str, run: dict[str, Any], ledger_ids: list[int]) -
         columns=ACTION_COLUMNS,
         filters=[("ledger_id", "in", ledger_ids), ("started_at", ">=", run["started_at"])],
     )
-    return RepairsSince.of(repair_status_of(actions, run["started_at"]))
+    return RepairsSince.of(plan_blockers(repair_status_of(actions, run["started_at"]), actions))
+
+
+def plan_blockers(decided: pa.Table, actions: pa.Table) -> pa.Table:
+    """``decided`` (:func:`repair_status_of`'s table) with each dry run's ``error`` the first
+    step its plan could not take (a PLANNED row with an error), whichever of the run's rows
+    decided: a plan one of whose copies has no target would not repair the ledger."""
+    blocked = actions.filter(
+        pc.and_(
+            pc.equal(actions["status"], DRY_RUN),
+            pc.fill_null(pc.not_equal(actions["error"], ""), False),
+        )
+    )
+    if blocked.num_rows == 0 or decided.num_rows == 0:
+        return decided
+    first = (
+        blocked.sort_by("started_at")
+        .select(["ledger_id", "run_id", "error"])
+        .group_by(["ledger_id", "run_id"], use_threads=False)
+        .aggregate([("error", "first")])
+    )
+    joined = decided.join(first, ["ledger_id", "run_id"])
+    dry = pc.and_(pc.equal(joined["outcome"], DRY_RUN), pc.is_valid(joined["error_first"]))
+    error = pc.if_else(dry, joined["error_first"], joined["error"])
+    at = joined.schema.get_field_index("error")
+    return joined.drop_columns(["error_first"]).set_column(at, "error", error)
 
 
 def _unloads(warehouse: str) -> list[dict[str, Any]]:
