@@ -29,6 +29,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from bklib.meta.stores.zookeeper.budget import RATE_ENV, request_budget
+from jobs.runtime import interrupts
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.logs import is_verbose
 from jobs.spark.defaults import LOG4J_FILE, REQUIRED_CONF, read_spark_defaults
@@ -166,6 +167,8 @@ def build_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # SparkContext took SIGINT; bkaudit's handler takes it back and cancels Spark's jobs.
+    interrupts.take_back(spark.sparkContext.cancelAllJobs)
     log.debug("spark %s up, master %s", spark.version, spark.sparkContext.master)
     return spark
 
