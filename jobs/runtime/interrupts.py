@@ -61,6 +61,7 @@ __all__ = [
     "received",
     "signal_of",
     "stop_requested",
+    "take_back",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class _State:
         self.notes: list[str] = []
         self.printed = False
         self.exit_now_callbacks: list[Callable[[], object]] = []
+        self.on_first: list[Callable[[], object]] = []
+        """Run on the first signal, before it takes effect (Spark's ``cancelAllJobs``)."""
+        self.installed = False
         self.lock = threading.RLock()
 
 
@@ -104,8 +108,19 @@ _state = _State()
 def install(command: str = "bkaudit") -> None:
     """Handle SIGINT and SIGTERM in this process as this module says (main thread only)."""
     _state.command = command
+    _state.installed = True
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
+
+
+def take_back(on_signal: Callable[[], object]) -> None:
+    """Where :func:`install` ran, handle SIGINT here again after a library took it (PySpark's
+    SparkContext sets a handler of its own), and run ``on_signal`` on the first signal (its
+    ``cancelAllJobs``): one road still, and a second Ctrl-C still leaves at once."""
+    if not _state.installed or threading.current_thread() is not threading.main_thread():
+        return
+    _state.on_first.append(on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
 
 
 def name_command(command: str) -> None:
@@ -200,6 +215,11 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _state.signum is not None:
         exit_now(f"stopped at once by a second {name}")
     _state.signum = signum
+    for cb in _state.on_first:
+        try:
+            cb()
+        except Exception as exc:  # noqa: BLE001 - the signal still takes effect
+            log.warning("on %s: %s: %s", name, type(exc).__name__, exc)
     drain = _state.drains[-1] if _state.drains else None
     if drain is None:
         raise Interrupted(signum)

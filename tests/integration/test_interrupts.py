@@ -98,14 +98,17 @@ class Running:
             self.proc.send_signal(sig)
 
     def finish(self, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-        try:
+        """Wait for the exit; a command still running after ``timeout`` is killed, and fails
+        the test with its output."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        hung = self.proc.poll() is None
+        if hung:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         for t in self._readers:
             t.join(10)
+        assert not hung, f"still running {timeout}s after the signal:\n{self.stderr()[-6000:]}"
         return subprocess.CompletedProcess(
             self.proc.args, self.proc.returncode, "".join(self.out), self.stderr()
         )
@@ -166,20 +169,25 @@ def _zk(c: AuditCluster) -> list[str]:
     return ["--zk", c.zk]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    ("sig", "executor"),
+    [(signal.SIGINT, "local"), (signal.SIGTERM, "local"), (signal.SIGINT, "spark")],
+)
 def test_an_audit_stopped_mid_check_records_its_run_as_interrupted(
-    cluster: AuditCluster, tmp_path: Path, sig: int
+    cluster: AuditCluster, tmp_path: Path, sig: int, executor: str
 ) -> None:
-    """The replicas check waits on a bookie that answers in a minute; the signal ends it at
-    once, its run is INTERRUPTED (never COMPLETED), and the line names the run."""
+    """The replicas check waits on a bookie that answers in ten minutes; the signal ends it
+    without waiting (on Spark, its jobs cancelled; Spark's own start and stop may take a few
+    minutes on a busy machine, far less than the bookie's answer), its run is INTERRUPTED
+    (never COMPLETED), and the line names the run."""
     slow = cluster.bookie_ids[1]
-    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=60_000)
+    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=600_000)
     wh = str(tmp_path / "warehouse")
     run = Running("audit", *_zk(cluster), "--warehouse", wh, "--check", "replicas",
-                  "--executor", "local", "--read-timeout", "90s")  # fmt: skip
+                  "--executor", executor, "--read-timeout", "900s")  # fmt: skip
     run.wait_for("a list-entries request at the slow bookie", _hit(cluster, [slow]))
     run.signal(sig)
-    proc = run.finish()
+    proc = run.finish(timeout=300 if executor == "spark" else 90)
     name = signal.Signals(sig).name
     line = _interrupted(
         proc, run, rf"audit: interrupted \({name}\); run (\S+) recorded as INTERRUPTED", sig
@@ -191,10 +199,10 @@ def test_an_audit_stopped_mid_check_records_its_run_as_interrupted(
 
 
 def test_status_stopped_while_probing_says_one_line(cluster: AuditCluster) -> None:
-    """status asks each bookie; one takes a minute to answer: Ctrl-C, one line, 130."""
+    """status asks each bookie; one takes ten minutes to answer: Ctrl-C, one line, 130."""
     slow = cluster.bookie_ids[0]
-    cluster.admin(slow).add_fault("delay", ops=["GET_BOOKIE_INFO"], delay_ms=60_000)
-    run = Running("status", *_zk(cluster), "--probe-timeout", "90s")
+    cluster.admin(slow).add_fault("delay", ops=["GET_BOOKIE_INFO"], delay_ms=600_000)
+    run = Running("status", *_zk(cluster), "--probe-timeout", "900s")
     run.wait_for("the probe at the slow bookie", _hit(cluster, [slow]))
     run.signal(signal.SIGINT)
     proc = run.finish()
@@ -270,10 +278,10 @@ def test_the_watch_stopped_mid_audit_records_it_as_interrupted(
     once, records it INTERRUPTED through the spool and exits 130 with one line; SIGTERM, the
     watch's ordinary stop, records it the same and exits 0."""
     slow = cluster.bookie_ids[1]
-    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=60_000)
+    cluster.admin(slow).add_fault("delay", ops=["GET_LIST_OF_ENTRIES_OF_LEDGER"], delay_ms=600_000)
     wh = str(tmp_path / "warehouse")
     run = Running("watch", *_zk(cluster), "--warehouse", wh, "--every", "replicas=1h",
-                  "--poll-interval", "0.5s", "--read-timeout", "90s",
+                  "--poll-interval", "0.5s", "--read-timeout", "900s",
                   "--spool-dir", str(tmp_path / "spool"), "--instance-id", "w1")  # fmt: skip
     run.wait_for("the audit's list-entries at the slow bookie", _hit(cluster, [slow]))
     run.signal(sig)
