@@ -127,7 +127,7 @@ def test_the_ci_values_give_the_bookies_metadata(values: str) -> None:
         assert _pulsar_release(parse_metadata_uri(given["metadataUri"]).connect) is not None
 
 
-@pytest.mark.parametrize("values", ["default", "full"])
+@pytest.mark.parametrize("values", sorted(VALUES))
 def test_the_notes_name_the_bookies_uri_and_the_lasting_autorecovery_switch(
     values: str, tmp_path: Path
 ) -> None:
