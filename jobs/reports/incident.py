@@ -133,13 +133,12 @@ def _run_of_latest(actions: pa.Table) -> dict[int, str]:
 
 
 def read_manual_steps(actions: pa.Table) -> list[Row]:
-    """:func:`~jobs.reports.repairs.manual_steps`: the rows of the action kinds that have any
-    MANUAL row (their later DONE rows clear a step)."""
-    manual = actions.filter(pc.equal(actions["status"], ActionStatus.MANUAL))
-    if manual.num_rows == 0:
+    """:func:`~jobs.reports.repairs.manual_steps`: only the topic unloads become Python
+    values, and only when some is MANUAL."""
+    unloads = actions.filter(pc.equal(actions["action"], ActionKind.UNLOAD_TOPIC))
+    if not pc.any(pc.equal(unloads["status"], ActionStatus.MANUAL)).as_py():
         return []
-    kinds = actions.filter(pc.is_in(actions["action"], manual["action"].unique()))
-    return manual_steps(delta.arrow_rows(kinds))
+    return manual_steps(delta.arrow_rows(unloads))
 
 
 def dry_runs_of(actions: pa.Table) -> set[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from bklib.pulsar.unload import topics_awaiting_unload
 from bklib.repair.outcome import DRY_RUN
 from bklib.states import ActionStatus
 from jobs.reports.queries import Row
@@ -84,21 +85,25 @@ def failed_repairs(
 
 
 def manual_steps(actions: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Steps left to an operator: per action kind and topic (or ledger), the latest row, when
-    it is MANUAL (a later DONE unload of the topic clears it). Oldest first. Keys: action,
-    topic, ledger_id, error (what to do), run_id, started_at."""
-    latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-    for a in actions:
-        k = (a["action"], a.get("topic") or a["ledger_id"])
-        cur = latest.get(k)
-        if cur is None or a["started_at"] > cur["started_at"]:
-            latest[k] = a
+    """Steps left to an operator: the topics still awaiting an unload
+    (:func:`bklib.pulsar.unload.topics_awaiting_unload`, the listing's rule) whose latest
+    MANUAL row carries the command to run; oldest first. A FAILED unload (the admin API
+    refused) is a failure, not a step. Keys: action, topic, ledger_id, error (what to run),
+    run_id, started_at."""
+    rows = list(actions)
+    awaiting = set(topics_awaiting_unload(rows))
+    latest: dict[str, Mapping[str, Any]] = {}
+    for a in rows:
+        t = a.get("topic")
+        if a["status"] != ActionStatus.MANUAL or t not in awaiting:
+            continue
+        if t not in latest or a["started_at"] >= latest[t]["started_at"]:
+            latest[t] = a
     out = [
         {k: a.get(k) for k in ("action", "topic", "ledger_id", "error", "run_id", "started_at")}
         for a in latest.values()
-        if a["status"] == ActionStatus.MANUAL
     ]
-    return sorted(out, key=lambda r: (r["started_at"], str(r["topic"]), r["ledger_id"]))
+    return sorted(out, key=lambda r: (r["started_at"], str(r["topic"])))
 
 
 def _min(a: Any, b: Any) -> Any:
