@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as distribution_version
 
-__all__ = ["DISTRIBUTION", "UNKNOWN", "__version__", "package_version"]
+__all__ = ["DISTRIBUTION", "UNKNOWN", "__version__", "extra_hint", "package_version"]
 
 DISTRIBUTION = "bkaudit"
 UNKNOWN = "unknown"
@@ -22,6 +22,15 @@ def package_version() -> str:
         return distribution_version(DISTRIBUTION)
     except PackageNotFoundError:
         return UNKNOWN
+
+
+def extra_hint(extra: str) -> str:
+    """How to install one of bkaudit's extras (``spark``, ``oxia``): bkaudit is on no package
+    index, so it names the checkout's and the wheel's forms (README.md, "Install")."""
+    return (
+        f"pip install '.[{extra}]' in the bkaudit checkout "
+        f"(or 'bkaudit-{package_version()}-py3-none-any.whl[{extra}]')"
+    )
 
 
 __version__ = package_version()

@@ -33,6 +33,7 @@ HEAVY_FIRST = (
     "tests/integration/test_watch.py",
     "tests/pulsar/test_oxia_java.py",
     "tests/integration/test_demo.py",
+    "tests/integration/test_install_line.py",
     "tests/integration/test_stores_differential.py",
     "tests/integration/test_secret_scan.py",
     "tests/report/test_notebook.py",

@@ -30,6 +30,7 @@ from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
 from jobs.options.units import parse_duration
 from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus
+from jobs.runtime.messages import SPARK_EXTRA
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def _listing(warehouse: Path, ledgers_shown: int = 3) -> int:
     return rc
 
 
-SPARK_MISSING_NOTE = " (pyspark is not installed: pip install 'bkaudit[spark]' for Spark)"
+SPARK_MISSING_NOTE = f" (pyspark is not installed: {SPARK_EXTRA} for Spark)"
 
 
 def _spark_installed() -> bool:

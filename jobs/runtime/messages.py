@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from bklib.errors import BKError
+from bklib.version import extra_hint
 
 __all__ = ["SPARK_EXTRA", "SPARK_MODULES", "one_line", "spark_missing"]
 
-SPARK_EXTRA = "pip install 'bkaudit[spark]'"
+SPARK_EXTRA = extra_hint("spark")
 """What installs the Spark executor: pyspark and delta-spark are an extra, not a dependency."""
 
 SPARK_MODULES = frozenset({"pyspark", "delta", "py4j"})

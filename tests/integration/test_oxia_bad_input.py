@@ -14,6 +14,7 @@ import pytest
 from bklib.meta.model import LedgerMetadata, Segment
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import MetadataStore
+from bklib.meta.stores.oxia import OXIA_EXTRA_HINT
 from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.ports import free_port
 from tests.cli_helpers import REPO, bkaudit, one_error_line
@@ -63,7 +64,7 @@ def test_without_the_oxia_extra_an_oxia_uri_names_the_extra(oxia_server: OxiaSer
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "bkaudit[oxia]" in one_error_line(proc)
+    assert OXIA_EXTRA_HINT in one_error_line(proc)
 
 
 def test_compare_and_set_on_a_stale_version_rereads_and_reapplies(

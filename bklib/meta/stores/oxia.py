@@ -50,6 +50,7 @@ from bklib.meta.stores.base import (
     ValueRead,
 )
 from bklib.meta.stores.reachability import CONNECT_TIMEOUT, check_reachable
+from bklib.version import extra_hint
 
 __all__ = ["OXIA_EXTRA_HINT", "OxiaClientMissing", "OxiaStore", "connect_oxia"]
 
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-OXIA_EXTRA_HINT = "pip install 'bkaudit[oxia]'"
+OXIA_EXTRA_HINT = extra_hint("oxia")
 _DOES_NOT_EXIST = -1  # oxia.EXPECTED_RECORD_DOES_NOT_EXIST
 
 
