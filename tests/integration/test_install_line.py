@@ -160,6 +160,9 @@ def test_the_readme_install_line_as_written(tmp_path: Path) -> None:
     version = package_version()
     assert f"\nbkaudit {version}\n" in f"\n{proc.stdout}", failure(proc)
     assert "re-audit clean, every entry read" in proc.stdout, failure(proc)
+    # Without the spark extra the demo's Spark step runs locally, and says why.
+    note = "[5/9] bkaudit audit --check replicas --executor local (pyspark is not installed"
+    assert note in proc.stdout, failure(proc)
     assert "Traceback" not in proc.stderr, failure(proc)
 
     # The checkout gone, the installed bkaudit still answers, from its own files.
