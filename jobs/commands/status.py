@@ -180,11 +180,14 @@ def probe_bookies(
             return BookieAnswer(None, one_line(exc))
         return BookieAnswer(round(time.monotonic() - started, 3))
 
+    pool = ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(bookies))))
     try:
-        with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(bookies)))) as pool:
-            return dict(zip(bookies, pool.map(ask, bookies), strict=True))
+        return dict(zip(bookies, pool.map(ask, bookies), strict=True))
     finally:
+        # The client first: on Ctrl-C its outstanding probes fail at once (ClientClosedError)
+        # instead of holding the exit until a silent bookie's --probe-timeout.
         client.close()
+        pool.shutdown()
 
 
 def _marks(session: MetadataStore, root: str) -> tuple[list[Any], list[str]]:
