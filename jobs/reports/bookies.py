@@ -54,14 +54,16 @@ def bookie_states(
         read = [r for r, s in history if s in _REGISTERED and r["check"] in reading_checks]
         answered = [r for r in read if (r["run_id"], bookie) not in silent]
         unanswered = [r for r in read if (r["run_id"], bookie) in silent]
-        newest_run, newest_state = history[-1]
-        decided_by = newest_run
-        state = newest_state
+        decided_by, state = history[-1]
         if state == BookieState.LOST:
-            streak = [r for r, s in history if s == BookieState.LOST]
-            since = max((r for r in registered), key=run_recency, default=None)
-            first = [r for r in streak if since is None or run_recency(r) > run_recency(since)]
-            lost_since = min(first or streak, key=run_recency)["started_at"]
+            # The first lost run after it was last seen registered: this loss, not an older.
+            last_seen = run_recency(registered[-1]) if registered else None
+            streak = [
+                r
+                for r, s in history
+                if s == BookieState.LOST and (last_seen is None or run_recency(r) > last_seen)
+            ]
+            lost_since = streak[0]["started_at"]
         else:
             lost_since = None
             if read and read[-1] in unanswered:

@@ -37,6 +37,7 @@ from jobs.reports.queries import (
     recent_runs,
     run_recency,
     stuck_ledgers,
+    unfinished_after,
     worst_findings,
 )
 from jobs.tables import delta
@@ -121,6 +122,8 @@ class ReportData:
     runs_shown: list[dict[str, Any]] = field(default_factory=list)
     """Each check's latest finished audit run (or the ``--run-id`` run alone)."""
     checks_not_run: list[str] = field(default_factory=list)
+    runs_unfinished: list[dict[str, Any]] = field(default_factory=list)
+    """Audit runs newer than the shown ones that did not finish (their findings unknown)."""
     """Audit checks with no finished run: shown as not run, not as clean."""
     bookies: list[dict[str, Any]] = field(default_factory=list)
     losses: list[dict[str, Any]] = field(default_factory=list)
@@ -162,6 +165,7 @@ def collect_report_data(
         data.checks_not_run = [
             c for c in replication_names() if c not in {r["check"] for r in shown}
         ]
+        data.runs_unfinished = unfinished_after(history, shown)
     # Actions and past fragments stay Arrow (jobs.reports.arrow_queries): a month of audits
     # and repairs at a million ledgers is millions of rows; only what the page shows is Python.
     repairs = None

@@ -91,6 +91,24 @@ def latest_run_per_check(
     return [dict(best[c]) for c in keys]
 
 
+def unfinished_after(
+    runs: Iterable[Mapping[str, Any]], shown: Sequence[Mapping[str, Any]]
+) -> list[Row]:
+    """Runs that did not finish (FAILED, INTERRUPTED, still running) started after the
+    shown run of their check, or after every shown run for a check not shown: what they
+    would have found is unknown, so the page says they exist. Newest first."""
+    latest = {r["check"]: r["started_at"] for r in shown}
+    oldest = min((r["started_at"] for r in shown), default=None)
+    out = [
+        dict(r)
+        for r in runs
+        if r["status"] not in RunStatus.FINISHED
+        and (since := latest.get(r["check"], oldest)) is not None
+        and r["started_at"] > since
+    ]
+    return sorted(out, key=lambda r: r["started_at"], reverse=True)
+
+
 def merge_run_findings(
     runs: Sequence[Mapping[str, Any]], fragments: Iterable[Mapping[str, Any]]
 ) -> list[Row]:

@@ -60,6 +60,14 @@ def render_runs_section(data: ReportData) -> str:
             f"<td>{esc(fmt_ts(r['started_at']))}</td>"
             f"{_ago(_since(data, r['started_at']), '')}</tr>"
         )
+    for r in data.runs_unfinished:
+        rows.append(
+            f'<tr data-check="{esc(r["check"])}" data-status="{esc(r["status"])}" class="bad">'
+            f"<td>{esc(r['check'])}</td><td><code>{esc(r['run_id'])}</code></td>"
+            f"<td>{esc(r['status'])}: did not finish, not shown; what it would have found is "
+            f"unknown</td><td>{esc(fmt_ts(r['started_at']))}</td>"
+            f"{_ago(_since(data, r['started_at']), '')}</tr>"
+        )
     for check in data.checks_not_run:
         rows.append(
             f'<tr data-check="{esc(check)}" data-status="not-run" class="not-run">'

@@ -19,6 +19,7 @@ from jobs.reports.queries import (
     merge_run_findings,
     severity_over_runs,
     time_to_repair,
+    unfinished_after,
 )
 from jobs.reports.repairs import failed_repairs, manual_steps, repair_runs
 from jobs.reports.text import fmt_duration
@@ -49,6 +50,14 @@ RUNS = [
 def test_each_checks_latest_finished_run_in_registry_order() -> None:
     shown = latest_run_per_check(RUNS, (Check.LOST, Check.SAMPLE, Check.REPLICAS))
     assert [r["run_id"] for r in shown] == ["lost-2", "sample-1"]
+    # The failed run after them is not shown, but said: what it would have found is unknown.
+    late = _run("deep-1", Check.DEEP, 40, RunStatus.INTERRUPTED)
+    old = _run("deep-0", Check.DEEP, 5, RunStatus.FAILED)  # before every shown run
+    got = unfinished_after([*RUNS, late, old], shown)
+    assert [r["run_id"] for r in got] == ["deep-1", "lost-3"]
+    page = render_html(_data(runs_unfinished=got))
+    assert '<tr data-check="lost" data-status="FAILED" class="bad">' in page
+    assert "INTERRUPTED: did not finish, not shown" in page
 
 
 def test_merged_findings_keep_the_unreachable_and_drop_an_old_loss() -> None:
