@@ -35,6 +35,7 @@ from jobs.commands.whatif import (
     ClusterState,
     Findings,
     UsageError,
+    audit_used,
     findings_missing,
     load_state,
     read_cluster,
@@ -232,7 +233,8 @@ def _run_with(
     print(
         f"blastradius {run_id}: {sum(r['scope'] == Scope.BOOKIE for r in rows)} bookies, "
         f"{sum(r['scope'] == Scope.RACK for r in rows)} racks, {len(worst)} with ledgers below "
-        f"AQ -> {args.warehouse}/{BLAST_RADIUS} [{choice.executor}]"
+        f"AQ -> {args.warehouse}/{BLAST_RADIUS} [{choice.executor}]; missing replicas from "
+        f"{audit_used(audit_run_id)}"
     )
     if not coverage.complete:
         # Fail closed: an unread ledger may name any bookie, so no row here is an upper bound.

@@ -201,7 +201,7 @@ def load_state(
         len(state.lost),
         BookieState.LOST,
         len(state.missing),
-        _audit_used(state),
+        audit_used(state.audit_run_id),
         time.monotonic() - t0,
     )
     return state
@@ -280,9 +280,10 @@ def _fmt_ranges(imp: LedgerImpact) -> str:
     return text + (" ..." if imp.lost_ranges_truncated else "")
 
 
-def _audit_used(state: ClusterState) -> str:
-    """Which audit run the answer counts the missing replicas of: its id, or none."""
-    return f"audit {state.audit_run_id}" if state.audit_run_id else "no audit"
+def audit_used(audit_run_id: str | None) -> str:
+    """The audit run whose missing replicas an answer counts, as whatif and blastradius say
+    it: ``audit <run id>``, or ``no audit`` (never "audit None")."""
+    return f"audit {audit_run_id}" if audit_run_id else "no audit"
 
 
 def format_whatif(res: WhatIfResult, state: ClusterState, max_ledgers: int = 50) -> str:
@@ -294,11 +295,12 @@ def format_whatif(res: WhatIfResult, state: ClusterState, max_ledgers: int = 50)
     )
     if state.lost:
         lines.append(f"already {BookieState.LOST}: " + ", ".join(sorted(state.lost)))
+    audit = audit_used(state.audit_run_id)
     if state.audit_run_id:
-        lines.append(f"missing replicas from {_audit_used(state)}: {len(state.missing)} fragments")
+        lines.append(f"missing replicas from {audit}: {len(state.missing)} fragments")
     else:  # say so: the answer counts only what the metadata and registrations show
         lines.append(
-            f"{_audit_used(state)}: replicas an audit found missing are not counted "
+            f"{audit}: replicas an audit found missing are not counted "
             "(--warehouse counts the latest audit's)"
         )
     below = [i for i in res.impacts if i.below_aq]

@@ -78,7 +78,9 @@ def _pulsar_ledger(c: AuditCluster, bookies: list[str], n: int) -> LedgerMetadat
     return write_ledger(c.store, c.client, md.replace(custom_metadata=custom), n)
 
 
-def test_whatif_names_the_audit_run_it_counted_or_says_none(tmp_path: Path, zk_chroot: str) -> None:
+def test_whatif_and_blastradius_name_the_audit_run_they_counted_or_say_none(
+    tmp_path: Path, zk_chroot: str
+) -> None:
     wh = str(tmp_path / "wh")
     with audit_cluster(tmp_path / "sandbox", zk_chroot, bookies=4) as c:
         b0, b1, b2, _ = c.bookie_ids
@@ -95,6 +97,13 @@ def test_whatif_names_the_audit_run_it_counted_or_says_none(tmp_path: Path, zk_c
         proc = _run("whatif", "--zk", c.zk, "--bookie", b0, "--warehouse", wh)
         assert f"missing replicas from audit {run_id}: 1 fragments" in proc.stdout, proc.stdout
         assert "no audit" not in proc.stdout and "None" not in proc.stdout + proc.stderr
+
+        # blastradius says the same of the audit it counted, or of none.
+        blast = ("blastradius", "--zk", c.zk, "--warehouse", wh, "--executor", "local")
+        out = _run(*blast).stdout
+        assert out.rstrip().endswith(f"; missing replicas from audit {run_id}"), out
+        out = _run(*blast, "--no-findings").stdout
+        assert out.rstrip().endswith("; missing replicas from no audit"), out
 
 
 def test_a_dry_run_is_marked_in_the_listing_and_never_failed(
