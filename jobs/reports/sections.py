@@ -180,7 +180,7 @@ def render_repair_runs_section(data: ReportData) -> str:
 def render_failures_section(data: ReportData) -> str:
     """``table#repair-failures``: the failing actions of each ledger's latest repair run,
     with the reason as page text (``td.reason``)."""
-    title = "<h2>Repair failures (each ledger's latest repair run)</h2>"
+    title = "<h2>Repair failures (each ledger's latest real repair run)</h2>"
     if not data.has_actions:
         return title + not_run("repair-failures", "no repair run recorded")
     if not data.failures:
