@@ -312,31 +312,36 @@ class LocalAudit:
         tables = [t for t in self.row_sources(delta.first_detections(wh)) if t[0] != LEDGERS]
         # Three independent tables: delta-rs writes them in parallel (it releases the GIL);
         # audit_runs, which makes the run visible, only once all three are committed. A signal
-        # meanwhile lets the writes finish: the run is then recorded INTERRUPTED.
-        with (
-            interrupts.draining(interrupts.DEFAULT_STOP_TIMEOUT),
-            concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool,
-        ):
-            writes = [
-                pool.submit(delta.append_rows, wh, table, rows, run_date=day)
-                for table, rows in tables
-            ]
-            ledgers = self.own_ledgers
-            if ledgers is None:
-                ledgers = ledgers_table(run.run_id, self.ledgers)
-            if self.shard_ledgers is not None:
-                ledgers = pa.concat_tables([ledgers, self.shard_ledgers])
-            writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
-            for w in writes:
-                w.result()
-        signum = interrupts.received()
-        if signum is not None:  # a signal during the writes: never COMPLETED
-            record_interrupted(
-                run, signum, lambda: delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
-            )
+        # meanwhile lets the writes finish, and the run is recorded INTERRUPTED; one during
+        # the audit_runs append itself leaves the run as it is recorded (it did complete).
+        with interrupts.draining(interrupts.DEFAULT_STOP_TIMEOUT):
+            with concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="delta") as pool:
+                writes = [
+                    pool.submit(delta.append_rows, wh, table, rows, run_date=day)
+                    for table, rows in tables
+                ]
+                ledgers = self.own_ledgers
+                if ledgers is None:
+                    ledgers = ledgers_table(run.run_id, self.ledgers)
+                if self.shard_ledgers is not None:
+                    ledgers = pa.concat_tables([ledgers, self.shard_ledgers])
+                writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
+                for w in writes:
+                    w.result()
+            signum = interrupts.received()
+            if signum is not None:
+                record_interrupted(
+                    run, signum, lambda: delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
+                )
+            else:
+                run.finished_at = datetime.now(timezone.utc)
+                delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
+                if interrupts.stop_requested():
+                    interrupts.note(
+                        f"run {run.run_id} recorded as {run.status} before the signal took effect"
+                    )
+        if signum is not None:
             interrupts.checkpoint()
-        run.finished_at = datetime.now(timezone.utc)
-        delta.append_rows(wh, AUDIT_RUNS, [run.as_row()])
         log.info(
             "load: run %s written to %s (%s); %.1fs",
             run.run_id,

@@ -208,7 +208,7 @@ class LocalRepair:
                     for fut in concurrent.futures.as_completed(futures):
                         rows.extend(fut.result())
                         progress.advance(futures[fut])
-        record.write(rows)
+            record.write(rows)  # in the scope: a signal now does not cut the write short
         log_done(cfg, self.run_id, rows, n, time.monotonic() - t0)
         if interrupts.stop_requested():
             done = len({r["ledger_id"] for r in rows})
