@@ -97,7 +97,7 @@ class _State:
         self.printed = False
         self.exit_now_callbacks: list[Callable[[], object]] = []
         self.on_first: list[Callable[[], object]] = []
-        """Run on the first signal, before it takes effect (Spark's ``cancelAllJobs``)."""
+        """Run on a first signal that stops at once (Spark's ``cancelAllJobs``)."""
         self.installed = False
         self.lock = threading.RLock()
 
@@ -115,8 +115,9 @@ def install(command: str = "bkaudit") -> None:
 
 def take_back(on_signal: Callable[[], object]) -> None:
     """Where :func:`install` ran, handle SIGINT here again after a library took it (PySpark's
-    SparkContext sets a handler of its own), and run ``on_signal`` on the first signal (its
-    ``cancelAllJobs``): one road still, and a second Ctrl-C still leaves at once."""
+    SparkContext sets a handler of its own), and run ``on_signal`` (its ``cancelAllJobs``) on
+    a first signal that stops at once: one road still, and a second Ctrl-C still leaves at
+    once."""
     if not _state.installed or threading.current_thread() is not threading.main_thread():
         return
     _state.on_first.append(on_signal)
@@ -215,13 +216,13 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _state.signum is not None:
         exit_now(f"stopped at once by a second {name}")
     _state.signum = signum
-    for cb in _state.on_first:
-        try:
-            cb()
-        except Exception as exc:  # noqa: BLE001 - the signal still takes effect
-            log.warning("on %s: %s: %s", name, type(exc).__name__, exc)
     drain = _state.drains[-1] if _state.drains else None
     if drain is None:
+        for cb in _state.on_first:  # stopping at once: Spark's jobs too (draining lets them end)
+            try:
+                cb()
+            except Exception as exc:  # noqa: BLE001 - the signal still takes effect
+                log.warning("on %s: %s: %s", name, type(exc).__name__, exc)
         raise Interrupted(signum)
     log.info("%s received: no new work starts; the work in flight may finish", name)
     drain.begin(signum)

@@ -25,6 +25,7 @@ from bklib.meta.stores import MetadataStore
 from bklib.states import BookieState, CountKey, Executor, Reason
 from jobs.runs.audit_run import log_metadata
 from jobs.runs.placement import PlacementPass, placement_counts
+from jobs.runtime import interrupts
 from jobs.spark import extract, load, transform
 from jobs.spark.schema import FRAGMENT_ARROW, FRAGMENT_SCHEMA
 from jobs.tables.runs import RunRecord, new_run_id
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobs.commands.audit")
 
 CLOSED = LedgerState.CLOSED.name
+
+COMMIT_STOP_TIMEOUT = 60.0
+"""How long a signal lets the run's Delta writes finish (Spark jobs, slower than delta-rs)."""
 
 
 class AuditJob:
@@ -239,14 +243,22 @@ class AuditJob:
             counts[CountKey.reason(Reason.PLACEMENT_VIOLATION)] = len(rows)
         self.run.status = run_status(counts)
         self.run.finished_at = datetime.now(timezone.utc)
-        load.write_run(
-            self.spark,
-            self.config.warehouse,
-            self.run,
-            ledgers=self.ledgers,
-            bookies=self.bookies,
-            fragments=self.fragments,
-        )
+        # A signal now lets the writes finish (audit_runs is written last, by write_run):
+        # the run is recorded once, as it is, and the command still exits 130 / 143.
+        with interrupts.draining(COMMIT_STOP_TIMEOUT):
+            load.write_run(
+                self.spark,
+                self.config.warehouse,
+                self.run,
+                ledgers=self.ledgers,
+                bookies=self.bookies,
+                fragments=self.fragments,
+            )
+            if interrupts.stop_requested():
+                interrupts.note(
+                    f"run {self.run.run_id} recorded as {self.run.status} before the signal "
+                    "took effect"
+                )
         log.info(
             "load: run %s written to %s (%s); %.1fs",
             self.run.run_id,
