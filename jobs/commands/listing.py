@@ -4,7 +4,8 @@ BookKeeper's ``listunderreplicated`` prints one ledger id per line and, with
 ``-printmissingreplica``, a ``MissingReplica : <bookie>`` line under it per bookie. This
 prints the same shape from the Delta tables, with each fragment's range, reason, missing
 entry count and severity, and what repairs did to it since the audit (from
-``replication_actions``): a report never looks current when a later repair changed it.
+``replication_actions``): a report never looks current when a later repair changed it, and a
+dry run's plan is marked as one, never as a repair's status (docs/repair.md, "Dry run").
 ``--live`` lists BookKeeper's under-replication marks in ZooKeeper instead, as Java's command
 does. Exit status: 0 when nothing is left unrepaired, 1 when something is, 2 on error (no
 warehouse, no completed run, unknown run id, unreadable table).
