@@ -30,7 +30,7 @@ from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.ports import free_port
 from jobs.options.warehouse import WAREHOUSE_FORMS
 from jobs.runtime.messages import SPARK_EXTRA
-from tests.cli_helpers import REPO, bkaudit, failure, one_error_line
+from tests.cli_helpers import REPO, bkaudit, byte_compile, failure, one_error_line
 from tests.integration.test_executor_cli import _metadata_only_cluster
 from tests.integration.test_without_spark import BLOCK as NO_SPARK_BLOCK
 
@@ -43,6 +43,13 @@ DNS_TYPO = "zk1.bkaudit-typo.invalid"
 
 LIBRARY_NOISE = ("kazoo", "WARNING", "aws_config", "panicked", "Traceback", "ZooKeeper budget")
 """What must not reach the terminal at default verbosity."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled() -> None:
+    """The checkout byte-compiled, as an installed package is: under PYTHONDONTWRITEBYTECODE
+    every process would compile bkaudit's modules again, which no operator's start pays."""
+    byte_compile()
 
 
 def _timed(*args: str, env: Mapping[str, str] | None = None) -> tuple[str, float, str]:
