@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_STOP_TIMEOUT",
     "Drain",
     "Interrupted",
+    "answered",
     "at_exit_now",
     "at_once",
     "checkpoint",
@@ -209,6 +210,24 @@ def exit_now(extra: str) -> None:
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os._exit(128 + signum)
+
+
+def answered(body: Callable[[], int], *, sigterm_is_clean: bool = False) -> int:
+    """Run a command's ``body`` and return its exit status; a signal that stopped it (an
+    :class:`Interrupted`, or PySpark's :class:`KeyboardInterrupt`) is one line and 128 + the
+    signal. Fail closed: a command that was signalled never exits as if it had finished,
+    unless SIGTERM is its clean stop (``sigterm_is_clean``: the watch's 0)."""
+    try:
+        status = body()
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = signal_of(exc) or signal.SIGINT
+        print_exit_line(signum)
+        return ExitStatus(128 + signum)
+    got = _state.signum
+    if got is not None and not (sigterm_is_clean and got == signal.SIGTERM):
+        print_exit_line(got)
+        return ExitStatus(128 + got)
+    return status
 
 
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
