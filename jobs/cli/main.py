@@ -6,7 +6,6 @@ run without Spark."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -123,26 +122,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return ExitStatus.OPERATOR_ERROR
     interrupts.name_command(args.command)
-    try:
-        status = run_command(COMMANDS[args.command], rest)
-    except ModuleNotFoundError as exc:
-        if not spark_missing(exc):
-            raise
-        # `pip install bkaudit` has no pyspark: one line naming the extra, not a traceback.
-        print(f"bkaudit {args.command}: {one_line(exc)}", file=sys.stderr)
-        return ExitStatus.OPERATOR_ERROR
-    except (interrupts.Interrupted, KeyboardInterrupt) as exc:
-        # SIGINT or SIGTERM: one line and 128 + the signal, whatever the command was doing.
-        signum = interrupts.signal_of(exc) or signal.SIGINT
-        interrupts.print_exit_line(signum)
-        return ExitStatus(128 + signum)
-    got = interrupts.received()
-    if got is not None and (args.command != "watch" or got != signal.SIGTERM):
-        # Fail closed: a command that was signalled never exits as if it had finished (the
-        # watch's clean stop on SIGTERM is its 0: docs/exit-status.md).
-        interrupts.print_exit_line(got)
-        return ExitStatus(128 + got)
-    return status
+
+    def body() -> int:
+        try:
+            return run_command(COMMANDS[args.command], rest)
+        except ModuleNotFoundError as exc:
+            if not spark_missing(exc):
+                raise
+            # `pip install bkaudit` has no pyspark: one line naming the extra, not a traceback.
+            print(f"bkaudit {args.command}: {one_line(exc)}", file=sys.stderr)
+            return ExitStatus.OPERATOR_ERROR
+
+    # SIGINT or SIGTERM: one line and 128 + the signal, whatever the command was doing (the
+    # watch's clean stop on SIGTERM is its 0: docs/exit-status.md).
+    return interrupts.answered(body, sigterm_is_clean=args.command == "watch")
 
 
 def run() -> int:
