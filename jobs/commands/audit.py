@@ -343,4 +343,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_with_config(command_parser(command("audit")), "audit", argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
-    return run_audit(args)
+    interrupts.install("audit")  # spark-submit's Python driver: the one road, as bkaudit's
+    return interrupts.answered(lambda: run_audit(args))

@@ -41,6 +41,7 @@ from jobs.runs.executor import (
     limits_from_args,
 )
 from jobs.runs.repair_run import DEFAULT_LEDGERS_PER_TASK, RepairConfig, print_summary
+from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.interrupts import DEFAULT_STOP_TIMEOUT
 from jobs.runtime.messages import one_line
@@ -453,4 +454,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_with_config(command_parser(command(mode)), mode, argv)
     args.executor = Executor.SPARK
     configure_logging(False, config_path_from_argv(argv))
-    return RUNNERS[mode](args)
+    interrupts.install(mode)  # spark-submit's Python driver: the one road, as bkaudit's
+    return interrupts.answered(lambda: RUNNERS[mode](args))
