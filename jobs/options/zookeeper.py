@@ -81,8 +81,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         return parser
     setattr(parser, _ZK_REQUIRED, bool(zk.required))
     zk.required = False
-    if zk.help is None or "connect string" in zk.help:  # a command's own wording stays
-        zk.help = ZK_HELP
+    if zk.help is None or zk.help.startswith("ZooKeeper connect string, "):
+        zk.help = ZK_HELP  # the forms from their one definition; other wordings stay
     warehouse = _action(parser, "warehouse")
     if warehouse is not None and warehouse.help and warehouse.help.startswith("directory or"):
         warehouse.help = WAREHOUSE_HELP
