@@ -88,9 +88,20 @@ def frozen_past_its_session(
     try:
         me = psutil.Process(proc.pid)
         deadline = time.monotonic() + 60
-        while not any(c.raddr and c.raddr.port == zk_port for c in me.net_connections("tcp")):
+        # A session's connection, not the reachability probe's brief one
+        # (bklib/meta/stores/reachability.py): the same client port still open 0.5 s later.
+        held: set[int] = set()
+        while True:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+            now = {
+                c.laddr.port
+                for c in me.net_connections("tcp")
+                if c.raddr and c.raddr.port == zk_port
+            }
+            if now & held:
+                break
+            held = now
+            time.sleep(0.5)
         time.sleep(after)
         proc.send_signal(signal.SIGSTOP)
         time.sleep(pause)
