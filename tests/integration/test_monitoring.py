@@ -21,6 +21,9 @@ pytestmark = pytest.mark.integration
 MONITORING = REPO / "deploy" / "monitoring"
 _METRIC = re.compile(r"\b(bkaudit_[a-z_]+)\b")
 _SELECTOR = re.compile(r"\b(bkaudit_[a-z_]+)\{([^}]*)\}")
+_TARGET_LABELS = {"cluster", "instance", "job"}
+"""Labels Prometheus attaches to every series it scrapes (``cluster`` by a relabelling or an
+external label, docs/monitoring.md), not the watch."""
 _TYPE_SUFFIXES = {
     "counter": ("_total", "_created"),
     "gauge": ("",),
@@ -57,12 +60,37 @@ def _alerting_on(metric: str, selector: str = "") -> list[str]:
 def test_the_rules_cover_what_an_operator_must_be_told() -> None:
     assert _alerting_on("bkaudit_underreplicated_ledgers", 'severity="NO_REPLICA"')
     assert [r for r in _rules() if "bkaudit_underreplicated_ledgers" in r["expr"] and r.get("for")]
-    assert _alerting_on("bkaudit_last_audit_timestamp_seconds", 'check="lost"')
-    assert _alerting_on("bkaudit_last_audit_timestamp_seconds", 'check="sample"')
+    # unknown is neither present nor missing: its own alerts
+    assert _alerting_on("bkaudit_unknown_fragments")
+    assert _alerting_on("bkaudit_unread_ledgers")
+    # stale audits, by the watch's own schedule, also when none ever finished
+    (stale,) = _alerting_on("bkaudit_last_audit_timestamp_seconds", "bkaudit_audit_interval")
+    assert stale in _alerting_on("bkaudit_watch_start_time_seconds")
+    # time to repair, running and done
+    assert _alerting_on("bkaudit_lost_bookie_since_timestamp_seconds")
+    assert _alerting_on("bkaudit_time_to_repair_seconds_bucket")
     assert _alerting_on("bkaudit_watch_leader")
     assert _alerting_on("bkaudit_repair_actions_total", 'status="FAILED"')
     assert _alerting_on("bkaudit_spooled_rows")
     assert _alerting_on("bkaudit_zk_session_losses_total")
+
+
+_GROUPING = re.compile(r"\b(?:by|on)\s*\(([^)]*)\)")
+
+
+def test_every_rule_keeps_the_cluster_and_every_panel_selects_it() -> None:
+    # One Prometheus, several clusters: the rules never mix them (every grouping keeps
+    # `cluster`), and the dashboard shows the clusters its variable selects.
+    for rule in _rules():
+        for group in _GROUPING.findall(rule["expr"]):
+            assert "cluster" in group, (rule["alert"], group)
+        # an aggregation without `by` would merge the clusters
+        assert not re.search(r"\b(?:max|min|sum|avg|count)\s*\(", rule["expr"]), rule["alert"]
+    doc = json.loads((MONITORING / "bkaudit-dashboard.json").read_text())
+    assert "cluster" in [v["name"] for v in doc["templating"]["list"]]
+    for expr in _panel_exprs():
+        selectors = re.findall(r"\bbkaudit_[a-z_]+(\{[^}]*\})?", expr)
+        assert selectors and all('cluster=~"$cluster"' in s for s in selectors), expr
 
 
 def _exported(text: str) -> tuple[set[str], set[str], dict[str, set[str]]]:
@@ -104,7 +132,7 @@ def test_the_dashboard_and_rules_name_only_what_a_running_watch_exports(
     assert named - names == set(), f"not exported by the watch: {sorted(named - names)}"
     for expr in exprs:
         for metric, matchers in _SELECTOR.findall(expr):
-            used = set(re.findall(r"(\w+)\s*=~?", matchers))
+            used = set(re.findall(r"(\w+)\s*=~?", matchers)) - _TARGET_LABELS
             if metric in labels:  # labelled samples present: their label names must match
                 assert used <= labels[metric], (expr, labels[metric])
     # ...and the dashboard shows every family the watch exports.
