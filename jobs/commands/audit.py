@@ -39,6 +39,7 @@ from bklib.meta.stores.zookeeper.bulk import DEFAULT_SESSION_TIMEOUT
 from bklib.states import DEFAULT_LEDGERS_ROOT, Check, Executor, RunStatus
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runs.audit_run import (
     DEFAULT_LEDGERS_PER_TASK,
     DEFAULT_READ_RATE,
@@ -67,7 +68,7 @@ log = logging.getLogger("jobs.commands.audit")
 def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the audit flags to ``parser`` (shared by ``bkaudit audit`` and spark-submit)."""
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--check",
         choices=check_names(),

@@ -40,6 +40,7 @@ from jobs.commands.whatif import (
     load_state,
     read_cluster,
 )
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.exit_status import ExitStatus, for_error
 from jobs.runtime.messages import one_line
@@ -63,7 +64,7 @@ def add_blastradius_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     from jobs.runs.executor import add_executor_arguments
 
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper's ledgers root"
     )

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TextIO
 
 from jobs.options.units import parse_duration
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 
@@ -64,7 +65,7 @@ DEFAULT_KEEP = "30d"
 
 def add_maintain_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``bkaudit maintain`` flags."""
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--keep",
         type=parse_duration,

@@ -36,6 +36,7 @@ from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.pulsar.crosscheck import BookKeeperLedger, Orphan, confirm_orphan
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runs.pulsar_check import PulsarCheck, check_pulsar, listed_now, pulsar_root_of
 from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.messages import one_line
@@ -57,7 +58,7 @@ def add_orphans_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
 
     parser.add_argument("action", choices=["delete"], help="what to do with the orphans")
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--older-than",
         type=parse_duration,

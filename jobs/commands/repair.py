@@ -34,6 +34,7 @@ from bklib.repair.requests import LedgerRequest
 from bklib.states import DEFAULT_LEDGERS_ROOT, BookieState, Executor, RepairMode
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_rate
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.executor import (
     add_executor_arguments,
@@ -72,7 +73,7 @@ def add_repair_arguments(
             "--keep-cookie", action="store_true", help="do not delete the bookie's cookie"
         )
     parser.add_argument("--zk", required=True, help="ZooKeeper connect string, HOST:PORT[/chroot]")
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     if mode == MODE_REREPLICATE:
         parser.add_argument(
             "--run-id", default=None, help="audit run to repair (default: the latest completed)"

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.reports.data import DEFAULT_MAX_FINDINGS, DEFAULT_TITLE, collect_report_data
 from jobs.reports.page import render_html
 from jobs.reports.queries import DEFAULT_RUNS
@@ -44,7 +45,7 @@ log = logging.getLogger("jobs.commands.report")
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the report flags to ``parser`` (shared by ``bkaudit report`` and :func:`main`)."""
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument("--out", default="report.html", help="HTML file to write")
     parser.add_argument(
         "--run-id", default=None, help="findings of this audit run (default: latest completed)"

@@ -36,6 +36,7 @@ from bklib.states import (
     Severity,
 )
 from bklib.tls import TlsSettings
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runtime.exit_status import ExitStatus, for_run_status, worst
 from jobs.runtime.messages import one_line
 
@@ -49,7 +50,7 @@ STUCK = (ActionStatus.FAILED, ActionStatus.NO_REPLICA)
 
 def add_triage_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The ``bkaudit triage`` flags."""
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--zk", default=None, help="read the metadata now (finds deleted ledgers); optional"
     )

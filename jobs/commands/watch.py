@@ -19,6 +19,7 @@ from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
 from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
 from jobs.runtime.exit_status import ExitStatus
@@ -65,7 +66,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_cluster_arguments(parser)
-    parser.add_argument("--warehouse", required=True, help="directory or URI of the Delta tables")
+    parser.add_argument("--warehouse", required=True, help=WAREHOUSE_HELP)
     parser.add_argument(
         "--spool-dir",
         default=None,
