@@ -116,8 +116,9 @@ def unload_changed_topics(
 ) -> Unloads:
     """Unload the topics behind the ledgers a repair changed, and, with the admin API
     (``settings``), those earlier runs recorded as still waiting. Without it nothing is
-    unloaded and the topics come back MANUAL: the operator's step, with its command. The rows are returned, not
-    written: the repair commands append them at once, the watch through its spool."""
+    unloaded and the topics come back MANUAL: the operator's step, with its command. The
+    rows are returned, not written: the repair commands append them at once, the watch
+    through its spool."""
     changed = ledgers_changed(rows, dry_run=dry_run)
     plan = topics_to_unload(changed, topics_of(session, ledgers_root, changed))
     if settings is not None and not dry_run:
