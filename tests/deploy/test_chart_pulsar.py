@@ -224,6 +224,10 @@ def test_monitors_carry_the_labels_a_kube_prometheus_stack_selects() -> None:
         endpoint = spec[endpoints][0]
         assert endpoint["scrapeTimeout"] == "10s" and endpoint["interval"] == "30s"
     pod_labels = _watch(docs)["spec"]["template"]["metadata"]["labels"]
+    for spec, endpoints in ((pod_monitor, "podMetricsEndpoints"), (service_monitor, "endpoints")):
+        # the rules' and the dashboard's cluster label: the Pulsar cluster's name
+        cluster = [{"targetLabel": "cluster", "replacement": pod_labels["cluster"]}]
+        assert spec[endpoints][0]["relabelings"] == cluster
     assert pod_monitor["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pod_monitor["jobLabel"] in pod_labels
     # An object's own labels add to the shared ones and win.
