@@ -12,8 +12,6 @@ import os
 import re
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import yaml
 from tests.audit_helpers import audit_cluster
 from tests.deploy.images import VERSION, build_images, image, loopback_only_network, podman
 from tests.deploy.test_helm_chart import template
+from tests.http_helpers import http_get
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -171,18 +170,8 @@ def _probe(container: Manifest, which: str) -> tuple[int, str]:
     return port, get["path"]
 
 
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
-
-
 def _metric(port: int, name: str) -> float | None:
-    for line in _get(port, "/metrics")[1].splitlines():
+    for line in http_get(port, "/metrics")[1].splitlines():
         if line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
@@ -226,10 +215,10 @@ def test_the_rendered_watch_container_starts_and_reaches_a_sandbox(
         podman(*flags)
         try:
             live, ready = _probe(container, "livenessProbe"), _probe(container, "readinessProbe")
-            _wait(lambda: _get(*ready)[0] == 200, 180, "the readiness probe", name)
-            status, body = _get(*ready)
+            _wait(lambda: http_get(*ready)[0] == 200, 180, "the readiness probe", name)
+            status, body = http_get(*ready)
             assert status == 200 and json.loads(body)["role"] == "leader", body
-            assert _get(*live)[0] == 200
+            assert http_get(*live)[0] == 200
             # it read the sandbox: its bookies, as the leader's cycle counts them
             writable = 'bkaudit_bookies{state="writable"}'
             _wait(lambda: _metric(ready[0], writable) == 3, 120, "the bookies' count", name)

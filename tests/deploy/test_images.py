@@ -10,8 +10,6 @@ import json
 import socket
 import tarfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from tests.deploy.images import (
     loopback_only_network,
     podman,
 )
+from tests.http_helpers import http_get
 from tests.integration.test_watch import assert_clean, ledgers, repaired, rows, settled
 from tests.jvm import TEST_JVM_OPTIONS
 
@@ -130,19 +129,9 @@ def test_spark_image_starts_a_kubernetes_executor_and_submits_with_the_bundled_j
     assert all(j.rsplit("/", 1)[1] in listed for j in jars), listed
 
 
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
-
-
 def _metrics(port: int) -> dict[str, float]:
     out = {}
-    for line in _get(port, "/metrics")[1].splitlines():
+    for line in http_get(port, "/metrics")[1].splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
@@ -219,8 +208,8 @@ def test_spark_audit_then_watch_repair_from_the_images_on_loopback_only(
         try:
             _wait(lambda: repaired(c, ids, victim), 120, "the watch's repair", name)
             _wait(lambda: settled(_metrics(port)), 60, "the watch's clean re-audit", name)
-            assert _get(port, "/healthz")[0] == 200
-            status, ready = _get(port, "/readyz")
+            assert http_get(port, "/healthz")[0] == 200
+            status, ready = http_get(port, "/readyz")
             assert status == 200 and json.loads(ready)["role"] == "leader", (
                 ready,
                 podman("logs", name, check=False).stderr[-6000:],

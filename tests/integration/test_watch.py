@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_cluster
 from tests.cli_helpers import REPO, bkaudit
+from tests.http_helpers import http_get
 from tests.repair_helpers import assert_fully_replicated
 
 pytestmark = pytest.mark.integration
@@ -55,11 +55,7 @@ class Watch:
             )  # fmt: skip
 
     def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+        return http_get(self.port, path)
 
     def role(self) -> str | None:
         try:
@@ -71,8 +67,10 @@ class Watch:
         wait_for(lambda: self.role() == role, timeout, f"{self.log.stem} {role}", self)
 
     def metrics(self) -> dict[str, float]:
+        status, page = self.get("/metrics")
+        assert status == 200, (status, page)
         out = {}
-        for line in self.get("/metrics")[1].splitlines():
+        for line in page.splitlines():
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 out[name] = float(value)
