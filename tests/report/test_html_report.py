@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from html.parser import HTMLParser
@@ -32,11 +31,10 @@ from jobs.reports.queries import (
 )
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
+from tests.report.chromium import chromium
 from tests.report.conftest import ReportWarehouse
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = os.environ.get("BKAUDIT_CHROMIUM", "/usr/bin/chromium")
 
 
 def _fragments(wh: ReportWarehouse) -> list[dict[str, Any]]:
@@ -199,17 +197,6 @@ class _Dom(HTMLParser):
             self._table = None
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: run scripts/install_chromium.sh"
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-
-
 def test_report_command_renders_charts_and_findings_in_chromium(
     report_warehouse: ReportWarehouse, tmp_path: Path
 ) -> None:
@@ -223,7 +210,7 @@ def test_report_command_renders_charts_and_findings_in_chromium(
     assert "<script" not in page and "http://" not in page and "https://" not in page
 
     dom = _Dom()
-    dom.feed(_chromium("--dump-dom", out.as_uri()).stdout)
+    dom.feed(chromium("--dump-dom", out.as_uri()).stdout)
     assert set(dom.charts) == {"fragments-per-bookie", "severity-over-runs", "repair-throughput"}
 
     bars = dom.charts["fragments-per-bookie"]
@@ -258,7 +245,7 @@ def test_report_command_renders_charts_and_findings_in_chromium(
 
     # Painted, not just present: the severity colours and the throughput blue are on screen.
     shot = tmp_path / "report.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1400,4000", out.as_uri())
+    chromium(f"--screenshot={shot}", "--window-size=1400,4000", out.as_uri())
     img = Image.open(shot).convert("RGB")
     colors = img.getcolors(maxcolors=1 << 20) or []
     painted = {rgb: n for n, rgb in colors}

@@ -39,10 +39,10 @@ from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
 from tests.audit_helpers import AuditCluster, audit_cluster
 from tests.cli_helpers import REPO, bkaudit, failure
+from tests.report.chromium import chromium
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-CHROMIUM = os.environ.get("BKAUDIT_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(
     os.environ.get("BKAUDIT_TEST_ARTIFACTS", REPO / "build" / "test-artifacts" / "report")
 )
@@ -214,29 +214,18 @@ class _Page(HTMLParser):
         return self.rows.get(tid, [])
 
 
-def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: run scripts/install_chromium.sh"
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def page(incident: Incident, tmp_path_factory: pytest.TempPathFactory) -> _Page:
     out = tmp_path_factory.mktemp("incident-report") / "report.html"
     proc = bkaudit("report", "--warehouse", incident.path, "--out", str(out))
     _ok(proc, 0)
     shot = out.with_suffix(".png")
-    _chromium(f"--screenshot={shot}", "--window-size=1400,4200", out.as_uri())
+    chromium(f"--screenshot={shot}", "--window-size=1400,4200", out.as_uri())
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, ARTIFACTS / "incident.png")
     shutil.copy(out, ARTIFACTS / "incident.html")
     dom = _Page()
-    dom.feed(_chromium("--dump-dom", out.as_uri()).stdout)
+    dom.feed(chromium("--dump-dom", out.as_uri()).stdout)
     dom.shot = shot
     return dom
 
