@@ -276,9 +276,9 @@ class LedgerStore:
         node = self.meta.create_sequential(paths.join(parent, "ID-"), ephemeral=True)
         try:
             self.meta.delete(node)
-        except (KeyStateError, StoreUnavailable) as exc:  # the id is ours; the node dies with
-            # the session
-            log.warning("could not delete id node %s: %s", node, exc)
+        except (KeyStateError, StoreUnavailable) as exc:  # the id is ours; the node is
+            # ephemeral and dies with the session: nothing for an operator to do
+            log.debug("could not delete id node %s: %s", node, exc)
         value = int(node.rsplit("ID-", 1)[1])
         if value < 0 or value >= paths.SHORT_ID_LIMIT:
             raise LedgerIdOverflowError(f"id {value} from {parent} overflows 31 bits", path=node)
