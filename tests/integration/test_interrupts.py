@@ -224,6 +224,18 @@ def _locks(c: AuditCluster) -> list[str]:
     return list(zk.get_children("/ledgers/underreplication/locks"))
 
 
+def _rerun_converges(c: AuditCluster, writers: list[str], repair: list[str], wh: str) -> None:
+    """With the faults gone, the interrupted repair run again finishes: every one of the 12
+    segments copied exactly once across both runs, and no lock left."""
+    for b in writers:
+        c.admin(b).clear_faults()
+    again = bkaudit(*repair)
+    assert again.returncode == 0, failure(again)
+    copies = _copies(wh)
+    assert len(copies) == 12 and set(copies.values()) == {1}, copies
+    assert _locks(c) == []
+
+
 @pytest.mark.parametrize("processes", [1, 2])
 def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
     cluster: AuditCluster, tmp_path: Path, processes: int
@@ -261,13 +273,7 @@ def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
     assert len(first) == done, (first, line)  # every ledger in flight finished and was written
     assert _locks(cluster) == []
 
-    for b in writers:
-        cluster.admin(b).clear_faults()
-    again = bkaudit(*repair)
-    assert again.returncode == 0, failure(again)
-    copies = _copies(wh)
-    assert len(copies) == 12 and set(copies.values()) == {1}, copies
-    assert _locks(cluster) == []
+    _rerun_converges(cluster, writers, repair, wh)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -346,9 +352,4 @@ def test_rereplicate_past_its_stop_timeout_leaves_with_its_rows_and_no_lock(
     )
     assert _locks(cluster) == []
 
-    for b in writers:
-        cluster.admin(b).clear_faults()
-    again = bkaudit(*repair)
-    assert again.returncode == 0, failure(again)
-    copies = _copies(wh)
-    assert len(copies) == 12 and set(copies.values()) == {1}, copies
+    _rerun_converges(cluster, writers, repair, wh)
