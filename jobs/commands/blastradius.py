@@ -27,7 +27,7 @@ from bklib.audit.engine import ScanPlan
 from bklib.audit.model import LedgerView
 from bklib.audit.whatif import ScanCoverage
 from bklib.meta.racks import DEFAULT_RACKS_ZNODE
-from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.replacement import DEFAULT_MIN_RACKS
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, Scope
@@ -44,6 +44,7 @@ from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.exit_status import ExitStatus, for_error
 from jobs.runtime.messages import one_line
+from jobs.runtime.startup import open_command_store
 
 __all__ = [
     "PARALLEL_MIN_LEDGERS",
@@ -170,16 +171,11 @@ def run_blastradius(args: argparse.Namespace, spark: Any = None) -> int:
     (ledgers unreadable or missed by the scan: the counts are a lower bound).
     ``--executor`` picks in-process or Spark as the audit does (:mod:`jobs.runs.executor`); a
     caller that hands in a SparkSession gets Spark under ``auto``."""
-    from jobs.runtime.startup import check_before_connecting
 
-    try:
-        check_before_connecting(args, spark)  # the executor and the warehouse, first
-        session = open_store(  # the command's one session
-            args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
-        )
-    except Exception as exc:
-        log.debug("blastradius could not connect", exc_info=True)
-        print(f"blastradius: {one_line(exc)}", file=sys.stderr)
+    session = open_command_store(
+        "blastradius", args, spark=spark, writes=True, session_timeout=args.zk_session_timeout
+    )
+    if session is None:
         return ExitStatus.OPERATOR_ERROR
     with session, SessionGuard(session) as guard:
         return _run_with(args, spark, session, guard)

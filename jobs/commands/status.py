@@ -22,13 +22,14 @@ from typing import Any
 
 from bklib.audit.checks import replication_names
 from bklib.errors import BKError, CorruptMetadataError
-from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.states import BookieState, RunStatus
 from bklib.tls import TlsSettings
 from jobs.options.units import parse_duration
 from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.messages import one_line
+from jobs.runtime.startup import open_command_store
 
 __all__ = [
     "BookieAnswer",
@@ -350,11 +351,8 @@ def format_status(st: ClusterStatus) -> str:
 
 def run_status(args: argparse.Namespace) -> int:
     """``bkaudit status``: print the screen, exit by :meth:`ClusterStatus.exit_status`."""
-    try:
-        session = open_store(args.zk, auth=args.zk_auth)  # the command's one session
-    except Exception as exc:  # unreachable, refused: the operator's to fix
-        log.debug("status could not connect", exc_info=True)
-        print(f"status: {one_line(exc)}", file=sys.stderr)
+    session = open_command_store("status", args)
+    if session is None:
         return ExitStatus.OPERATOR_ERROR
     try:
         with session, SessionGuard(session) as guard:

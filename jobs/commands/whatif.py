@@ -44,7 +44,7 @@ from bklib.meta.racks import (
     read_racks_strict,
 )
 from bklib.meta.registration import BookieRegistry, list_bookies
-from bklib.meta.stores import MetadataStore, open_store
+from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.session_guard import SessionGuard
 from bklib.replacement import DEFAULT_MIN_RACKS, rack_of
 from bklib.states import (
@@ -57,6 +57,7 @@ from bklib.states import (
 from jobs.runtime.exit_status import ExitStatus, for_error, worst
 from jobs.runtime.gc_pause import paused_gc
 from jobs.runtime.messages import one_line
+from jobs.runtime.startup import open_command_store
 
 __all__ = [
     "ClusterState",
@@ -381,13 +382,8 @@ def resolve_targets(state: ClusterState, bookie: str | None, rack: str | None) -
 
 def run_whatif(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Entry point for parsed arguments (``bkaudit whatif``)."""
-    try:
-        session = open_store(  # the command's one session
-            args.zk, auth=args.zk_auth, session_timeout=args.zk_session_timeout
-        )
-    except Exception as exc:  # unreachable, refused: the operator's to fix
-        log.debug("whatif could not connect", exc_info=True)
-        print(f"whatif: {one_line(exc)}", file=sys.stderr)
+    session = open_command_store("whatif", args, session_timeout=args.zk_session_timeout)
+    if session is None:
         return ExitStatus.OPERATOR_ERROR
     try:
         with session, SessionGuard(session) as guard:

@@ -7,14 +7,19 @@ each is one line at once, not after a connection attempt or a whole scan
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from bklib.errors import BKError
 from bklib.states import Executor
 
-__all__ = ["StartupError", "check_before_connecting", "java_found"]
+if TYPE_CHECKING:
+    from bklib.meta.stores import MetadataStore
+
+__all__ = ["StartupError", "check_before_connecting", "java_found", "open_command_store"]
 
 
 class StartupError(BKError):
@@ -60,3 +65,31 @@ def check_before_connecting(args: argparse.Namespace, spark: Any = None) -> None
             probe_warehouse(str(warehouse))
         except WarehouseUnusable as exc:
             raise StartupError(str(exc)) from None
+
+
+def open_command_store(
+    command: str,
+    args: argparse.Namespace,
+    *,
+    spark: Any = None,
+    writes: bool = False,
+    **store_options: Any,
+) -> MetadataStore | None:
+    """The command's one store session, opened where the command starts and handed down to
+    all its work; None after one line on stderr saying why it could not be opened (the caller
+    exits 2: nothing was read). A command that ``writes`` tables has its executor and warehouse
+    checked first (:func:`check_before_connecting`); one that only reads them does not, so a
+    read-only warehouse stays readable."""
+    from bklib.meta.stores import open_store
+    from jobs.runtime.messages import one_line
+
+    try:
+        if writes:
+            check_before_connecting(args, spark)
+        return open_store(args.zk, auth=args.zk_auth, **store_options)
+    except Exception as exc:  # unreachable, refused, a warehouse refused: the operator's to fix
+        logging.getLogger(f"jobs.commands.{command}").debug(
+            "%s could not connect", command, exc_info=True
+        )
+        print(f"{command}: {one_line(exc)}", file=sys.stderr)
+        return None
