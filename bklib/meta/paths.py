@@ -136,3 +136,14 @@ def ur_lock_path(root: str, ledger_id: int) -> str:
 
 
 UR_NODE_RE = re.compile(r"urL(\d+)$")
+
+
+# ---- bkaudit's own keys ------------------------------------------------------------------------
+
+
+def own_path(ledgers_root: str, *parts: str) -> str:
+    """``/bkaudit<ledgers root>/<parts>``: bkaudit's own keys (the watch's election, a repair's
+    stop marker), one namespace per cluster of the chroot, outside BookKeeper's tree, where
+    no ledger manager walks."""
+    root = "/" + ledgers_root.strip("/")
+    return join("/bkaudit" + root.rstrip("/"), *parts)

@@ -201,7 +201,7 @@ def _execute(
     from jobs.spark.session import build_spark
 
     spark = spark or build_spark(f"bkaudit-{config.mode}", master=getattr(args, "master", None))
-    job = RepairJob(spark, config)
+    job = RepairJob(spark, config, local.session)
     return job.execute(reqs), job.run_id
 
 

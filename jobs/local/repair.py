@@ -28,7 +28,7 @@ from bklib.repair.requests import (
 )
 from bklib.states import ActionStatus, Executor, Reason
 from jobs.runs.repair_partition import repair_partition, repair_partition_rows
-from jobs.runs.repair_run import log_done, log_start, stamp
+from jobs.runs.repair_run import log_done, log_start, stamp, stop_if_signalled
 from jobs.runtime import interrupts
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.progress import Progress
@@ -210,13 +210,7 @@ class LocalRepair:
                         progress.advance(futures[fut])
             record.write(rows)  # in the scope: a signal now does not cut the write short
         log_done(cfg, self.run_id, rows, n, time.monotonic() - t0)
-        if interrupts.stop_requested():
-            done = len({r["ledger_id"] for r in rows})
-            interrupts.note(
-                f"{cfg.mode} {self.run_id}: the actions of {done} ledgers recorded, "
-                f"{n - done} not started; run {cfg.mode} again"
-            )
-            interrupts.checkpoint()
+        stop_if_signalled(cfg, self.run_id, rows, n)
         return rows
 
 

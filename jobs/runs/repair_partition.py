@@ -80,18 +80,22 @@ def repair_partition(
 
 
 def worker_partition(
-    config: RepairConfig, requests: Iterable[LedgerRequest]
+    config: RepairConfig, requests: Iterable[LedgerRequest], stop_path: str | None = None
 ) -> Iterator[list[dict[str, Any]]]:
     """:func:`repair_partition` in a worker of its own (a spawned process, a Spark task): the
     worker opens its one store session here. Its ephemeral locks must be its own, so a worker
-    never shares its parent's session."""
+    never shares its parent's session. With ``stop_path`` (a Spark task, whose driver a signal
+    cannot reach it through), no ledger starts once the driver wrote its stop marker there
+    (:mod:`jobs.runs.stop_marker`)."""
     from bklib.meta.stores import open_store
+    from jobs.runs.stop_marker import stopped_by
 
     reqs = list(requests)
     if not reqs:
         return
     with open_store(config.zk, auth=config.zk_auth, timeout=config.zk_session_timeout) as session:
-        yield from repair_partition(config, session, reqs)
+        proceed = None if stop_path is None else (lambda: not stopped_by(session, stop_path))
+        yield from repair_partition(config, session, reqs, proceed)
 
 
 def repair_partition_rows(

@@ -16,6 +16,7 @@ from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.repair.worker import RepairSettings
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus, RepairMode
 from bklib.tls import TlsSettings
+from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.interrupts import DEFAULT_STOP_TIMEOUT
 
@@ -26,6 +27,7 @@ __all__ = [
     "log_start",
     "print_summary",
     "stamp",
+    "stop_if_signalled",
     "summarize",
 ]
 
@@ -153,6 +155,21 @@ def log_done(
         copied / 1e6,
         copied / 1e6 / secs if secs > 0 else 0.0,
     )
+
+
+def stop_if_signalled(
+    config: RepairConfig, run_id: str, rows: Sequence[Mapping[str, Any]], ledgers: int
+) -> None:
+    """After a drained run's rows are written: if a signal stopped it, say how far it got and
+    raise :class:`~jobs.runtime.interrupts.Interrupted`."""
+    if not interrupts.stop_requested():
+        return
+    done = len({r["ledger_id"] for r in rows})
+    interrupts.note(
+        f"{config.mode} {run_id}: the actions of {done} ledgers recorded, "
+        f"{ledgers - done} not started; run {config.mode} again"
+    )
+    interrupts.checkpoint()
 
 
 def _copied(r: Mapping[str, Any]) -> bool:

@@ -46,8 +46,7 @@ PREFIX = "member-"
 def election_path(ledgers_root: str) -> str:
     """``/bkaudit<ledgers root>/watch-leader``: our own namespace, one per cluster of the
     chroot, outside BookKeeper's tree."""
-    root = "/" + ledgers_root.strip("/")
-    return paths.join("/bkaudit" + root.rstrip("/"), "watch-leader")
+    return paths.own_path(ledgers_root, "watch-leader")
 
 
 def _seq(name: str) -> int:

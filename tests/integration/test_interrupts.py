@@ -236,30 +236,28 @@ def _rerun_converges(c: AuditCluster, writers: list[str], repair: list[str], wh:
     assert _locks(c) == []
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
-    cluster: AuditCluster, tmp_path: Path, processes: int
-) -> None:
-    """A lost bookie's ledgers are being copied slowly (each add delayed): Ctrl-C (to the
-    process group, as a terminal sends it, with worker processes; to the command alone
-    otherwise) stops the run with its in-flight ledgers finished and recorded, the rest not
-    started, no lock left; the rerun repairs the rest, and no segment is copied twice."""
-    b0, b1, b2, b3 = cluster.bookie_ids
-    wh = str(tmp_path / "warehouse")
-    cluster.sandbox.stop_bookie(b2)
-    audit = bkaudit("audit", *_zk(cluster), "--warehouse", wh, "--check", "lost",
+def _lost_bookie_repair(c: AuditCluster, wh: str, executor: str) -> tuple[list[str], list[str]]:
+    """A bookie of the twelve ledgers stopped and audited, every add at the others slowed to
+    300 ms: (the bookies copies go to, the ``rereplicate`` command line)."""
+    b0, b1, b2, b3 = c.bookie_ids
+    c.sandbox.stop_bookie(b2)
+    audit = bkaudit("audit", *_zk(c), "--warehouse", wh, "--check", "lost",
                     "--executor", "local")  # fmt: skip
     assert audit.returncode == 0, failure(audit)
     writers = [b0, b1, b3]
     for b in writers:
-        cluster.admin(b).add_fault("delay", ops=["ADD_ENTRY"], delay_ms=300)
-    repair = ["rereplicate", *_zk(cluster), "--warehouse", wh, "--executor", "local",
+        c.admin(b).add_fault("delay", ops=["ADD_ENTRY"], delay_ms=300)
+    repair = ["rereplicate", *_zk(c), "--warehouse", wh, "--executor", executor,
               "--grace-period", "0s", "--read-timeout", "10s"]  # fmt: skip
-    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2",
-                  "--local-processes", str(processes), "--stop-timeout", "60s")  # fmt: skip
-    run.wait_for("a copy's first add", _hit(cluster, writers))
-    run.signal(signal.SIGINT, group=processes > 1)
-    proc = run.finish()
+    return writers, repair
+
+
+def _drained(c: AuditCluster, wh: str, run: Running, writers: list[str], *, group: bool) -> None:
+    """Ctrl-C once a copy to ``writers`` is under way: the run ends with its in-flight ledgers
+    finished and recorded, the rest not started, and no lock left."""
+    run.wait_for("a copy's first add", _hit(c, writers))
+    run.signal(signal.SIGINT, group=group)
+    proc = run.finish(timeout=180)
     line = _interrupted(
         proc,
         run,
@@ -271,8 +269,38 @@ def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
     assert done >= 1 and not_started >= 1, line  # stopped mid-work, not before, not after
     first = _copies(wh)
     assert len(first) == done, (first, line)  # every ledger in flight finished and was written
-    assert _locks(cluster) == []
+    assert _locks(c) == []
 
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_rereplicate_interrupted_then_rerun_converges_copying_nothing_twice(
+    cluster: AuditCluster, tmp_path: Path, processes: int
+) -> None:
+    """A lost bookie's ledgers are being copied slowly (each add delayed): Ctrl-C (to the
+    process group, as a terminal sends it, with worker processes; to the command alone
+    otherwise) stops the run with its in-flight ledgers finished and recorded, the rest not
+    started, no lock left; the rerun repairs the rest, and no segment is copied twice."""
+    wh = str(tmp_path / "warehouse")
+    writers, repair = _lost_bookie_repair(cluster, wh, "local")
+    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2",
+                  "--local-processes", str(processes), "--stop-timeout", "60s")  # fmt: skip
+    _drained(cluster, wh, run, writers, group=processes > 1)
+    _rerun_converges(cluster, writers, repair, wh)
+
+
+@pytest.mark.timeout(900)
+def test_rereplicate_on_spark_interrupted_drains_its_tasks_then_rerun_converges(
+    cluster: AuditCluster, tmp_path: Path
+) -> None:
+    """The same on the Spark executor, with a terminal's Ctrl-C reaching the driver and the
+    local executors' Python workers alike: the driver's stop marker tells the two tasks to
+    start no ledger, those in flight finish, the driver writes their rows and exits 130; the
+    rerun (on Spark too) converges with nothing copied twice."""
+    wh = str(tmp_path / "warehouse")
+    writers, repair = _lost_bookie_repair(cluster, wh, "spark")
+    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2", "--tasks", "2",
+                  "--stop-timeout", "60s")  # fmt: skip
+    _drained(cluster, wh, run, writers, group=True)
     _rerun_converges(cluster, writers, repair, wh)
 
 
@@ -326,17 +354,9 @@ def test_rereplicate_past_its_stop_timeout_leaves_with_its_rows_and_no_lock(
     """The ledgers in flight need longer than --stop-timeout: the process leaves at the
     timeout, with one line, 130, the finished ledgers' rows written and its session closed
     (no lock left); the rerun converges and copies no segment twice."""
-    b0, b1, b2, b3 = cluster.bookie_ids
     wh = str(tmp_path / "warehouse")
-    cluster.sandbox.stop_bookie(b2)
-    audit = bkaudit("audit", *_zk(cluster), "--warehouse", wh, "--check", "lost",
-                    "--executor", "local")  # fmt: skip
-    assert audit.returncode == 0, failure(audit)
-    writers = [b0, b1, b3]
-    for b in writers:  # ten adds one after another: three seconds a ledger, past the timeout
-        cluster.admin(b).add_fault("delay", ops=["ADD_ENTRY"], delay_ms=300)
-    repair = ["rereplicate", *_zk(cluster), "--warehouse", wh, "--executor", "local",
-              "--grace-period", "0s", "--read-timeout", "10s"]  # fmt: skip
+    # ten adds one after another: three seconds a ledger, past the timeout
+    writers, repair = _lost_bookie_repair(cluster, wh, "local")
     run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2", "--local-processes", "1",
                   "--stop-timeout", "1s")  # fmt: skip
     run.wait_for("a copy's first add", _hit(cluster, writers))
@@ -353,3 +373,38 @@ def test_rereplicate_past_its_stop_timeout_leaves_with_its_rows_and_no_lock(
     assert _locks(cluster) == []
 
     _rerun_converges(cluster, writers, repair, wh)
+
+
+@pytest.mark.timeout(900)
+def test_rereplicate_on_spark_past_its_stop_timeout_cancels_its_tasks(
+    cluster: AuditCluster, tmp_path: Path
+) -> None:
+    """On Spark, ledgers in flight past --stop-timeout: the driver cancels its tasks and
+    leaves with one line and 130; the tasks' locks go with their sessions (within the session
+    timeout), and the rerun converges."""
+    wh = str(tmp_path / "warehouse")
+    writers, repair = _lost_bookie_repair(cluster, wh, "spark")
+    repair += ["--zk-session-timeout", "4s"]
+    run = Running(*repair, "--window", "1", "--ledgers-in-flight", "2", "--tasks", "2",
+                  "--stop-timeout", "1s")  # fmt: skip
+    run.wait_for("a copy's first add", _hit(cluster, writers))
+    run.signal(signal.SIGINT, group=True)
+    proc = run.finish(timeout=180)
+    _interrupted(
+        proc,
+        run,
+        r"rereplicate: interrupted \(SIGINT\); rereplicate \S+: the tasks in flight were "
+        r"cancelled and their ledgers' actions not recorded; run rereplicate again; the work in "
+        r"flight was abandoned after --stop-timeout 1s \(its locks go with the session\)",
+        signal.SIGINT,
+    )
+    deadline = time.monotonic() + 30
+    while _locks(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _locks(cluster) == []
+    for b in writers:
+        cluster.admin(b).clear_faults()
+    again = bkaudit(*repair)
+    assert again.returncode == 0, failure(again)
+    copies = _copies(wh)
+    assert len(copies) <= 12 and set(copies.values()) == {1}, copies

@@ -24,6 +24,7 @@ from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.requests import LedgerRequest
 from jobs.commands.repair import RepairConfig
 from jobs.local.repair import LocalRepair
+from jobs.runs.stop_marker import stop_marker_path
 from jobs.spark.repair_job import RepairJob, _repair_task
 from tests.audit_helpers import audit_cluster
 from tests.audit_helpers import spark as spark  # the session fixture
@@ -148,8 +149,8 @@ def test_e_two_jobs_never_copy_the_same_ledger_and_dead_locks_expire(
                 cfg = RepairConfig.from_args(repair_args("rereplicate", *argv), "rereplicate")
                 with open_store(cfg.zk) as session:
                     requests = LocalRepair(cfg, session).requests_from_audit()
-                assert requests is not None
-                rows = RepairJob(spark, cfg).execute(requests)
+                    assert requests is not None
+                    rows = RepairJob(spark, cfg, session).execute(requests)
                 codes.append(0 if rows else 2)
             except BaseException as e:  # reported below: a thread's traceback is otherwise lost
                 errors.append(e)
@@ -202,9 +203,10 @@ time.sleep(600)
 
 
 def _run_worker(cfg: RepairConfig, rows: list[LedgerRequest], started: str) -> None:
-    """A child process running exactly the executors' per-partition function."""
+    """A child process running exactly the executors' per-partition function (its driver
+    never asks it to stop)."""
     Path(started).touch()
-    for _ in _repair_task(cfg)(iter(rows)):
+    for _ in _repair_task(cfg, stop_marker_path(cfg.ledgers_root, "not-this-run"))(iter(rows)):
         pass
 
 
