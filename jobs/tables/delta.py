@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bklib.states import RunStatus
+from jobs.tables.rust_panics import quiet_rust_panics
 from jobs.tables.schema import (
     AUDIT_RUNS,
     FRAGMENTS,
@@ -411,13 +412,14 @@ def create_table(warehouse: str, name: str) -> None:
 
     path = table_path(warehouse, name)
     try:
-        DeltaTable.create(
-            path,
-            schema=storage_schema(TABLE_SCHEMAS[name]),
-            mode="ignore",
-            partition_by=PARTITION_BY[name] or None,
-            configuration=dict(TABLE_PROPERTIES),
-        )
+        with quiet_rust_panics():
+            DeltaTable.create(
+                path,
+                schema=storage_schema(TABLE_SCHEMAS[name]),
+                mode="ignore",
+                partition_by=PARTITION_BY[name] or None,
+                configuration=dict(TABLE_PROPERTIES),
+            )
     except DeltaError as exc:  # lost a creation race: the winner's table is as good
         if not wait_for_table(warehouse, name):
             raise table_error(path, exc) from exc
@@ -461,7 +463,8 @@ def set_schema_version(
         if not missing:
             return False
         try:
-            table.alter.set_table_properties(missing, raise_if_not_exists=False)
+            with quiet_rust_panics():
+                table.alter.set_table_properties(missing, raise_if_not_exists=False)
             return True
         except CommitFailedError:
             time.sleep(0.1 * (attempt + 1))
@@ -568,13 +571,14 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
         if parts != PARTITION_BY[name]:
             _warn_legacy(path, parts, warehouse)
         try:
-            write_deltalake(
-                table,
-                data,
-                mode="append",
-                partition_by=parts or None,
-                schema_mode="merge",
-            )
+            with quiet_rust_panics():
+                write_deltalake(
+                    table,
+                    data,
+                    mode="append",
+                    partition_by=parts or None,
+                    schema_mode="merge",
+                )
             return int(data.num_rows)
         except CommitFailedError as exc:
             if attempt + 1 == COMMIT_RETRIES:

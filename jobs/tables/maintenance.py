@@ -30,6 +30,7 @@ from jobs.tables.retention import (
     plan_retention,
     repair_runs,
 )
+from jobs.tables.rust_panics import quiet_rust_panics
 from jobs.tables.schema import (
     ACTIONS,
     AUDIT_RUNS,
@@ -145,7 +146,8 @@ def delete_rows(warehouse: str, deletion: Deletion, dry_run: bool) -> int:
     for predicate in deletion.predicates():
         for attempt in range(delta.COMMIT_RETRIES):
             try:
-                metrics = delta.open_table(warehouse, deletion.table).delete(predicate)
+                with quiet_rust_panics():
+                    metrics = delta.open_table(warehouse, deletion.table).delete(predicate)
                 deleted += int(metrics.get("num_deleted_rows", 0) or 0)
                 break
             except CommitFailedError:
@@ -166,7 +168,8 @@ def compact(warehouse: str, name: str, dry_run: bool) -> tuple[int, int]:
         return small_files(warehouse, name, TARGET_FILE_SIZE), 0
     for attempt in range(delta.COMMIT_RETRIES):
         try:
-            m = delta.open_table(warehouse, name).optimize.compact()
+            with quiet_rust_panics():
+                m = delta.open_table(warehouse, name).optimize.compact()
             return int(m.get("numFilesRemoved", 0)), int(m.get("numFilesAdded", 0))
         except CommitFailedError:  # a writer's commit touched the same files: again
             time.sleep(0.2 * (attempt + 1))
@@ -184,13 +187,14 @@ def vacuum(warehouse: str, name: str, retention: float | None, dry_run: bool) ->
     hours = None if retention is None else int(retention // 3600)
     enforce = hours is None or hours >= _table_retention_hours(table)
     try:
-        files = table.vacuum(
-            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=enforce
-        )
-        if not dry_run:
-            table = delta.open_table(warehouse, name)
-            table.create_checkpoint()
-            table.cleanup_metadata()
+        with quiet_rust_panics():
+            files = table.vacuum(
+                retention_hours=hours, dry_run=dry_run, enforce_retention_duration=enforce
+            )
+            if not dry_run:
+                table = delta.open_table(warehouse, name)
+                table.create_checkpoint()
+                table.cleanup_metadata()
     except DeltaError as exc:
         raise delta.table_error(path, exc) from exc
     return len(files)

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.tables import delta
+from jobs.tables.rust_panics import quiet_rust_panics
 from jobs.tables.schema import (
     ALL_TABLES,
     AUDIT_RUNS,
@@ -179,17 +180,18 @@ def migrate_table(warehouse: str, name: str, days: Mapping[str, date]) -> TableM
             data = data.read_all()
         t0 = time.monotonic()
         try:
-            write_deltalake(
-                table,
-                data,
-                mode="overwrite",
-                schema_mode="overwrite",
-                partition_by=PARTITION_BY[name] or None,
-                commit_properties=CommitProperties(
-                    max_commit_retries=0,
-                    custom_metadata={"bkaudit.operation": f"migrate to v{SCHEMA_VERSION}"},
-                ),
-            )
+            with quiet_rust_panics():
+                write_deltalake(
+                    table,
+                    data,
+                    mode="overwrite",
+                    schema_mode="overwrite",
+                    partition_by=PARTITION_BY[name] or None,
+                    commit_properties=CommitProperties(
+                        max_commit_retries=0,
+                        custom_metadata={"bkaudit.operation": f"migrate to v{SCHEMA_VERSION}"},
+                    ),
+                )
         except CommitFailedError:
             log.warning(
                 "%s: written to while being migrated (version %d moved on); again (%d/%d)",

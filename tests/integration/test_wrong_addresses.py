@@ -232,6 +232,44 @@ def test_a_read_only_warehouse_is_one_line_without_rust_panics(
     assert "is not writable" in one_error_line(proc)
 
 
+def _full(warehouse: Path, tables: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``bkaudit ARGV`` in a mount namespace of its own where ``warehouse`` is a 1 MB tmpfs
+    holding a copy of ``tables`` and then filled to the last page: the probe's empty file
+    still fits, the run's first Parquet file does not (a disk that fills up mid-run)."""
+    assert shutil.which("unshare"), "unshare (util-linux) is needed for a tmpfs of its own"
+    script = (
+        f'mount -t tmpfs -o size=1m tmpfs "{warehouse}" && cp -a "{tables}/." "{warehouse}/" '
+        f'&& {{ dd if=/dev/zero of="{warehouse}/filler" bs=4k 2>/dev/null || true; }} '
+        f'&& exec "$0" -m jobs.cli "$@"'
+    )
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, sys.executable, *argv],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_warehouse_that_fills_up_mid_run_is_one_line_without_rust_panics(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    """The warehouse passes the probe, then its disk is full when the run's findings are
+    written: delta-rs panics on its way out ("Already shut down"), and the operator sees only
+    the one line naming the table and the cause. With -v the panic report is shown."""
+    _metadata_only_cluster(zk_chroot, 5)
+    tables, wh = tmp_path / "tables", tmp_path / "wh"
+    wh.mkdir()
+    first = bkaudit(*_audit(["--zk", zk_chroot], tables, "--executor", "local"))
+    assert first.returncode == 0, failure(first)
+    argv = _audit(["--zk", zk_chroot], wh, "--executor", "local")
+    proc = _full(wh, tables, argv)
+    line = one_error_line(proc)
+    assert f"Delta table {wh}" in line and "No space left on device" in line, line
+    assert "panicked" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    # The same failure, verbose: the report is delta-rs's own, so it is there to be shown.
+    verbose = _full(wh, tables, ["-v", *argv])
+    assert verbose.returncode == proc.returncode, failure(verbose)
+    assert "panicked" in verbose.stderr, verbose.stderr[-4000:]
+
+
 def _no_aws_credentials() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
