@@ -45,3 +45,27 @@ def test_no_server_up_names_each_with_its_cause() -> None:
     assert "zk.bkaudit-test.invalid:2181: name not found" in text, text
     assert f"127.0.0.1:{refused}: connection refused" in text, text
     assert isinstance(info.value, StoreUnavailable)  # the commands' one-line, exit-2 path
+
+
+def test_the_servers_of_an_address_are_asked_at_the_same_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three servers that never answer cost one connect timeout, not three: each probe waits
+    at a barrier that only opens once all three are in flight, so asked one after another
+    they would break it."""
+    import threading
+
+    from bklib.meta.stores import reachability
+
+    barrier = threading.Barrier(3, timeout=10)
+
+    def silent(host: str, port: int, timeout: float) -> str:
+        barrier.wait()
+        return f"timed out after {timeout:g}s"
+
+    monkeypatch.setattr(reachability, "_diagnose_once", silent)
+    servers = [("10.0.0.1", 2181), ("10.0.0.2", 2181), ("10.0.0.3", 2181)]
+    with pytest.raises(Unreachable) as info:
+        check_reachable(servers, "ZooKeeper", timeout=5)
+    for host, port in servers:
+        assert f"{host}:{port}: timed out after 5s" in str(info.value), info.value

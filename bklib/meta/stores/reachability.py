@@ -14,7 +14,9 @@ addresses").
 from __future__ import annotations
 
 import errno
+import queue
 import socket
+import threading
 import time
 from collections.abc import Sequence
 
@@ -114,15 +116,42 @@ def _diagnose_all(
     causes: dict[tuple[str, int], str] = {}
     pending = list(servers)
     while True:
-        for server in pending:
-            cause = _diagnose_once(*server, timeout)
-            if cause is None:
-                return None
-            causes[server] = cause
+        round_causes = _diagnose_round(pending, timeout)
+        if round_causes is None:
+            return None
+        causes.update(round_causes)
         pending = [s for s in pending if _retryable(causes[s])]
         if not pending or time.monotonic() >= deadline:
             return causes
         time.sleep(_RETRY_PAUSE)
+
+
+def _diagnose_round(
+    servers: Sequence[tuple[str, int]], timeout: float
+) -> dict[tuple[str, int], str] | None:
+    """Each of ``servers`` tried once, all at the same time (three silent servers cost one
+    timeout, not three): None as soon as one accepts, else each one's cause. The threads are
+    daemons: one still waiting on a silent address never holds up the answer or the exit."""
+    if len(servers) == 1:
+        cause = _diagnose_once(*servers[0], timeout)
+        return None if cause is None else {servers[0]: cause}
+    answers: queue.Queue[tuple[tuple[str, int], str | None]] = queue.Queue()
+
+    def ask(server: tuple[str, int]) -> None:
+        try:
+            answers.put((server, _diagnose_once(*server, timeout)))
+        except Exception as exc:  # noqa: BLE001 - a cause for the line, whatever it is
+            answers.put((server, f"{type(exc).__name__}: {exc}"))
+
+    for server in servers:
+        threading.Thread(target=ask, args=(server,), name="reachability", daemon=True).start()
+    causes: dict[tuple[str, int], str] = {}
+    while len(causes) < len(servers):
+        server, cause = answers.get()
+        if cause is None:
+            return None
+        causes[server] = cause
+    return causes
 
 
 def check_reachable(
