@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps image airflow chromium venv bytecode demo bench-metadata bench-scale clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps s3-deps image airflow chromium venv bytecode demo bench-metadata bench-scale clean soak interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -41,6 +41,11 @@ oxia-deps:
 ## Prometheus's promtool, built from its Go module, for the alert rules' tests (tests/promtool.py).
 prometheus-deps:
 	scripts/install_prometheus.sh >/dev/null
+
+## s3proxy from Maven Central, the S3-compatible server of the object-store tests
+## (bklib/testing/s3server.py).
+s3-deps: venv
+	$(PY) -m bklib.testing.s3server
 
 ## kube-apiserver and etcd, built from their Go modules, to `helm install` the chart into.
 kube-deps:
@@ -82,7 +87,7 @@ format: venv
 ## Two pytest processes (most tests wait on servers, not on the CPU); each takes whole files,
 ## so a module's fixtures stay in one process. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps airflow chromium lint bytecode
+test: venv java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps s3-deps airflow chromium lint bytecode
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 ## Chaos soak (30 min; tests/soak), kill campaign (25 SIGKILLs of rereplicate), 1,000
