@@ -104,14 +104,7 @@ class S3Server:
     def storage_options(self) -> dict[str, str]:
         """delta-rs's storage options for this server (the same facts as :meth:`env`), with
         path-style addressing: a bucket name is not a host name on loopback."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-        }
+        return {**self.env(), "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
 
     def make_bucket(self, name: str) -> str:
         """Create bucket ``name`` (a directory of the backend); returns ``s3://name``."""

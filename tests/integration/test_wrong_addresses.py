@@ -198,19 +198,21 @@ def test_a_warehouse_that_is_a_file_is_said_before_the_scan(tmp_path: Path, zk_c
         assert f"warehouse {tmp_path / 'wh'}" in line and "not a directory" in line, line
 
 
-def _read_only(directory: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``bkaudit ARGV`` in a user and mount namespace of its own where ``directory`` is
-    mounted read-only over itself (root ignores file modes: only a read-only mount refuses
-    it)."""
-    assert shutil.which("unshare"), "unshare (util-linux) is needed for a read-only mount"
-    script = (
-        f'mount --bind "{directory}" "{directory}" && '
-        f'mount -o remount,bind,ro "{directory}" && exec "$0" -m jobs.cli "$@"'
-    )
+def _with_mounts(mounts: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``bkaudit ARGV`` in a user and mount namespace of its own, after the shell commands
+    ``mounts`` (root ignores file modes: only a mount can refuse it a write)."""
+    assert shutil.which("unshare"), "unshare (util-linux) is needed for mounts of a test's own"
     return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, sys.executable, *argv],
+        ["unshare", "-rm", "sh", "-c", f'{mounts} && exec "$0" -m jobs.cli "$@"',
+         sys.executable, *argv],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+
+
+def _read_only(directory: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``bkaudit ARGV`` where ``directory`` is mounted read-only over itself."""
+    mounts = f'mount --bind "{directory}" "{directory}" && mount -o remount,bind,ro "{directory}"'
+    return _with_mounts(mounts, argv)
 
 
 def test_a_read_only_warehouse_is_one_line_without_rust_panics(
@@ -233,19 +235,14 @@ def test_a_read_only_warehouse_is_one_line_without_rust_panics(
 
 
 def _full(warehouse: Path, tables: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``bkaudit ARGV`` in a mount namespace of its own where ``warehouse`` is a 1 MB tmpfs
-    holding a copy of ``tables`` and then filled to the last page: the probe's empty file
-    still fits, the run's first Parquet file does not (a disk that fills up mid-run)."""
-    assert shutil.which("unshare"), "unshare (util-linux) is needed for a tmpfs of its own"
-    script = (
+    """``bkaudit ARGV`` where ``warehouse`` is a 1 MB tmpfs holding a copy of ``tables`` and
+    then filled to the last page: the probe's empty file still fits, the run's first Parquet
+    file does not (a disk that fills up mid-run)."""
+    mounts = (
         f'mount -t tmpfs -o size=1m tmpfs "{warehouse}" && cp -a "{tables}/." "{warehouse}/" '
-        f'&& {{ dd if=/dev/zero of="{warehouse}/filler" bs=4k 2>/dev/null || true; }} '
-        f'&& exec "$0" -m jobs.cli "$@"'
+        f'&& {{ dd if=/dev/zero of="{warehouse}/filler" bs=4k 2>/dev/null || true; }}'
     )
-    return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, sys.executable, *argv],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return _with_mounts(mounts, argv)
 
 
 def test_a_warehouse_that_fills_up_mid_run_is_one_line_without_rust_panics(
