@@ -285,7 +285,7 @@ def _run_spark(
     from jobs.spark.session import build_spark
     from jobs.tables.delta import TableError
 
-    spark = spark or build_spark("bkaudit-audit", master=master)
+    spark = spark or build_spark("bkaudit-audit", master=master, warehouse=config.warehouse)
     job = AuditJob(spark, config, plan, session)
     try:
         # Spark's console bar is off (jobs.spark.session): ours, or a line every few seconds.

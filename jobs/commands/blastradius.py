@@ -259,7 +259,9 @@ def _spark_scopes(
     audit_run_id = None
     if has_findings:
         missing, audit_run_id = findings_missing(args.warehouse)
-    spark = spark or build_spark("bkaudit-blastradius", master=args.master)
+    spark = spark or build_spark(
+        "bkaudit-blastradius", master=args.master, warehouse=args.warehouse
+    )
     scopes, coverage = spark_blast_radius(
         spark,
         session,

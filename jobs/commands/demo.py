@@ -28,6 +28,7 @@ from bklib.meta.stores import open_store
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.workload import PASSWORD, WrittenLedger, write_ledgers
 from jobs.options.units import parse_duration
+from jobs.options.warehouse import WAREHOUSE_HELP, check_warehouse_uri
 from jobs.runtime import interrupts
 from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import SPARK_EXTRA
@@ -109,13 +110,13 @@ def _demo_logging() -> None:
     logging.getLogger("bklib.testing").setLevel(logging.WARNING)
 
 
-def _listing(warehouse: Path, ledgers_shown: int = 3) -> int:
+def _listing(warehouse: str, ledgers_shown: int = 3) -> int:
     """``listunderreplicated`` of the latest run, cut to its first ``ledgers_shown`` ledgers
     and its summary line (the full listing has two lines per ledger); returns its exit code."""
     from jobs.commands.listing import list_underreplicated
 
     buf = io.StringIO()
-    rc = list_underreplicated(str(warehouse), out=buf)
+    rc = list_underreplicated(warehouse, out=buf)
     lines = buf.getvalue().rstrip("\n").splitlines()
     # Java's format: a header, then per ledger its id on one line and its replicas indented.
     starts = [i for i, x in enumerate(lines[1:-1], 1) if not x.startswith(("\t", " "))]
@@ -159,6 +160,15 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument(
         "--dir", default=None, help="keep the sandbox data here (default: a temp dir)"
     )
+    # Not dest "warehouse": $BKAUDIT_WAREHOUSE and a config's global warehouse name the
+    # operator's real tables, which a throw-away sandbox's runs must not join.
+    parser.add_argument(
+        "--warehouse",
+        dest="demo_warehouse",
+        type=check_warehouse_uri,
+        default=None,
+        help=f"{WAREHOUSE_HELP} (default: a directory in the sandbox's)",
+    )
     parser.add_argument("--bookies", type=int, default=5)
     parser.add_argument("--ledgers", type=int, default=200)
     parser.add_argument(
@@ -184,7 +194,7 @@ def run_demo(args: argparse.Namespace) -> int:
     _demo_logging()
     total = 9
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bkaudit-demo-"))
-    warehouse = base / "warehouse"
+    warehouse = args.demo_warehouse or str(base / "warehouse")
     t_start = time.monotonic()
 
     _step(1, total, f"sandbox: ZooKeeper + {args.bookies} Python bookies under {base}")
@@ -211,7 +221,7 @@ def _kill_sandbox(sb: Sandbox) -> None:
 
 
 def _story(
-    args: argparse.Namespace, sb: Sandbox, base: Path, warehouse: Path, total: int, t_start: float
+    args: argparse.Namespace, sb: Sandbox, base: Path, warehouse: str, total: int, t_start: float
 ) -> int:
     """Steps 1 to 9 on ``sb`` (started here, stopped on the way out, whatever happens)."""
     from jobs.commands.audit import add_audit_arguments, run_audit
@@ -253,7 +263,7 @@ def _story(
                 _step(n, total, f"bkaudit audit --check {check} --executor {executor}{note}")
                 ns = add_audit_arguments(argparse.ArgumentParser()).parse_args(
                     [
-                        *("--zk", sb.zk_connect, "--warehouse", str(warehouse)),
+                        *("--zk", sb.zk_connect, "--warehouse", warehouse),
                         *("--check", check, "--executor", executor),
                     ]
                 )
@@ -272,7 +282,7 @@ def _story(
             )
             ns = add_repair_arguments(argparse.ArgumentParser()).parse_args(
                 [
-                    *("--zk", sb.zk_connect, "--warehouse", str(warehouse)),
+                    *("--zk", sb.zk_connect, "--warehouse", warehouse),
                     *("--grace-period", f"{args.grace_period:g}s"),
                 ]
             )
@@ -285,7 +295,7 @@ def _story(
 
             _step(8, total, "bkaudit audit --check replicas again, then listunderreplicated")
             ns = add_audit_arguments(argparse.ArgumentParser()).parse_args(
-                ["--zk", sb.zk_connect, "--warehouse", str(warehouse), "--check", "replicas"]
+                ["--zk", sb.zk_connect, "--warehouse", warehouse, "--check", "replicas"]
             )
             run_audit(ns)
             after = _listing(warehouse)

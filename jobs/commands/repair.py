@@ -200,7 +200,9 @@ def _execute(
     from jobs.spark.repair_job import RepairJob
     from jobs.spark.session import build_spark
 
-    spark = spark or build_spark(f"bkaudit-{config.mode}", master=getattr(args, "master", None))
+    spark = spark or build_spark(
+        f"bkaudit-{config.mode}", master=getattr(args, "master", None), warehouse=config.warehouse
+    )
     job = RepairJob(spark, config, local.session)
     return job.execute(reqs), job.run_id
 

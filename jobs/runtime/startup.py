@@ -48,14 +48,32 @@ def _check_spark() -> None:
         )
 
 
+def _check_spark_on_s3(warehouse: str, master: str | None) -> None:
+    """On an S3 warehouse, Spark's log store must be bkaudit's and its jars at hand (fetched
+    and built here, before the cluster is read: :mod:`jobs.spark.s3`)."""
+    from jobs.tables.object_store import is_s3
+
+    if not is_s3(warehouse):
+        return
+    from jobs.spark.s3 import S3SetupError, UnsafeLogStore
+    from jobs.spark.session import spark_conf
+
+    try:
+        spark_conf(master, None, warehouse)
+    except (UnsafeLogStore, S3SetupError) as exc:
+        raise StartupError(str(exc)) from None
+
+
 def check_before_connecting(args: argparse.Namespace, spark: Any = None) -> None:
     """Raise :class:`StartupError` if ``--executor spark`` cannot start (no pyspark, no Java;
     not asked when the caller hands in its ``spark`` session) or ``--warehouse`` cannot be
     written or reached (:func:`jobs.tables.delta.check_writable`, the warehouse only: each
     executor checks its tables' protocols itself)."""
+    warehouse = getattr(args, "warehouse", None)
     if getattr(args, "executor", None) == Executor.SPARK and spark is None:
         _check_spark()
-    warehouse = getattr(args, "warehouse", None)
+        if warehouse:
+            _check_spark_on_s3(str(warehouse), getattr(args, "master", None))
     if warehouse:
         # delta.check_writable(warehouse, ()) without importing pyarrow: a failing start is
         # said in about a second.

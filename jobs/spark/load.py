@@ -39,6 +39,7 @@ from jobs.spark.schema import ACTIONS_SCHEMA, ACTIONS_TABLE_SCHEMA, AUDIT_RUNS_S
 from jobs.spark.transform import carry_first_detected
 from jobs.tables import delta as delta_rs
 from jobs.tables.delta import check_schema_version
+from jobs.tables.object_store import is_s3, spark_uri
 from jobs.tables.runs import RunRecord
 from jobs.tables.schema import (
     ACTIONS,
@@ -73,14 +74,21 @@ _RETRYABLE = (
 
 
 def table_path(warehouse: str, name: str) -> str:
-    """Where table ``name`` lives under the warehouse directory or URI."""
-    return f"{warehouse.rstrip('/')}/{name}"
+    """Where table ``name`` lives under the warehouse directory or URI, as Spark names it
+    (``s3a://`` for S3)."""
+    return spark_uri(f"{warehouse.rstrip('/')}/{name}")
+
+
+def _delta_rs_reaches(path: str) -> bool:
+    """True where delta-rs reads and creates tables with the settings Spark has: a local
+    directory, or S3 (both configured from the AWS environment, :mod:`jobs.tables.object_store`)."""
+    return delta_rs.is_local(path) or is_s3(path)
 
 
 def table_exists(spark: SparkSession, warehouse: str, name: str) -> bool:
     """True if a Delta table is at ``warehouse/name``."""
     path = table_path(warehouse, name)
-    if delta_rs.is_local(path):
+    if _delta_rs_reaches(path):
         from jobs.tables import delta
 
         return delta.table_exists(warehouse, name)
@@ -99,7 +107,7 @@ def table_layout(
     costs a job, and its first call in a JVM seconds); a URI through Spark, whose file
     system configuration (s3a credentials, ...) delta-rs does not share."""
     path = table_path(warehouse, name)
-    if delta_rs.is_local(path):
+    if _delta_rs_reaches(path):
         from jobs.tables import delta
 
         info = delta.table_info(warehouse, name)
@@ -144,7 +152,7 @@ def ensure_table(spark: SparkSession, warehouse: str, name: str) -> list[str]:
     from jobs.tables import delta
 
     path = table_path(warehouse, name)
-    if delta_rs.is_local(path):
+    if _delta_rs_reaches(path):
         # A local table is created through delta-rs: the same commit either writer makes, in
         # milliseconds, and safe against a creation race or a creator killed halfway.
         if not delta.table_exists(warehouse, name):
@@ -258,7 +266,7 @@ def previous_fragments(spark: SparkSession, warehouse: str) -> DataFrame | None:
     A local warehouse is read through delta-rs (two Spark jobs cost seconds; the previous
     run's first detections are one small row per finding)."""
     path = table_path(warehouse, FRAGMENTS)
-    if delta_rs.is_local(path):
+    if _delta_rs_reaches(path):
         from jobs.tables import delta
 
         first = delta.first_detections(warehouse)

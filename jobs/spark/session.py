@@ -34,6 +34,8 @@ from jobs.runtime.cores import usable_cores
 from jobs.runtime.logs import is_verbose
 from jobs.spark.defaults import LOG4J_FILE, REQUIRED_CONF, read_spark_defaults
 from jobs.spark.jars import DELTA_PACKAGE, bundled_jars
+from jobs.spark.s3 import check_log_store, s3_jars, s3a_conf
+from jobs.tables.object_store import is_s3
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +65,22 @@ def _cached_jars(packages: list[str]) -> list[str] | None:
 
 
 def spark_conf(
-    master: str | None = None, overrides: Mapping[str, str] | None = None
+    master: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
+    *,
+    fetch: bool = True,
 ) -> dict[str, str]:
-    """The effective settings :func:`build_spark` applies (without building anything)."""
+    """The effective settings :func:`build_spark` applies (without building anything). A
+    ``warehouse`` on S3 adds the s3a jars, bkaudit's log store and the s3a settings
+    (:mod:`jobs.spark.s3`; ``fetch=False`` leaves the jars out), and raises
+    :class:`~jobs.spark.s3.UnsafeLogStore` when another log store is configured for s3a."""
     conf = read_spark_defaults()
     conf.update(REQUIRED_CONF)
+    on_s3 = warehouse is not None and is_s3(warehouse)
+    if on_s3:
+        for key, value in s3a_conf().items():
+            conf.setdefault(key, value)
     packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
     if not any(p.startswith("io.delta:delta-spark_") for p in packages):
         packages.append(DELTA_PACKAGE)
@@ -98,6 +111,13 @@ def spark_conf(
             if not (key == "spark.master" and master):
                 conf.pop(key, None)
     conf.update(overrides or {})
+    if on_s3:
+        check_log_store(conf)
+        if fetch and not under_spark_submit():
+            extra = s3_jars()
+            conf["spark.jars"] = ",".join([*conf.get("spark.jars", "").split(","), *extra]).strip(
+                ","
+            )
     _share_zk_budget(conf)
     return conf
 
@@ -147,6 +167,7 @@ def build_spark(
     app_name: str = "bkaudit",
     master: str | None = None,
     overrides: Mapping[str, str] | None = None,
+    warehouse: str | None = None,
 ) -> SparkSession:
     """Build (or get) the SparkSession with Delta Lake.
 
@@ -160,12 +181,15 @@ def build_spark(
     # Workers default to `python3` on PATH, which may lack the venv's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    conf = spark_conf(master, overrides)
+    conf = spark_conf(master, overrides, warehouse)
     _launch_jvm(conf)
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if warehouse is not None and is_s3(warehouse):
+        # Under spark-submit the launch settings were spark-submit's: check what Delta sees.
+        check_log_store({k: v for k, v in spark.sparkContext.getConf().getAll()})
     spark.sparkContext.setLogLevel("WARN")
     # SparkContext took SIGINT; bkaudit's handler takes it back and cancels Spark's jobs.
     interrupts.take_back(spark.sparkContext.cancelAllJobs)

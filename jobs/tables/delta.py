@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bklib.states import RunStatus
+from jobs.tables.object_store import arrow_s3_filesystem, delta_storage_options, is_s3
 from jobs.tables.rust_panics import quiet_rust_panics
 from jobs.tables.schema import (
     AUDIT_RUNS,
@@ -169,7 +170,7 @@ def table_exists(warehouse: str, name: str) -> bool:
         return _has_commit(os.path.join(local, "_delta_log"))
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(path))
+    return bool(DeltaTable.is_deltatable(path, storage_options=delta_storage_options(path)))
 
 
 def open_table(warehouse: str, name: str) -> Any:
@@ -182,7 +183,7 @@ def open_table(warehouse: str, name: str) -> Any:
 
     path = table_path(warehouse, name)
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=delta_storage_options(path) or None)
     except DeltaError as exc:
         raise table_error(path, exc) from exc
 
@@ -301,13 +302,16 @@ def read_arrow(
 
 
 def _arrow_filesystem(path: str) -> Any:
-    """Arrow's own file system for a local table, None (delta-rs's default) otherwise.
+    """Arrow's own file system for a table: local, or S3 (:func:`arrow_s3_filesystem`); None
+    (delta-rs's default) for other object stores.
 
     delta-rs's default is a ``PyFileSystem`` (Python callbacks into its object store).
     Arrow's I/O threads can still hold it when the interpreter exits, and about one process
     in ten that read a table through it then aborts after its work is done ("terminate
     called without an active exception", exit 134), losing the command's exit status.
     """
+    if is_s3(path):
+        return arrow_s3_filesystem(path)
     if "://" in path and not path.startswith("file://"):
         return None
     import pyarrow.fs as pa_fs
@@ -419,6 +423,7 @@ def create_table(warehouse: str, name: str) -> None:
                 mode="ignore",
                 partition_by=PARTITION_BY[name] or None,
                 configuration=dict(TABLE_PROPERTIES),
+                storage_options=delta_storage_options(path) or None,
             )
     except DeltaError as exc:  # lost a creation race: the winner's table is as good
         if not wait_for_table(warehouse, name):

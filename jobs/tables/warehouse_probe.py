@@ -6,10 +6,14 @@ with delta-rs's runtime panicking on its way out). :func:`probe_warehouse` check
 
 - a directory (a path or ``file://``): that neither it nor a parent is a file, and that a file
   can be created in it (or in its nearest existing parent, where the run will create it);
-- an object store (``s3a://``, ``gs://``, ...): that delta-rs can list it, with the
+- S3 (``s3://``, ``s3a://``): that the bucket exists and the AWS chain's credentials may
+  list it, write a key under the prefix and delete it, and that the store honours a
+  conditional create (``If-None-Match: *`` refused on an existing key): every writer's commit
+  relies on it, and a store that ignores it could let two writers overwrite each other's
+  commits (docs/tables.md, "Object storage");
+- another object store (``gs://``, ``abfss://``, ...): that delta-rs can list it, with the
   credentials and endpoint of the process's environment, retried twice at most (delta-rs's
-  default is ten retries over three minutes). Write permission on a bucket is not probed:
-  the first commit finds it.
+  default is ten retries over three minutes).
 
 Nothing here reads a table; :func:`jobs.tables.delta.check_writable` runs this, then checks
 each existing table's protocol. docs/operations.md, "Wrong addresses".
@@ -21,6 +25,8 @@ import os
 import re
 import tempfile
 import threading
+
+from jobs.tables.object_store import is_s3
 
 __all__ = ["WarehouseUnusable", "probe_warehouse"]
 
@@ -44,6 +50,10 @@ def probe_warehouse(warehouse: str) -> None:
             return
     if "://" not in warehouse or warehouse.startswith("file://"):
         _probe_directory(warehouse)
+    elif is_s3(warehouse):
+        from jobs.tables.s3_probe import probe_s3
+
+        probe_s3(warehouse)
     else:
         _probe_object_store(warehouse)
     with _probed_lock:
