@@ -43,9 +43,11 @@ prometheus-deps:
 	scripts/install_prometheus.sh >/dev/null
 
 ## s3proxy from Maven Central, the S3-compatible server of the object-store tests
-## (bklib/testing/s3server.py).
+## (bklib/testing/s3server.py); hadoop-aws, the AWS SDK bundle (560 MB) and bkaudit's Delta
+## log store for Spark on S3 (jobs/spark/s3.py).
 s3-deps: venv
 	$(PY) -m bklib.testing.s3server
+	$(PY) -m jobs.spark.s3 >/dev/null
 
 ## kube-apiserver and etcd, built from their Go modules, to `helm install` the chart into.
 kube-deps:

@@ -79,9 +79,6 @@ class S3Server:
     port: int = 0
     access_key: str = "bkaudit-test-access"
     secret_key: str = "bkaudit-test-secret-0123456789"
-    read_only: bool = False
-    """Refuse every write (s3proxy's read-only middleware): credentials without write
-    permission, as a bucket policy would make them."""
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -135,7 +132,6 @@ class S3Server:
                     "jclouds.provider=filesystem-nio2",
                     f"jclouds.filesystem.basedir={self.buckets}",
                     f"jclouds.regions={REGION}",
-                    f"s3proxy.read-only-blobstore={str(self.read_only).lower()}",
                 ]
             )
             + "\n"

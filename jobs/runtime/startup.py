@@ -55,11 +55,17 @@ def _check_spark_on_s3(warehouse: str, master: str | None) -> None:
 
     if not is_s3(warehouse):
         return
-    from jobs.spark.s3 import S3SetupError, UnsafeLogStore
-    from jobs.spark.session import spark_conf
+    from jobs.spark.s3 import S3SetupError, UnsafeLogStore, check_log_store
+    from jobs.spark.session import spark_conf, under_spark_submit
 
     try:
         spark_conf(master, None, warehouse)
+        if under_spark_submit():
+            # spark-submit's --conf and properties file are in the JVM already: ask it.
+            from pyspark import SparkConf, SparkContext
+
+            SparkContext._ensure_initialized()
+            check_log_store(dict(SparkConf().getAll()))
     except (UnsafeLogStore, S3SetupError) as exc:
         raise StartupError(str(exc)) from None
 

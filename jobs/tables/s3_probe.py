@@ -18,8 +18,10 @@ warehouse and what to fix. The probe costs four requests, once per process.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
+from urllib.parse import urlsplit
 from typing import Any
 
 from jobs.tables.object_store import S3Location, s3_endpoint, s3_location, s3_region
@@ -98,6 +100,17 @@ def _refuses_second_create(client: Any, bucket: str, key: str) -> bool:
     return False
 
 
+def _connection_cause(exc: BaseException) -> str:
+    """``endpoint http://HOST:PORT: Connection refused`` from botocore's connection error
+    (its own text is the whole request URL without the reason)."""
+    kwargs = getattr(exc, "kwargs", {}) or {}
+    url = urlsplit(str(kwargs.get("endpoint_url", "")))
+    where = f"endpoint {url.scheme}://{url.netloc}" if url.netloc else "the endpoint"
+    cause = str(kwargs.get("error") or exc)
+    match = re.search(r"\[Errno -?\d+\] ([^\])'\"]+)", cause)
+    return f"{where}: {match.group(1).strip() if match else cause.splitlines()[0]}"
+
+
 def _why(warehouse: str, where: S3Location, exc: BaseException, step: str) -> str:
     """One line for a failed probe step: the bucket missing, the credentials missing, wrong
     or without the permission, the endpoint unreachable; else botocore's first line."""
@@ -106,17 +119,23 @@ def _why(warehouse: str, where: S3Location, exc: BaseException, step: str) -> st
     head = f"warehouse {warehouse}"
     if isinstance(exc, NoCredentialsError):
         return (
-            f"{head} cannot be reached: no AWS credentials (the environment, a profile or a "
+            f"{head} cannot be reached: no credentials (AWS: the environment, a profile or a "
             "ServiceAccount's web identity; never a flag)"
         )
     if isinstance(exc, EndpointConnectionError):
-        return f"{head} cannot be reached: {exc}"
+        return f"{head} cannot be reached: {_connection_cause(exc)}"
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in _NO_BUCKET:
             return f"{head}: bucket {where.bucket} does not exist"
         if code in _BAD_CREDENTIALS:
             return f"{head}: the AWS credentials were refused ({code})"
+        if code == "NotImplemented" and step == "write":
+            return (
+                f"{head}: the object store does not implement conditional creates "
+                "(If-None-Match: *), which every writer's commit needs (docs/tables.md, "
+                "Object storage)"
+            )
         if code in _DENIED:
             what = {"list": "list", "write": "write to", "delete": "delete from"}[step]
             return f"{head}: the AWS credentials may not {what} it ({code})"

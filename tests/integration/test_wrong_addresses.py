@@ -288,10 +288,10 @@ def test_an_s3a_warehouse_without_credentials_is_one_line_without_aws_logs() -> 
     assert "warehouse s3a://bkaudit-test/wh cannot be reached: no credentials" in line, line
     for word in LIBRARY_NOISE:
         assert word not in proc.stderr, failure(proc, word)
-    # -v shows what delta-rs's AWS client logged on the way.
+    # -v shows what the probe's AWS client (botocore) logged on the way.
     verbose = _bkaudit_env(env, "-v", *argv)
     assert verbose.returncode == 2, failure(verbose)
-    assert "aws_config" in verbose.stderr, failure(verbose)
+    assert "botocore.credentials" in verbose.stderr, failure(verbose)
 
 
 def test_an_unreachable_s3_endpoint_is_said_refused(tmp_path: Path) -> None:

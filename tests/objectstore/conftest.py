@@ -1,0 +1,36 @@
+"""The real S3-compatible server (s3proxy, bklib.testing.s3server) the object-store tests
+write their warehouses to, and the environment a bkaudit process is given to reach it: the
+standard AWS variables only, as an operator's shell or a pod would have them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from bklib.testing.s3server import S3Server
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One server per test process (buckets are directories: each test makes its own)."""
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+def aws_env(s3: S3Server, **changes: str) -> dict[str, str]:
+    """This process's environment without its own AWS settings, plus the server's standard
+    variables (no ``AWS_ALLOW_HTTP``: bkaudit infers plain HTTP from the endpoint)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
+    env.update({k: v for k, v in s3.env().items() if k != "AWS_ALLOW_HTTP"})
+    env.update(changes)
+    return env
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> str:
+    """A fresh bucket's ``s3://`` URI."""
+    return s3.make_bucket(f"t-{uuid.uuid4().hex[:12]}")
