@@ -24,6 +24,8 @@ from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
 from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
+from jobs.tables.object_store import is_s3, set_retry_budget
+from jobs.tables.warehouse_probe import WarehouseUnreachable, WarehouseUnusable, probe_warehouse
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -241,6 +243,25 @@ def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -
     return config
 
 
+WATCH_S3_RETRY_BUDGET = 10.0
+"""Seconds the watch's delta-rs retries one S3 request before spooling the rows."""
+
+
+def _check_warehouse(warehouse: str) -> None:
+    """Refuse an S3 warehouse the watch could never write (a missing bucket, credentials
+    refused or without permission, a store ignoring conditional creates); one that does not
+    answer is an outage, ridden out by spooling rows (docs/watch.md, "Unreachable
+    warehouse"), so it does not stop the repairs. The watch's S3 requests give up sooner
+    than a one-shot command's, for the same reason."""
+    if not is_s3(warehouse):
+        return
+    set_retry_budget(WATCH_S3_RETRY_BUDGET)
+    try:
+        probe_warehouse(warehouse)
+    except WarehouseUnreachable as exc:
+        log.warning("watch: %s; rows will be spooled until it answers", exc)
+
+
 def run_watch(args: argparse.Namespace) -> int:
     from bklib.version import __version__
     from jobs.options.pulsar import admin_settings
@@ -248,11 +269,10 @@ def run_watch(args: argparse.Namespace) -> int:
 
     if args.log_format == "json":
         use_json_logs()
-    # The warehouse is not probed here: the watch spools its rows while the warehouse is
-    # unreachable (docs/watch.md), so a warehouse down at start must not stop the repairs.
     try:  # checked before anything starts: a bad token file must not wait for the first repair
         pulsar_admin = admin_settings(args)
-    except (ValueError, OSError) as exc:
+        _check_warehouse(args.warehouse)
+    except (ValueError, OSError, WarehouseUnusable) as exc:
         print(f"watch: {one_line(exc)}", file=sys.stderr)
         return ExitStatus.OPERATOR_ERROR
     config = watch_config(args, pulsar_admin)

@@ -29,7 +29,9 @@ __all__ = [
 LOG_FORMATS = ("text", "json")
 DEFAULT_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-LIBRARY_LOGGERS = ("kazoo", "oxia", "grpc", "py4j", "urllib3", "py.warnings")
+LIBRARY_LOGGERS = (
+    "kazoo", "oxia", "grpc", "py4j", "urllib3", "py.warnings", "botocore", "boto3",
+)  # fmt: skip
 """Other projects' loggers: at ERROR unless ``-v``. Their warnings (kazoo's "Connection
 dropped" per retry, the Oxia client's retries) repeat what bkaudit says in one line."""
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bklib.states import RunStatus
+from jobs.tables.error_text import delta_rs_cause
 from jobs.tables.object_store import arrow_s3_filesystem, delta_storage_options, is_s3
 from jobs.tables.rust_panics import quiet_rust_panics
 from jobs.tables.schema import (
@@ -131,8 +132,7 @@ def table_error(path: str, exc: BaseException) -> TableError:
     text = str(exc)
     if isinstance(exc, _protocol_errors()) or "Unsupported" in text or "protocol" in text:
         return TableProtocolError(_protocol_message(path, exc))
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return TableError(f"Delta table {path}: {first}")
+    return TableError(f"Delta table {path}: {delta_rs_cause(exc)}")
 
 
 def _protocol_errors() -> tuple[type[BaseException], ...]:
@@ -169,8 +169,17 @@ def table_exists(warehouse: str, name: str) -> bool:
         local = path.removeprefix("file://")
         return _has_commit(os.path.join(local, "_delta_log"))
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    return bool(DeltaTable.is_deltatable(path, storage_options=delta_storage_options(path)))
+    # Not DeltaTable.is_deltatable: it holds the GIL while it retries an unreachable store
+    # (seconds), and the watch's ZooKeeper session, kept alive by another thread, expires.
+    try:
+        DeltaTable(path, storage_options=delta_storage_options(path) or None)
+    except TableNotFoundError:
+        return False
+    except OSError as exc:
+        raise table_error(path, exc) from exc
+    return True
 
 
 def open_table(warehouse: str, name: str) -> Any:
@@ -184,7 +193,7 @@ def open_table(warehouse: str, name: str) -> Any:
     path = table_path(warehouse, name)
     try:
         return DeltaTable(path, storage_options=delta_storage_options(path) or None)
-    except DeltaError as exc:
+    except (DeltaError, OSError) as exc:
         raise table_error(path, exc) from exc
 
 
@@ -299,6 +308,21 @@ def read_arrow(
         return dataset.to_table(columns=wanted, filter=expr)
     except DeltaError as exc:
         raise table_error(table_path(warehouse, name), exc) from exc
+    except (pa.ArrowException, OSError) as exc:
+        raise _read_error(table_path(warehouse, name), exc) from exc
+
+
+def _read_error(path: str, exc: BaseException) -> TableError:
+    """A failed read of a table's files as one line naming the table; on S3, an outage is
+    said as such (Arrow reports a file it could not fetch as "0 bytes")."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if is_s3(path):
+        from jobs.tables.s3_probe import unreachable_reason
+
+        why = unreachable_reason(path)
+        if why is not None:
+            return TableError(f"Delta table {path} cannot be read: {why}")
+    return TableError(f"Delta table {path} cannot be read: {first}")
 
 
 def _arrow_filesystem(path: str) -> Any:
@@ -428,6 +452,8 @@ def create_table(warehouse: str, name: str) -> None:
     except DeltaError as exc:  # lost a creation race: the winner's table is as good
         if not wait_for_table(warehouse, name):
             raise table_error(path, exc) from exc
+    except OSError as exc:  # the store: unreachable, refused
+        raise table_error(path, exc) from exc
     set_schema_version(warehouse, name)
 
 
@@ -595,6 +621,8 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
                 # Migrated under us (partitioning changed since we opened it): reopen.
                 log.warning("%s: %s; reopening the table", name, exc)
                 continue
+            raise table_error(path, exc) from exc
+        except OSError as exc:  # the store: unreachable, refused, full
             raise table_error(path, exc) from exc
     return 0
 

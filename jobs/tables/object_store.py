@@ -10,6 +10,11 @@ environment, read here once:
   endpoint says ``http://``;
 - the region: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``.
 
+How long delta-rs retries one request against an unreachable store is this process's
+:func:`retry_budget` (object_store's own default, three minutes, would hold a one-shot
+command that long and the watch's loop on every write): 30 s, which rides out a blip, and
+less for the watch, which spools rows the store does not take (docs/watch.md).
+
 Credentials are never passed: each engine finds them itself through the AWS chain (the
 environment, a profile, web identity for an IRSA-style ServiceAccount, the instance or pod's
 role), so no key is ever in an argument, a log line or a table. docs/tables.md, "Object
@@ -24,19 +29,40 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "DEFAULT_RETRY_BUDGET",
     "S3_SCHEMES",
     "S3Location",
+    "arrow_s3_filesystem",
     "delta_storage_options",
     "is_s3",
+    "retry_budget",
     "s3_endpoint",
     "s3_location",
     "s3_region",
+    "set_retry_budget",
     "spark_uri",
 ]
 
 S3_SCHEMES = ("s3", "s3a")
 """The schemes naming an S3 location: ``s3://`` for users and delta-rs, ``s3a://`` for
 Hadoop. Both are accepted everywhere and mean the same place."""
+
+
+DEFAULT_RETRY_BUDGET = 30.0
+"""Seconds delta-rs retries one request to S3 before the operation fails."""
+
+_retry_budget = DEFAULT_RETRY_BUDGET
+
+
+def retry_budget() -> float:
+    """Seconds delta-rs retries one S3 request in this process."""
+    return _retry_budget
+
+
+def set_retry_budget(seconds: float) -> None:
+    """Set this process's :func:`retry_budget` (the watch shortens it: it spools instead)."""
+    global _retry_budget
+    _retry_budget = max(1.0, float(seconds))
 
 
 def is_s3(uri: str) -> bool:
@@ -106,6 +132,7 @@ def delta_storage_options(uri: str, environ: Mapping[str, str] | None = None) ->
     region = s3_region(environ)
     if region:
         options["region"] = region
+    options["retry_timeout"] = f"{retry_budget():g}s"
     return options
 
 

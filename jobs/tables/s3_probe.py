@@ -21,13 +21,13 @@ import os
 import re
 import socket
 import uuid
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobs.tables.object_store import S3Location, s3_endpoint, s3_location, s3_region
-from jobs.tables.warehouse_probe import WarehouseUnusable
+from jobs.tables.warehouse_probe import WarehouseUnreachable, WarehouseUnusable
 
-__all__ = ["PROBE_DIR", "probe_s3", "s3_client"]
+__all__ = ["PROBE_DIR", "probe_s3", "s3_client", "unreachable_reason"]
 
 PROBE_DIR = "_bkaudit_probe"
 """Where under the warehouse's prefix the probe key is written (and deleted at once)."""
@@ -60,9 +60,13 @@ def probe_s3(warehouse: str) -> None:
     """Raise :class:`WarehouseUnusable` when the S3 warehouse cannot be reached, read,
     written and deleted from, or does not refuse a create of an existing key."""
     where = s3_location(warehouse)
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
     try:
         client = s3_client()
         client.list_objects_v2(Bucket=where.bucket, Prefix=where.key(""), MaxKeys=1)
+    except BotoConnectionError as exc:  # refused, unresolvable, timed out
+        raise WarehouseUnreachable(_why(warehouse, where, exc, "list")) from None
     except Exception as exc:  # noqa: BLE001 - botocore's errors, classified into one line
         raise WarehouseUnusable(_why(warehouse, where, exc, "list")) from None
     key = where.key(f"{PROBE_DIR}/{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -83,6 +87,22 @@ def probe_s3(warehouse: str) -> None:
             "(If-None-Match: * ignored), so two writers could overwrite each other's commits; "
             "use a store that honours conditional writes (docs/tables.md, Object storage)"
         )
+
+
+def unreachable_reason(uri: str) -> str | None:
+    """Why the store of S3 location ``uri`` does not answer (``endpoint http://…: Connection
+    refused``), or None when it answers: for an error that does not say so itself (Arrow
+    reports a file it could not fetch as "0 bytes")."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    where = s3_location(uri)
+    try:
+        s3_client().list_objects_v2(Bucket=where.bucket, Prefix=where.key(""), MaxKeys=1)
+    except BotoConnectionError as exc:
+        return _connection_cause(exc)
+    except Exception:  # noqa: BLE001 - it answered, if only with an error: not an outage
+        return None
+    return None
 
 
 def _create(client: Any, bucket: str, key: str) -> None:

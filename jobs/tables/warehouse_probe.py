@@ -22,24 +22,28 @@ each existing table's protocol. docs/operations.md, "Wrong addresses".
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 import threading
 
+from jobs.tables.error_text import delta_rs_cause
 from jobs.tables.object_store import is_s3
 
-__all__ = ["WarehouseUnusable", "probe_warehouse"]
+__all__ = ["WarehouseUnreachable", "WarehouseUnusable", "probe_warehouse"]
 
 PROBE_STORAGE_OPTIONS = {"max_retries": "2", "retry_timeout": "10s"}
 """object_store's retry limits for the probe's one listing."""
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _probed: set[str] = set()
 _probed_lock = threading.Lock()
 
 
 class WarehouseUnusable(RuntimeError):
     """The warehouse cannot take a run (one line naming it and why)."""
+
+
+class WarehouseUnreachable(WarehouseUnusable):
+    """The warehouse's store did not answer (refused, unresolvable, timed out): an outage,
+    which the watch rides out by spooling, not a configuration to fix."""
 
 
 def probe_warehouse(warehouse: str) -> None:
@@ -85,17 +89,6 @@ def _probe_object_store(warehouse: str) -> None:
     try:
         DeltaTable.is_deltatable(warehouse, storage_options=dict(PROBE_STORAGE_OPTIONS))
     except Exception as exc:  # noqa: BLE001 - delta-rs raises OSError, DeltaError, ...
-        raise WarehouseUnusable(f"warehouse {warehouse} cannot be reached: {_cause(exc)}") from None
-
-
-def _cause(exc: BaseException) -> str:
-    """delta-rs's error chain (one ``↳`` line per cause, coloured) as one line: its first
-    line and its innermost cause, where the reason is (``Connection refused``, ``IMDS is
-    disabled``); a credentials failure says so first."""
-    lines = [_ANSI.sub("", x).strip().lstrip("↳").strip() for x in str(exc).splitlines()]
-    lines = [x for x in lines if x] or [type(exc).__name__]
-    first, last = lines[0], lines[-1]
-    text = first if first == last else f"{first}: {last}"
-    if any("credentials" in x for x in lines):
-        text = f"no credentials ({text})"
-    return text
+        raise WarehouseUnusable(
+            f"warehouse {warehouse} cannot be reached: {delta_rs_cause(exc)}"
+        ) from None

@@ -30,6 +30,23 @@ def aws_env(s3: S3Server, **changes: str) -> dict[str, str]:
     return env
 
 
+def use_aws_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """This test process (its own reads of the tables) and the children it starts without an
+    ``env`` of their own see ``env``'s AWS settings only."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("AWS_"):
+            monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """``s3``, with this process's environment pointing at it (:func:`use_aws_env`)."""
+    use_aws_env(monkeypatch, aws_env(s3))
+    return s3
+
+
 @pytest.fixture
 def bucket(s3: S3Server) -> str:
     """A fresh bucket's ``s3://`` URI."""

@@ -8,14 +8,8 @@ nobody listens on, so a line about the warehouse proves it was asked first."""
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import http.server
-import socketserver
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,78 +18,13 @@ from bklib.testing.ports import free_port
 from bklib.testing.s3server import S3Server
 from tests.cli_helpers import REPO, bkaudit, failure, one_error_line
 from tests.objectstore.conftest import aws_env
+from tests.objectstore.proxy import deny_writes, ignore_conditions, s3_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def _audit(warehouse: str, *more: str) -> list[str]:
     return ["audit", "--zk", f"127.0.0.1:{free_port()}", "--warehouse", warehouse, *more]
-
-
-_ACCESS_DENIED = (
-    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
-    b"<Message>Access Denied</Message></Error>"
-)
-
-
-class _Proxy(http.server.BaseHTTPRequestHandler):
-    """Forwards every request to the real server; :meth:`answer` may change the answer."""
-
-    upstream: tuple[str, int]
-
-    def answer(self, status: int, data: bytes) -> tuple[int, bytes]:
-        return status, data
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
-        conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
-        resp = conn.getresponse()
-        status, data = self.answer(resp.status, resp.read())
-        self.send_response(status)
-        for key, value in resp.getheaders():
-            if key.lower() not in ("content-length", "transfer-encoding", "connection"):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        conn.close()
-
-    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _forward
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _IgnoresConditions(_Proxy):
-    """A refused conditional create (412) answered 200: a store that ignores
-    ``If-None-Match``, as some S3-compatible servers do."""
-
-    def answer(self, status: int, data: bytes) -> tuple[int, bytes]:
-        if status == 412 and self.command == "PUT" and self.headers.get("If-None-Match"):
-            return 200, b""
-        return status, data
-
-
-class _DeniesWrites(_Proxy):
-    """Every PUT and DELETE answered 403 AccessDenied, as S3 answers credentials a bucket
-    policy grants only reads."""
-
-    def answer(self, status: int, data: bytes) -> tuple[int, bytes]:
-        if self.command in ("PUT", "DELETE"):
-            return 403, _ACCESS_DENIED
-        return status, data
-
-
-@contextlib.contextmanager
-def _proxy(s3: S3Server, kind: type[_Proxy]) -> Iterator[str]:
-    """``http://HOST:PORT`` of a ``kind`` proxy in front of ``s3``."""
-    handler = type("Handler", (kind,), {"upstream": (s3.host, s3.port)})
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-        server.shutdown()
 
 
 def test_a_missing_bucket_is_one_line_before_the_cluster(s3: S3Server) -> None:
@@ -114,8 +43,8 @@ def test_refused_credentials_are_one_line_before_the_cluster(s3: S3Server, bucke
 def test_credentials_that_may_not_write_are_one_line_before_the_cluster(
     s3: S3Server, bucket: str
 ) -> None:
-    with _proxy(s3, _DeniesWrites) as endpoint:
-        proc = bkaudit(*_audit(f"{bucket}/wh"), env=aws_env(s3, AWS_ENDPOINT_URL=endpoint))
+    with s3_proxy(s3, deny_writes) as proxy:
+        proc = bkaudit(*_audit(f"{bucket}/wh"), env=aws_env(s3, AWS_ENDPOINT_URL=proxy.endpoint))
     line = one_error_line(proc)
     assert f"warehouse {bucket}/wh: the AWS credentials may not write to it" in line, line
 
@@ -123,8 +52,8 @@ def test_credentials_that_may_not_write_are_one_line_before_the_cluster(
 def test_a_store_that_ignores_conditional_creates_is_refused(s3: S3Server, bucket: str) -> None:
     direct = bkaudit(*_audit(f"{bucket}/wh"), env=aws_env(s3))
     assert "cannot connect to ZooKeeper" in one_error_line(direct), failure(direct)
-    with _proxy(s3, _IgnoresConditions) as endpoint:
-        proc = bkaudit(*_audit(f"{bucket}/wh"), env=aws_env(s3, AWS_ENDPOINT_URL=endpoint))
+    with s3_proxy(s3, ignore_conditions) as proxy:
+        proc = bkaudit(*_audit(f"{bucket}/wh"), env=aws_env(s3, AWS_ENDPOINT_URL=proxy.endpoint))
     line = one_error_line(proc)
     assert "accepted a second create of one key" in line, line
     assert "overwrite each other's commits" in line, line
