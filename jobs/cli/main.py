@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jobs.cli.config import config_path_from_argv, configure_logging, pop_log_format
     from jobs.runtime.exit_status import ExitStatus
     from jobs.runtime.messages import one_line, spark_missing
+    from jobs.tables.writer_tag import name_writer
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -122,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return ExitStatus.OPERATOR_ERROR
     interrupts.name_command(args.command)
+    name_writer(args.command)
 
     def body() -> int:
         try:

@@ -20,13 +20,15 @@ __all__ = [
 ]
 
 WAREHOUSE_SCHEMES = (
-    "file", "s3a", "s3", "gs", "abfss", "abfs", "az", "azure", "adl", "hdfs", "viewfs",
+    "file", "s3", "s3a", "gs", "abfss", "abfs", "az", "azure", "adl", "hdfs", "viewfs",
 )  # fmt: skip
 """The object stores delta-rs (and Spark's Hadoop file systems) write Delta tables to."""
 
 WAREHOUSE_FORMS = (
     "a directory (/var/lib/bkaudit, file:///var/lib/bkaudit) or an object-store URI "
-    "(s3a://BUCKET/PATH; also " + ", ".join(f"{s}://" for s in WAREHOUSE_SCHEMES[2:]) + ")"
+    "(s3://BUCKET/PATH, or s3a:// for the same place; also "
+    + ", ".join(f"{s}://" for s in WAREHOUSE_SCHEMES[3:])
+    + ")"
 )
 """What ``--warehouse`` accepts, for its help text and its errors."""
 

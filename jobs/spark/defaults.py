@@ -10,7 +10,7 @@ Maven package.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -51,15 +51,19 @@ def read_spark_defaults(path: Path = DEFAULTS_FILE) -> dict[str, str]:
     return conf
 
 
-def write_submit_conf(dest: Path, jars: Sequence[str]) -> Path:
+def write_submit_conf(
+    dest: Path, jars: Sequence[str], extra: Mapping[str, str] | None = None
+) -> Path:
     """Write a ``SPARK_CONF_DIR`` for ``spark-submit`` without Maven access (the Spark image;
     the chart's Spark audit Job): ``conf/spark-defaults.conf`` with ``jars`` (the bundled
-    Delta jars, :func:`jobs.spark.jars.bundled_jars`) in place of the package to resolve, and
+    Delta jars, :func:`jobs.spark.jars.bundled_jars`, and the s3a ones when bundled) in place
+    of the package to resolve, ``extra`` settings (the S3 log store), and
     ``conf/log4j2.properties``. Returns ``dest``."""
     conf = read_spark_defaults()
     conf.pop("spark.jars.packages", None)
     conf.update(REQUIRED_CONF)
     conf["spark.jars"] = ",".join(jars)
+    conf.update(extra or {})
     dest.mkdir(parents=True, exist_ok=True)
     lines = [f"{key} {value}\n" for key, value in conf.items()]
     text = "# Written by jobs.spark.defaults.write_submit_conf: conf/spark-defaults.conf, with\n"

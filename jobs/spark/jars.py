@@ -95,12 +95,20 @@ def write_bundled_submit_conf(dest: Path) -> Path:
     # Imported here: the image's jar-fetching stage copies this module alone.
     from jobs.spark.defaults import write_submit_conf
 
+    from jobs.spark.s3 import LOG_STORE_CLASS, LOG_STORE_KEYS, S3SetupError, s3_jars
+
     jars = bundled_jars()
     if jars is None:
         raise NoBundledJars(
             "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
         )
-    return write_submit_conf(dest, jars)
+    extra: dict[str, str] = {}
+    try:  # the s3a jars and bkaudit's log store, when the image built them (jobs.spark.s3)
+        jars = [*jars, *s3_jars(fetch=False)]
+        extra = {key: LOG_STORE_CLASS for key in LOG_STORE_KEYS}
+    except S3SetupError:
+        pass
+    return write_submit_conf(dest, jars, extra)
 
 
 if __name__ == "__main__":

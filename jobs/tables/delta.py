@@ -48,6 +48,7 @@ from jobs.tables.schema import (
     storage_schema,
     utc_today,
 )
+from jobs.tables.writer_tag import commit_metadata
 
 __all__ = [
     "SchemaVersionError",
@@ -586,7 +587,7 @@ def rows_to_arrow(
 
 def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | None = None) -> int:
     """Append an Arrow table already in ``name``'s schema (see :func:`append_rows`)."""
-    from deltalake import write_deltalake
+    from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import CommitFailedError, DeltaError
 
     path = table_path(warehouse, name)
@@ -609,6 +610,7 @@ def append_arrow(warehouse: str, name: str, data: pa.Table, *, run_date: date | 
                     mode="append",
                     partition_by=parts or None,
                     schema_mode="merge",
+                    commit_properties=CommitProperties(custom_metadata=commit_metadata()),
                 )
             return int(data.num_rows)
         except CommitFailedError as exc:

@@ -133,6 +133,7 @@ uses of one path (the Pulsar chart's single /pulsar/certs/ca) must name one Secr
 {{- with $v.tls.bookie.secretName }}{{ $want = append $want (dict "name" "bookie-tls" "secret" (tpl . $) "path" $v.tls.bookie.mountPath "private" true) }}{{ end -}}
 {{- $want = append $want (dict "name" "bookie-tls-ca" "secret" (required "tls.bookie.caSecretName is required with bookie TLS" (tpl $v.tls.bookie.caSecretName .)) "path" $v.tls.bookie.caMountPath "private" false) -}}
 {{- end -}}
+{{- with $v.s3.credentialsSecret.name }}{{ $want = append $want (dict "name" "aws-credentials" "secret" (tpl . $) "path" (printf "%s/aws-credentials" $secrets) "private" true) }}{{ end -}}
 {{- if include "bkaudit.adminCa" . }}{{ $want = append $want (dict "name" "pulsar-admin-ca" "secret" (tpl $v.pulsarAdmin.tls.caSecretName .) "path" $v.pulsarAdmin.tls.caMountPath "private" false) }}{{ end -}}
 {{- $byPath := dict -}}
 {{- $out := list -}}
@@ -278,3 +279,58 @@ podAntiAffinity:
 {{- define "bkaudit.sparkExecutorTemplate" -}}/etc/bkaudit/spark/executor.yaml{{- end -}}
 
 {{- define "bkaudit.configFlag" -}}--config=/etc/bkaudit/config/bkaudit.yaml{{- end -}}
+
+
+{{/* True (non-empty) when the warehouse is on S3 (s3:// or s3a://). */}}
+{{- define "bkaudit.s3Warehouse" -}}
+{{- if or (hasPrefix "s3://" .Values.warehouse) (hasPrefix "s3a://" .Values.warehouse) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The standard AWS environment of an S3 warehouse, for every bkaudit container: the store's
+endpoint and region, and the mounted shared credentials file. Never a key: credentials come
+from that file or from the ServiceAccount's workload identity (docs/kubernetes.md).
+*/}}
+{{- define "bkaudit.s3Env" -}}
+{{- $s3 := .Values.s3 -}}
+{{- with $s3.endpoint }}
+- {name: AWS_ENDPOINT_URL, value: {{ . | quote }}}
+{{- end }}
+{{- with $s3.region }}
+- {name: AWS_REGION, value: {{ . | quote }}}
+{{- end }}
+{{- with $s3.credentialsSecret.name }}
+- {name: AWS_SHARED_CREDENTIALS_FILE, value: {{ printf "%s/aws-credentials/%s" (include "bkaudit.secretsDir" $) $s3.credentialsSecret.key | quote }}}
+{{- end }}
+{{- end -}}
+
+{{/*
+The Spark audit's s3a settings, from the same values as bkaudit.s3Env (what
+jobs/spark/s3.py's s3a_conf gives a session it builds itself): the endpoint with path-style
+addressing, the region, the AWS SDK's own credential chain, and bkaudit's Delta log store,
+whose conditional PUT keeps a Spark commit from replacing another writer's.
+*/}}
+{{- define "bkaudit.sparkS3Conf" -}}
+{{- $s3 := .Values.s3 -}}
+- --conf=spark.delta.logStore.s3a.impl=io.bkaudit.delta.ConditionalPutLogStore
+- --conf=spark.delta.logStore.s3.impl=io.bkaudit.delta.ConditionalPutLogStore
+- --conf=spark.hadoop.fs.s3a.aws.credentials.provider=software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider
+- --conf=spark.kubernetes.authenticate.executor.serviceAccountName={{ include "bkaudit.sparkServiceAccount" . }}
+{{- with $s3.endpoint }}
+- --conf=spark.hadoop.fs.s3a.endpoint={{ . }}
+- --conf=spark.hadoop.fs.s3a.path.style.access=true
+- --conf=spark.hadoop.fs.s3a.connection.ssl.enabled={{ hasPrefix "https://" . }}
+{{- end }}
+{{- with $s3.region }}
+- --conf=spark.hadoop.fs.s3a.endpoint.region={{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* The ServiceAccount of the watch and the scheduled audit ("" : the namespace's default). */}}
+{{- define "bkaudit.serviceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "bkaudit.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
