@@ -24,7 +24,7 @@ from jobs.cli.registry import COMMANDS
 from tests.cli_helpers import REPO
 
 CHART = REPO / "deploy" / "helm" / "bkaudit"
-VALUES = {name: CHART / "ci" / f"{name}-values.yaml" for name in ("default", "full", "oxia")}
+VALUES = {name: CHART / "ci" / f"{name}-values.yaml" for name in ("default", "full", "oxia", "s3")}
 KUBERNETES = ("1.28.0", "1.33.0")
 # Prometheus operator kinds have no schema in kubernetes-validate; their shape is checked here.
 OPERATOR_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
@@ -139,6 +139,8 @@ def test_manifests_validate_strictly(values: str, version: str) -> None:
     expected = {"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
     if values != "default":  # the Spark executors' pod template is a Pod manifest
         kubernetes_validate.validate(executor_template(docs), version, strict=True)
+    if values == "s3":
+        expected |= {"CronJob", "Job", "ServiceAccount", "Role", "RoleBinding"}
     if values == "full":  # its spool persists: a StatefulSet
         expected ^= {"Deployment", "StatefulSet"}
         expected |= OPERATOR_KINDS | {"CronJob", "Job", "ServiceAccount", "Role", "RoleBinding"}
@@ -283,3 +285,53 @@ def test_an_oxia_token_without_oxia_tls_is_refused_in_one_line(tmp_path: Path) -
         "auth: {oxiaToken: {secretName: t}}\n"
     )
     assert "auth.oxiaToken needs tls.oxia.enabled" in refused("-f", str(values))
+
+
+def test_an_s3_warehouse_reaches_every_pod_as_the_aws_environment() -> None:
+    """Each pod (watch, scheduled audit, Spark driver, executors) gets the store from the
+    standard AWS variables and the credentials from a mounted file or the ServiceAccount's
+    workload identity, never a key; the Spark Job's s3a settings are what jobs/spark/s3.py
+    gives a session it builds itself from the same environment."""
+    from jobs.spark.s3 import s3a_conf
+
+    docs = render("s3")
+    config = yaml.safe_load(_one(docs, "ConfigMap", "bkaudit")["data"]["bkaudit.yaml"])
+    assert config["global"]["warehouse"] == "s3://bkaudit/tables"
+    pods = _pods(docs, executors=True)
+    assert len(pods) == 4  # watch, CronJob, Spark driver, executors' template
+    envs = []
+    for pod in pods:
+        for container in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            envs.append(env)
+            assert env["AWS_ENDPOINT_URL"] == "http://minio.minio:9000", container["name"]
+            assert env["AWS_REGION"] == "eu-west-1"
+            creds = env["AWS_SHARED_CREDENTIALS_FILE"]
+            mounts = [m["mountPath"] for m in container["volumeMounts"]]
+            assert any(creds.startswith(m + "/") for m in mounts), (creds, mounts)
+            assert not {k for k in env if "SECRET" in k or "ACCESS_KEY" in k}, env
+    volumes = {v["name"]: v for pod in pods for v in pod["volumes"]}
+    assert volumes["aws-credentials"]["secret"] == {
+        "secretName": "bkaudit-s3",
+        "defaultMode": 0o400,
+    }
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    assert set(accounts) == {"bk-bkaudit", "bk-bkaudit-spark"}
+    for account in accounts.values():
+        assert account["metadata"]["annotations"] == {
+            "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/bkaudit"
+        }
+    job = _one(docs, "Job")
+    driver = job["spec"]["template"]["spec"]["containers"][0]
+    conf = dict(
+        a.removeprefix("--conf=").split("=", 1) for a in driver["args"] if a.startswith("--conf=")
+    )
+    wanted = s3a_conf({k: v for k, v in envs[0].items() if k.startswith("AWS_") and v})
+    assert {k: conf.get(k) for k in wanted} == wanted
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "bk-bkaudit-spark"
+    for d in docs:
+        spec = d.get("spec", {})
+        if d["kind"] == "CronJob":
+            spec = spec["jobTemplate"]["spec"]
+        if "template" in spec and d["kind"] != "Job":
+            assert spec["template"]["spec"]["serviceAccountName"] == "bk-bkaudit", d["kind"]
