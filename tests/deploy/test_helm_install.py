@@ -104,3 +104,29 @@ def test_helm_install_creates_every_object_and_the_spark_account_is_namespaced(
         # The watch runs as the namespace's default account: no pods for it.
         default = f"system:serviceaccount:{NAMESPACE}:default"
         assert not kube.can(default, groups, namespace=NAMESPACE, verb="create", resource="pods")
+
+
+def test_helm_install_with_an_s3_warehouse_and_workload_identity(tmp_path: Path) -> None:
+    """docs/kubernetes.md's S3 install: the API server takes every object, the watch's
+    ServiceAccount carries the role annotation and may do nothing in the cluster."""
+    docs = render("s3", KUBE_VERSION)
+    with kube_apiserver(tmp_path / "kube") as kube:
+        proc = subprocess.run(
+            [str(helm()), "install", "bk", str(CHART), "--namespace", NAMESPACE,
+             "--create-namespace", "-f", str(VALUES["s3"]), "--kubeconfig",
+             str(kube.kubeconfig), "--timeout", "2m"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        for doc in docs:
+            assert kube.get(_path(doc))["metadata"]["name"] == doc["metadata"]["name"]
+        account = kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/bk-bkaudit")
+        assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(
+            ":role/bkaudit"
+        )
+        assert account["automountServiceAccountToken"] is False
+        user = f"system:serviceaccount:{NAMESPACE}:bk-bkaudit"
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
+                  "system:authenticated"]  # fmt: skip
+        assert not kube.can(user, groups, namespace=NAMESPACE, verb="get", resource="secrets")
+        assert not kube.can(user, groups, namespace=NAMESPACE, verb="create", resource="pods")
