@@ -44,8 +44,8 @@ prometheus-deps:
 
 ## s3proxy from Maven Central, the S3-compatible server of the object-store tests
 ## (bklib/testing/s3server.py); hadoop-aws, the AWS SDK bundle (560 MB) and bkaudit's Delta
-## log store for Spark on S3 (jobs/spark/s3.py).
-s3-deps: venv
+## log store for Spark on S3 (jobs/spark/s3.py), compiled with the JDK bookkeeper-deps installs.
+s3-deps: venv bookkeeper-deps
 	$(PY) -m bklib.testing.s3server
 	$(PY) -m jobs.spark.s3 >/dev/null
 

@@ -25,8 +25,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +36,7 @@ import pyarrow.compute as pc
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bench.warehouse_history import PER_AUDIT_RUN, _with  # noqa: E402
+from bench.warehouse_history import PER_AUDIT_RUN, _with, timed  # noqa: E402
 from bklib.testing.s3server import S3Server  # noqa: E402
 from jobs.tables import delta  # noqa: E402
 from jobs.tables.runs import new_run_id  # noqa: E402
@@ -90,20 +88,6 @@ def commit(wh: str) -> dict[str, Any]:
     }
 
 
-def timed(name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
-    return {"command": name, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "max_rss_mb_so_far": round(after.ru_maxrss / 1024, 1)}  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("warehouse", type=Path, help="a local warehouse (DIR/wh)")
@@ -131,9 +115,7 @@ def main() -> None:
                     "listunderreplicated": ["listunderreplicated", "--warehouse", wh],
                     "report": ["report", "--warehouse", wh, "--out", f"{tmp}/r-{side}.html"],
                 }.items():
-                    r = {"side": side, **timed(name, argv, env)}
-                    print(json.dumps(r), flush=True)
-                    results.append(r)
+                    results.append({"side": side, **timed(f"{name} ({side})", argv)})
     if args.json:
         with open(args.json, "a") as f:
             for r in results:

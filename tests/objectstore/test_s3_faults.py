@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ import pytest
 from bklib.testing.s3server import S3Server
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS, LEDGERS
-from tests.audit_helpers import audit_cluster
+from tests.audit_helpers import AuditCluster, audit_cluster
 from tests.cli_helpers import REPO, bkaudit, failure, one_error_line
 from tests.integration.test_watch import (
     assert_clean,
@@ -37,7 +39,7 @@ from tests.integration.test_watch import (
     watching,
 )
 from tests.objectstore.conftest import aws_env, use_aws_env
-from tests.objectstore.proxy import s3_proxy
+from tests.objectstore.proxy import S3Proxy, s3_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -111,8 +113,23 @@ def test_the_watch_spools_through_a_minute_without_s3_and_writes_later_in_order(
     assert "spooled" in log and "writable again" in log
 
 
-def _slow_audit_cluster_args(zk: str, warehouse: str) -> list[str]:
+def _audit_args(zk: str, warehouse: str) -> list[str]:
     return ["audit", "--zk", zk, "--warehouse", warehouse, "--check", "replicas"]
+
+
+@contextmanager
+def _audited_through_a_proxy(
+    tmp_path: Path, zk_chroot: str, s3: S3Server, wh: str
+) -> Iterator[tuple[AuditCluster, S3Proxy, dict[str, str]]]:
+    """A cluster of three bookies and a few ledgers, audited once into ``wh`` through an
+    :class:`S3Proxy` in front of ``s3``: the cluster, the proxy, the environment using it."""
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=3) as c:
+        ledgers(c, c.bookie_ids[2], n=3, entries=5)
+        with s3_proxy(s3) as proxy:
+            env = aws_env(s3, AWS_ENDPOINT_URL=proxy.endpoint)
+            first = bkaudit(*_audit_args(c.zk, wh), env=env, timeout=180)
+            assert first.returncode == 0, failure(first)
+            yield c, proxy, env
 
 
 def test_a_one_shot_audit_without_s3_fails_in_one_line_leaving_no_partial_commit(
@@ -120,30 +137,25 @@ def test_a_one_shot_audit_without_s3_fails_in_one_line_leaving_no_partial_commit
 ) -> None:
     s3 = s3_env
     wh = f"{bucket}/wh"
-    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=3) as c:
-        ledgers(c, c.bookie_ids[2], n=3, entries=5)
-        with s3_proxy(s3) as proxy:
-            env = aws_env(s3, AWS_ENDPOINT_URL=proxy.endpoint)
-            first = bkaudit(*_slow_audit_cluster_args(c.zk, wh), env=env, timeout=180)
-            assert first.returncode == 0, failure(first)
-            before = {t: len(rows(wh, t)) for t in (AUDIT_RUNS, LEDGERS)}
-            # The store goes away at the run's first data file: after the start-up probe.
-            proxy.hold = ("PUT", re.compile(r"\.parquet"))
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "jobs.cli", *_slow_audit_cluster_args(c.zk, wh)],
-                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            assert proxy.held.wait(120), proc.communicate()
-            proxy.go_away()
-            proxy.release(forward=False)
-            out, err = proc.communicate(timeout=240)
+    with _audited_through_a_proxy(tmp_path, zk_chroot, s3, wh) as (c, proxy, env):
+        before = {t: len(rows(wh, t)) for t in (AUDIT_RUNS, LEDGERS)}
+        # The store goes away at the run's first data file: after the start-up probe.
+        proxy.hold = ("PUT", re.compile(r"\.parquet"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", *_audit_args(c.zk, wh)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proxy.held.wait(120), proc.communicate()
+        proxy.go_away()
+        proxy.release(forward=False)
+        out, err = proc.communicate(timeout=240)
         # One line and exit 2, naming the table and the store's failure.
         line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
         assert f"{wh}/" in line and "Connection refused" in line, line
         # Readable, and nothing of the failed run committed.
         after = {t: len(rows(wh, t)) for t in (AUDIT_RUNS, LEDGERS)}
         assert after == before, (after, before)
-        again = bkaudit(*_slow_audit_cluster_args(c.zk, wh), env=aws_env(s3), timeout=180)
+        again = bkaudit(*_audit_args(c.zk, wh), env=aws_env(s3), timeout=180)
         assert again.returncode == 0, failure(again)
     assert len(rows(wh, AUDIT_RUNS)) == before[AUDIT_RUNS] + 1
 
@@ -154,30 +166,28 @@ def test_a_writer_killed_mid_commit_leaves_the_table_readable_and_the_next_goes_
 ) -> None:
     s3 = s3_env
     wh = f"{bucket}/wh"
-    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=3) as c:
-        ledgers(c, c.bookie_ids[2], n=3, entries=5)
-        with s3_proxy(s3) as proxy:
-            env = aws_env(s3, AWS_ENDPOINT_URL=proxy.endpoint)
-            first = bkaudit(*_slow_audit_cluster_args(c.zk, wh), env=env, timeout=180)
-            assert first.returncode == 0, failure(first)
-            # Held: the next commit of the fragments table (its _delta_log/N.json).
-            proxy.hold = ("PUT", re.compile(rf"/{FRAGMENTS}/_delta_log/\d+\.json"))
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "jobs.cli", *_slow_audit_cluster_args(c.zk, wh)],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            assert proxy.held.wait(120)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            proxy.release(forward=lands)
-            time.sleep(1.0)  # the held request, forwarded or dropped, is done
-            frags = delta.open_table(wh, FRAGMENTS)
-            assert frags.to_pyarrow_table().num_rows >= 0  # readable, at whatever version
-            versions = [h["version"] for h in frags.history()]
-            assert sorted(versions) == list(range(max(versions) + 1)), versions
-            again = bkaudit(*_slow_audit_cluster_args(c.zk, wh), env=env, timeout=180)
-            assert again.returncode == 0, failure(again)
-            listing = bkaudit("listunderreplicated", "--warehouse", wh, env=env)
-            assert listing.returncode in (0, 1), failure(listing)
+    with _audited_through_a_proxy(tmp_path, zk_chroot, s3, wh) as (c, proxy, env):
+        # Held: the next commit of the fragments table (its _delta_log/N.json).
+        proxy.hold = ("PUT", re.compile(rf"/{FRAGMENTS}/_delta_log/\d+\.json"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", *_audit_args(c.zk, wh)],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proxy.held.wait(120)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proxy.release(forward=lands)
+        time.sleep(1.0)  # the held request, forwarded or dropped, is done
+        # Readable, at whichever version, with the first run's rows whole.
+        (first,) = rows(wh, AUDIT_RUNS)
+        for table, key in ((LEDGERS, "ledgers"), (FRAGMENTS, "fragments")):
+            kept = [f for f in rows(wh, table) if f["run_id"] == first["run_id"]]
+            assert len(kept) == dict(first["counts"])[key], (table, first)
+        versions = [h["version"] for h in delta.open_table(wh, FRAGMENTS).history()]
+        assert sorted(versions) == list(range(max(versions) + 1)), versions
+        again = bkaudit(*_audit_args(c.zk, wh), env=env, timeout=180)
+        assert again.returncode == 0, failure(again)
+        listing = bkaudit("listunderreplicated", "--warehouse", wh, env=env)
+        assert listing.returncode in (0, 1), failure(listing)
     completed = [r for r in rows(wh, AUDIT_RUNS) if r["status"] == "COMPLETED"]
     assert len(completed) == 2  # the first and the next; the killed one never finished
