@@ -72,7 +72,7 @@ def commit(wh: str) -> dict[str, Any]:
         tables[name] = _with(
             t.drop_columns([RUN_DATE]), "run_id", rid, t.schema.field("run_id").type
         )
-    own = runs.filter(pc.equal(runs.column("run_id"), latest["run_id"])).drop_columns([RUN_DATE])
+    own = runs.filter(pc.equal(runs.column("run_id"), latest["run_id"]))
     own = _with(own, "run_id", rid, own.schema.field("run_id").type)
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(len(tables)) as pool:
