@@ -94,7 +94,6 @@ def write_bundled_submit_conf(dest: Path) -> Path:
     (:func:`jobs.spark.defaults.write_submit_conf`); raises :class:`NoBundledJars`."""
     # Imported here: the image's jar-fetching stage copies this module alone.
     from jobs.spark.defaults import write_submit_conf
-
     from jobs.spark.s3 import LOG_STORE_CLASS, LOG_STORE_KEYS, S3SetupError, s3_jars
 
     jars = bundled_jars()

@@ -133,7 +133,21 @@ def table_error(path: str, exc: BaseException) -> TableError:
     text = str(exc)
     if isinstance(exc, _protocol_errors()) or "Unsupported" in text or "protocol" in text:
         return TableProtocolError(_protocol_message(path, exc))
+    if is_s3(path) and any(w in text for w in ("S3 error", "error sending request")):
+        why = _s3_unreachable(path)
+        if why is not None:  # delta-rs's own text may stop at "error sending request"
+            return TableError(f"Delta table {path}: the store cannot be reached: {why}")
     return TableError(f"Delta table {path}: {delta_rs_cause(exc)}")
+
+
+def _s3_unreachable(path: str) -> str | None:
+    """Why the S3 store of ``path`` does not answer, or None (it answers, or there is no S3
+    client to ask: the Airflow worker's environment has delta-rs only)."""
+    try:
+        from jobs.tables.s3_probe import unreachable_reason
+    except ImportError:
+        return None
+    return unreachable_reason(path)
 
 
 def _protocol_errors() -> tuple[type[BaseException], ...]:
@@ -317,12 +331,9 @@ def _read_error(path: str, exc: BaseException) -> TableError:
     """A failed read of a table's files as one line naming the table; on S3, an outage is
     said as such (Arrow reports a file it could not fetch as "0 bytes")."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if is_s3(path):
-        from jobs.tables.s3_probe import unreachable_reason
-
-        why = unreachable_reason(path)
-        if why is not None:
-            return TableError(f"Delta table {path} cannot be read: {why}")
+    why = _s3_unreachable(path) if is_s3(path) else None
+    if why is not None:
+        return TableError(f"Delta table {path} cannot be read: {why}")
     return TableError(f"Delta table {path} cannot be read: {first}")
 
 

@@ -123,10 +123,15 @@ def test_spark_image_starts_a_kubernetes_executor_and_submits_with_the_bundled_j
     assert "spark.jars.packages" not in settings
     assert settings["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     jars = settings["spark.jars"].split(",")
-    assert jars and all(j.startswith("/opt/bkaudit/jars/") for j in jars), jars
+    assert jars and all(j.startswith("/opt/bkaudit/") for j in jars), jars
+    # The s3a jars and bkaudit's Delta log store for S3 (jobs/spark/s3.py), named for s3a.
+    names = [j.rsplit("/", 1)[1] for j in jars]
+    assert {"hadoop-aws-3.4.1.jar", "bundle-2.24.6.jar"} <= set(names), names
+    assert any(n.startswith("bkaudit-logstore-") for n in names), names
+    assert settings["spark.delta.logStore.s3a.impl"] == "io.bkaudit.delta.ConditionalPutLogStore"
     listed = podman("run", "--rm", "--network=none", "--entrypoint", "ls", ref,
-                    "/opt/bkaudit/jars", "/opt/bkaudit/jobs/audit.py").stdout  # fmt: skip
-    assert all(j.rsplit("/", 1)[1] in listed for j in jars), listed
+                    *jars, "/opt/bkaudit/jobs/audit.py").stdout  # fmt: skip
+    assert all(j in listed for j in jars), listed
 
 
 def _metrics(port: int) -> dict[str, float]:
