@@ -2,9 +2,9 @@
 for ``spark-submit``.
 
 :func:`jobs.spark.session.spark_conf` starts from the defaults file; the Spark image writes
-its ``SPARK_CONF_DIR`` with :func:`write_submit_conf` (``python -m jobs.spark.jars
---spark-conf-dir``), naming the Delta jars it bundles (:mod:`jobs.spark.jars`) instead of the
-Maven package.
+its ``SPARK_CONF_DIR`` with :func:`write_bundled_submit_conf` (``python -m
+jobs.spark.defaults DEST``), naming the Delta jars it bundles (:mod:`jobs.spark.jars`) instead
+of the Maven package, and the s3a ones (:mod:`jobs.spark.s3`).
 """
 
 from __future__ import annotations
@@ -71,3 +71,47 @@ def write_submit_conf(
     (dest / "spark-defaults.conf").write_text(text + "".join(lines))
     shutil.copyfile(LOG4J_FILE, dest / "log4j2.properties")
     return dest
+
+
+def write_bundled_submit_conf(dest: Path) -> Path:
+    """A ``SPARK_CONF_DIR`` at ``dest`` naming the jars of ``$BKAUDIT_SPARK_JARS``, and the
+    s3a jars with bkaudit's S3 log store when they were built (:mod:`jobs.spark.s3`); raises
+    :class:`~jobs.spark.jars.NoBundledJars`."""
+    from jobs.spark.jars import NoBundledJars, bundled_jars
+    from jobs.spark.s3 import LOG_STORE_CLASS, LOG_STORE_KEYS, S3SetupError, s3_jars
+
+    jars = bundled_jars()
+    if jars is None:
+        raise NoBundledJars(
+            "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
+        )
+    extra: dict[str, str] = {}
+    try:
+        jars = [*jars, *s3_jars(fetch=False)]
+        extra = {key: LOG_STORE_CLASS for key in LOG_STORE_KEYS}
+    except S3SetupError:
+        pass
+    return write_submit_conf(dest, jars, extra)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jobs.spark.defaults DEST``: write the image's ``SPARK_CONF_DIR`` into DEST
+    (:func:`write_bundled_submit_conf`)."""
+    import argparse
+    import sys
+
+    from jobs.spark.jars import NoBundledJars
+
+    parser = argparse.ArgumentParser(description="Write a SPARK_CONF_DIR for spark-submit.")
+    parser.add_argument("dest", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        write_bundled_submit_conf(args.dest)
+    except NoBundledJars as exc:
+        print(f"defaults: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -69,45 +69,17 @@ def fetch_delta_jars(dest: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.spark.jars DIR``: fetch the pinned Delta jars into DIR.
-    ``--spark-conf-dir DIR`` instead writes a ``SPARK_CONF_DIR`` that uses the jars of
-    ``$BKAUDIT_SPARK_JARS`` (:func:`jobs.spark.defaults.write_submit_conf`)."""
+    """``python -m jobs.spark.jars DIR``: fetch the pinned Delta jars into DIR (the image's
+    ``SPARK_CONF_DIR`` is written by ``python -m jobs.spark.defaults``)."""
     parser = argparse.ArgumentParser(description="Fetch the pinned Delta Lake jars.")
     parser.add_argument("dest", type=Path)
-    parser.add_argument(
-        "--spark-conf-dir", action="store_true", help="write a SPARK_CONF_DIR into DEST instead"
-    )
     args = parser.parse_args(argv)
     try:
-        if args.spark_conf_dir:
-            write_bundled_submit_conf(args.dest)
-        else:
-            fetch_delta_jars(args.dest)
-    except (FetchError, NoBundledJars) as exc:
+        fetch_delta_jars(args.dest)
+    except FetchError as exc:
         print(f"jars: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def write_bundled_submit_conf(dest: Path) -> Path:
-    """A ``SPARK_CONF_DIR`` at ``dest`` naming the jars of ``$BKAUDIT_SPARK_JARS``
-    (:func:`jobs.spark.defaults.write_submit_conf`); raises :class:`NoBundledJars`."""
-    # Imported here: the image's jar-fetching stage copies this module alone.
-    from jobs.spark.defaults import write_submit_conf
-    from jobs.spark.s3 import LOG_STORE_CLASS, LOG_STORE_KEYS, S3SetupError, s3_jars
-
-    jars = bundled_jars()
-    if jars is None:
-        raise NoBundledJars(
-            "set $BKAUDIT_SPARK_JARS to a directory `python -m jobs.spark.jars` filled"
-        )
-    extra: dict[str, str] = {}
-    try:  # the s3a jars and bkaudit's log store, when the image built them (jobs.spark.s3)
-        jars = [*jars, *s3_jars(fetch=False)]
-        extra = {key: LOG_STORE_CLASS for key in LOG_STORE_KEYS}
-    except S3SetupError:
-        pass
-    return write_submit_conf(dest, jars, extra)
 
 
 if __name__ == "__main__":

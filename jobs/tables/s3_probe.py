@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobs.tables.object_store import S3Location, s3_endpoint, s3_location, s3_region
-from jobs.tables.warehouse_probe import WarehouseUnreachable, WarehouseUnusable
+from jobs.tables.warehouse_errors import WarehouseUnreachable, WarehouseUnusable
 
 __all__ = ["PROBE_DIR", "probe_s3", "s3_client", "unreachable_reason"]
 

@@ -27,6 +27,7 @@ import threading
 
 from jobs.tables.error_text import delta_rs_cause
 from jobs.tables.object_store import is_s3
+from jobs.tables.warehouse_errors import WarehouseUnreachable, WarehouseUnusable
 
 __all__ = ["WarehouseUnreachable", "WarehouseUnusable", "probe_warehouse"]
 
@@ -35,15 +36,6 @@ PROBE_STORAGE_OPTIONS = {"max_retries": "2", "retry_timeout": "10s"}
 
 _probed: set[str] = set()
 _probed_lock = threading.Lock()
-
-
-class WarehouseUnusable(RuntimeError):
-    """The warehouse cannot take a run (one line naming it and why)."""
-
-
-class WarehouseUnreachable(WarehouseUnusable):
-    """The warehouse's store did not answer (refused, unresolvable, timed out): an outage,
-    which the watch rides out by spooling, not a configuration to fix."""
 
 
 def probe_warehouse(warehouse: str) -> None:
