@@ -117,7 +117,22 @@ class BkauditSparkSubmitOperator(SparkSubmitOperator):
         self.application_args = drop_empty(rendered)
 
 
+def _s3_settings() -> tuple[dict[str, str], str | None]:
+    """spark-submit's settings for a warehouse on S3 (docs/tables.md, "Object storage"):
+    bkaudit's Delta log store (it applies to s3a:// paths only, so it is always given), the
+    s3a settings of this environment's AWS variables, and the s3a jars when ``python -m
+    jobs.spark.s3`` fetched them on this host (None otherwise)."""
+    from jobs.spark.s3 import S3SetupError, s3_jars, s3a_conf
+
+    try:
+        jars: str | None = ",".join(s3_jars(fetch=False))
+    except S3SetupError:
+        jars = None
+    return s3a_conf(), jars
+
+
 def _spark_task(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
+    s3_conf, s3_jars = _s3_settings()
     return BkauditSparkSubmitOperator(
         task_id=task_id,
         conn_id=SPARK_CONN_ID,
@@ -127,7 +142,8 @@ def _spark_task(task_id: str, job: str, args: list[str], **kwargs: Any) -> Spark
         # spark-defaults.conf (Delta jars and SQL extensions) and log4j2 settings.
         env_vars={"SPARK_CONF_DIR": f"{BKAUDIT_HOME}/conf"},
         # Console progress bars turn into thousands of lines in a task log.
-        conf={"spark.ui.showConsoleProgress": "false"},
+        conf={"spark.ui.showConsoleProgress": "false", **s3_conf},
+        jars=s3_jars,
         py_files=os.environ.get("BKAUDIT_PY_FILES") or None,
         execution_timeout=timedelta(hours=4),
         **kwargs,

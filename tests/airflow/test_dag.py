@@ -166,6 +166,9 @@ def test_rendered_spark_submit_commands_carry_the_params(rendered: dict[str, Any
         assert c["command"][:3] == ["spark-submit", "--master", "local[2]"]
         assert "--deploy-mode" in c["command"]
         assert "spark.ui.showConsoleProgress=false" in c["command"]
+        # On an S3 warehouse Spark commits through bkaudit's conditional-PUT log store.
+        store = "spark.delta.logStore.s3a.impl=io.bkaudit.delta.ConditionalPutLogStore"
+        assert store in c["command"], c["command"]
         assert c["env_vars"] == {"SPARK_CONF_DIR": str(REPO / "conf")}
 
     audit_args = _app_args(audit["command"], audit["application"])
