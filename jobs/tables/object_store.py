@@ -82,11 +82,6 @@ class S3Location:
         """The key of ``name`` under the prefix."""
         return f"{self.prefix}/{name}" if self.prefix else name
 
-    @property
-    def uri(self) -> str:
-        """``s3://bucket/prefix``, the form delta-rs is given."""
-        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-
 
 def s3_location(uri: str) -> S3Location:
     """The bucket and prefix of an ``s3://`` or ``s3a://`` URI."""
