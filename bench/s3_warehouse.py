@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bench.warehouse_history import PER_AUDIT_RUN, _with, timed  # noqa: E402
+from bench.warehouse_history import PER_AUDIT_RUN, _with, append_json, timed  # noqa: E402
 from bklib.testing.s3server import S3Server  # noqa: E402
 from jobs.tables import delta  # noqa: E402
 from jobs.tables.runs import new_run_id  # noqa: E402
@@ -116,10 +116,7 @@ def main() -> None:
                     "report": ["report", "--warehouse", wh, "--out", f"{tmp}/r-{side}.html"],
                 }.items():
                     results.append({"side": side, **timed(f"{name} ({side})", argv)})
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
+    append_json(args.json, results)
 
 
 if __name__ == "__main__":

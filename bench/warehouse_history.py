@@ -136,6 +136,14 @@ def timed(name: str, argv: list[str]) -> dict[str, Any]:
     return row
 
 
+def append_json(path: str | None, results: list[dict[str, Any]]) -> None:
+    """Append ``results`` to ``path`` (the --json file), one JSON object per line."""
+    if path:
+        with open(path, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+
+
 def du_mb(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 1)
 
@@ -169,10 +177,7 @@ def main() -> None:
             for name, argv in commands.items():
                 for _ in range(args.repeat):
                     results.append({**timed(f"{name} ({when})", argv), "days": args.days + 1})
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
+    append_json(args.json, results)
 
 
 if __name__ == "__main__":

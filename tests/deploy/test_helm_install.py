@@ -67,19 +67,24 @@ def _operator_crds(kube: KubeApi) -> None:
         time.sleep(0.5)
 
 
+def _install(kube: KubeApi, values: str) -> None:
+    """``helm install bk`` of the chart with ci/VALUES-values.yaml into ``kube``."""
+    proc = subprocess.run(
+        [str(helm()), "install", "bk", str(CHART), "--namespace", NAMESPACE,
+         "--create-namespace", "-f", str(VALUES[values]), "--kubeconfig",
+         str(kube.kubeconfig), "--timeout", "2m"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_helm_install_creates_every_object_and_the_spark_account_is_namespaced(
     tmp_path: Path,
 ) -> None:
     docs = render("full", KUBE_VERSION)
     with kube_apiserver(tmp_path / "kube") as kube:
         _operator_crds(kube)
-        proc = subprocess.run(
-            [str(helm()), "install", "bk", str(CHART), "--namespace", NAMESPACE,
-             "--create-namespace", "-f", str(VALUES["full"]), "--kubeconfig",
-             str(kube.kubeconfig), "--timeout", "2m"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        _install(kube, "full")
         for doc in docs:
             stored = kube.get(_path(doc))
             # the chart's labels (Helm adds its own app.kubernetes.io/managed-by)
@@ -111,13 +116,7 @@ def test_helm_install_with_an_s3_warehouse_and_workload_identity(tmp_path: Path)
     ServiceAccount carries the role annotation and may do nothing in the cluster."""
     docs = render("s3", KUBE_VERSION)
     with kube_apiserver(tmp_path / "kube") as kube:
-        proc = subprocess.run(
-            [str(helm()), "install", "bk", str(CHART), "--namespace", NAMESPACE,
-             "--create-namespace", "-f", str(VALUES["s3"]), "--kubeconfig",
-             str(kube.kubeconfig), "--timeout", "2m"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        _install(kube, "s3")
         for doc in docs:
             assert kube.get(_path(doc))["metadata"]["name"] == doc["metadata"]["name"]
         account = kube.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/bk-bkaudit")
