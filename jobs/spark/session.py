@@ -68,12 +68,10 @@ def spark_conf(
     master: str | None = None,
     overrides: Mapping[str, str] | None = None,
     warehouse: str | None = None,
-    *,
-    fetch: bool = True,
 ) -> dict[str, str]:
     """The effective settings :func:`build_spark` applies (without building anything). A
     ``warehouse`` on S3 adds the s3a jars, bkaudit's log store and the s3a settings
-    (:mod:`jobs.spark.s3`; ``fetch=False`` leaves the jars out), and raises
+    (:mod:`jobs.spark.s3`; fetched and built on first use), and raises
     :class:`~jobs.spark.s3.UnsafeLogStore` when another log store is configured for s3a."""
     conf = read_spark_defaults()
     conf.update(REQUIRED_CONF)
@@ -113,7 +111,7 @@ def spark_conf(
     conf.update(overrides or {})
     if on_s3:
         check_log_store(conf)
-        if fetch and not under_spark_submit():
+        if not under_spark_submit():
             extra = s3_jars()
             conf["spark.jars"] = ",".join([*conf.get("spark.jars", "").split(","), *extra]).strip(
                 ","
