@@ -21,6 +21,8 @@ import os
 import re
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -58,29 +60,22 @@ def s3_client() -> Any:
 
 def probe_s3(warehouse: str) -> None:
     """Raise :class:`WarehouseUnusable` when the S3 warehouse cannot be reached, read,
-    written and deleted from, or does not refuse a create of an existing key."""
+    written and deleted from, or does not refuse a create of an existing key
+    (:class:`WarehouseUnreachable` when the store did not answer). Only botocore's errors are
+    classified; anything else is a fault of this code and propagates."""
     where = s3_location(warehouse)
-    from botocore.exceptions import ConnectionError as BotoConnectionError
-
-    try:
+    key = where.key(f"{PROBE_DIR}/{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    with _step(warehouse, where, "list"):
         client = s3_client()
         client.list_objects_v2(Bucket=where.bucket, Prefix=where.key(""), MaxKeys=1)
-    except BotoConnectionError as exc:  # refused, unresolvable, timed out
-        raise WarehouseUnreachable(_why(warehouse, where, exc, "list")) from None
-    except Exception as exc:  # noqa: BLE001 - botocore's errors, classified into one line
-        raise WarehouseUnusable(_why(warehouse, where, exc, "list")) from None
-    key = where.key(f"{PROBE_DIR}/{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
+    with _step(warehouse, where, "write"):
         _create(client, where.bucket, key)
-    except Exception as exc:  # noqa: BLE001
-        raise WarehouseUnusable(_why(warehouse, where, exc, "write")) from None
     try:
-        refused = _refuses_second_create(client, where.bucket, key)
+        with _step(warehouse, where, "write"):
+            refused = _refuses_second_create(client, where.bucket, key)
     finally:
-        try:
+        with _step(warehouse, where, "delete"):
             client.delete_object(Bucket=where.bucket, Key=key)
-        except Exception as exc:  # noqa: BLE001
-            raise WarehouseUnusable(_why(warehouse, where, exc, "delete")) from None
     if not refused:
         raise WarehouseUnusable(
             f"warehouse {warehouse}: the object store accepted a second create of one key "
@@ -89,10 +84,27 @@ def probe_s3(warehouse: str) -> None:
         )
 
 
+@contextmanager
+def _step(warehouse: str, where: S3Location, step: str) -> Iterator[None]:
+    """One probe request: botocore's errors become one line, an unanswered request
+    :class:`WarehouseUnreachable`, any other :class:`WarehouseUnusable`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    try:
+        yield
+    except BotoConnectionError as exc:  # refused, unresolvable, timed out
+        raise WarehouseUnreachable(_why(warehouse, where, exc, step)) from None
+    except (BotoCoreError, ClientError) as exc:
+        raise WarehouseUnusable(_why(warehouse, where, exc, step)) from None
+
+
 def unreachable_reason(uri: str) -> str | None:
     """Why the store of S3 location ``uri`` does not answer (``endpoint http://…: Connection
     refused``), or None when it answers: for an error that does not say so itself (Arrow
-    reports a file it could not fetch as "0 bytes")."""
+    reports a file it could not fetch as "0 bytes"). Only the message depends on it: the
+    caller raises its error either way."""
+    from botocore.exceptions import BotoCoreError, ClientError
     from botocore.exceptions import ConnectionError as BotoConnectionError
 
     where = s3_location(uri)
@@ -100,7 +112,7 @@ def unreachable_reason(uri: str) -> str | None:
         s3_client().list_objects_v2(Bucket=where.bucket, Prefix=where.key(""), MaxKeys=1)
     except BotoConnectionError as exc:
         return _connection_cause(exc)
-    except Exception:  # noqa: BLE001 - it answered, if only with an error: not an outage
+    except (BotoCoreError, ClientError):  # it answered, if only with an error
         return None
     return None
 

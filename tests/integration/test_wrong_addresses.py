@@ -33,6 +33,7 @@ from jobs.runtime.messages import SPARK_EXTRA
 from tests.cli_helpers import REPO, bkaudit, byte_compile, failure, one_error_line
 from tests.integration.test_executor_cli import _metadata_only_cluster
 from tests.integration.test_without_spark import BLOCK as NO_SPARK_BLOCK
+from tests.objectstore.conftest import no_aws_env
 
 pytestmark = pytest.mark.integration
 
@@ -267,12 +268,6 @@ def test_a_warehouse_that_fills_up_mid_run_is_one_line_without_rust_panics(
     assert "panicked" in verbose.stderr, verbose.stderr[-4000:]
 
 
-def _no_aws_credentials() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
-    return env
-
-
 def _bkaudit_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", *args],
@@ -281,7 +276,7 @@ def _bkaudit_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess
 
 
 def test_an_s3a_warehouse_without_credentials_is_one_line_without_aws_logs() -> None:
-    env = _no_aws_credentials()
+    env = no_aws_env()
     argv = _audit(["--zk", f"127.0.0.1:{free_port()}"], "s3a://bkaudit-test/wh")
     proc = _bkaudit_env(env, *argv)
     line = one_error_line(proc)
@@ -295,7 +290,7 @@ def test_an_s3a_warehouse_without_credentials_is_one_line_without_aws_logs() -> 
 
 
 def test_an_unreachable_s3_endpoint_is_said_refused(tmp_path: Path) -> None:
-    env = _no_aws_credentials()
+    env = no_aws_env()
     env.update(
         AWS_ACCESS_KEY_ID="bkaudit", AWS_SECRET_ACCESS_KEY="bkaudit-secret",
         AWS_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}",

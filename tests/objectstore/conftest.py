@@ -20,11 +20,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-def aws_env(s3: S3Server, **changes: str) -> dict[str, str]:
-    """This process's environment without its own AWS settings, plus the server's standard
-    variables (no ``AWS_ALLOW_HTTP``: bkaudit infers plain HTTP from the endpoint)."""
+def no_aws_env() -> dict[str, str]:
+    """This process's environment without any AWS setting, profile files included."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
+    return env
+
+
+def aws_env(s3: S3Server, **changes: str) -> dict[str, str]:
+    """:func:`no_aws_env` plus the server's standard variables (no ``AWS_ALLOW_HTTP``:
+    bkaudit infers plain HTTP from the endpoint)."""
+    env = no_aws_env()
     env.update({k: v for k, v in s3.env().items() if k != "AWS_ALLOW_HTTP"})
     env.update(changes)
     return env
