@@ -248,12 +248,16 @@ class ZooKeeperStore(MetadataStore):
             self._bulk_lock.release()
 
     def _keep_bulk_alive(self) -> None:
-        """Ping the pipelined session while no scan uses it, every third of its timeout, so
-        a long-lived process (the watch, between its audits) keeps one bulk session for its
-        life instead of a new one per scan. One daemon thread per store, ended by close."""
+        """Ping the pipelined session while no scan uses it, so a long-lived process (the
+        watch, between its audits) keeps one bulk session for its life instead of a new one
+        per scan. One daemon thread per store, ended by close.
+
+        The thread wakes every sixth of the timeout and pings a session idle that long, so
+        no session is left idle for more than a third of it: below the half at which
+        :meth:`BulkReader.may_have_expired` makes the next scan reopen it."""
         if self._keepalive is not None:
             return
-        every = max(0.2, self.session_timeout / 3)
+        every = max(0.1, self.session_timeout / 6)
 
         def run() -> None:
             while not self._closed.wait(every):
