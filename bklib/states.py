@@ -235,6 +235,10 @@ class CountKey:
     LEDGERS_UNACCOUNTED = "ledgers_unaccounted"
     """Announced ledgers the scan lost, or found, in directories that did not change: a run
     with any is never COMPLETED."""
+    LEDGERS_FROM_INDEX = "ledgers_from_index"
+    """Set only on a watch's run that read just the ledgers its bookie index names for the lost
+    bookies (docs/watch.md, "The index"): not a full scan, so neither the watch's schedule nor
+    a scan's accounting counts it as one."""
     METADATA_ERRORS = "metadata_errors"
     LEDGERS_NOT_CLOSED = "ledgers_not_closed"
     FRAGMENTS = "fragments"

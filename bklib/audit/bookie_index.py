@@ -30,10 +30,9 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from bklib.errors import IncorrectParameterError
-from bklib.meta.model import LedgerMetadata
 
 if TYPE_CHECKING:
     from bklib.meta.scan import ScanResult
@@ -45,6 +44,16 @@ _MAX_NARROW_LEDGER_ID = (1 << 32) - 1  # what a posting array of typecode 'I' ho
 _NARROW = 1 << 16  # bookie numbers below this pack into 2 bytes
 
 _Encoded = bytes | tuple[int, ...]
+
+
+class NamesBookies(Protocol):
+    """A ledger's metadata as the index reads it: its id and every bookie any segment names
+    (:class:`~bklib.meta.model.LedgerMetadata`, :class:`~bklib.audit.model.LedgerView`)."""
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    def bookies(self) -> Iterable[str]: ...
 
 
 def _encode(numbers: list[int]) -> _Encoded:
@@ -129,7 +138,7 @@ class BookieIndex:
 
     # ---- changes ---------------------------------------------------------------------------
 
-    def apply(self, ledger_id: int, metadata: LedgerMetadata | None) -> bool:
+    def apply(self, ledger_id: int, metadata: NamesBookies | None) -> bool:
         """Make the index hold ``metadata``'s bookies for ``ledger_id``, replacing what it held;
         None is a deleted ledger. Idempotent. True if the ledger's bookies changed."""
         _check_ledger_id(ledger_id)

@@ -15,6 +15,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from bklib.audit.index_keeper import DEFAULT_BARRIER_TIMEOUT
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
@@ -147,6 +148,13 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         help="how soon unfinished repairs (grace period, locked, failed) are tried again",
     )
     parser.add_argument(
+        "--index-barrier-timeout",
+        type=parse_duration,
+        default=DEFAULT_BARRIER_TIMEOUT,
+        help="how long the store may take to confirm the bookie index has every change before "
+        "a loss; past it the loss is answered by a full scan, which rebuilds the index",
+    )
+    parser.add_argument(
         "--max-failed-cycles",
         type=int,
         default=5,
@@ -227,6 +235,7 @@ def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -
         password=args.password.encode() if args.password is not None else None,
         digest_type=DigestType[args.digest_type] if args.digest_type else None,
         retry_interval=args.retry_interval,
+        index_barrier_timeout=args.index_barrier_timeout,
         poll_interval=args.poll_interval,
         max_failed_cycles=args.max_failed_cycles,
         stop_timeout=args.stop_timeout,

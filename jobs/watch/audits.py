@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
+from bklib.meta.paths import LayoutKind
 from bklib.meta.stores import MetadataStore
-from bklib.states import CountKey, RunStatus
+from bklib.states import Check, CountKey, RunStatus
 from jobs.runs.audit_run import record_interrupted
 from jobs.runtime import interrupts
 from jobs.runtime.messages import one_line
@@ -69,19 +71,31 @@ class WatchAudits:
         self.incomplete: list[AuditIncomplete] = []
         """This cycle's audits that did not complete (cleared as each cycle starts)."""
 
-    def run(self, check: str) -> Any:
+    def run(
+        self, check: str, ledger_ids: Sequence[int] | None = None, kind: LayoutKind | None = None
+    ) -> Any:
         """One audit run of ``check`` in this process, written to the tables (a warehouse
         failure is logged and counted: the findings still drive the repair). None if it
-        raised. Either way, an audit that did not complete is added to :attr:`incomplete`."""
+        raised. Either way, an audit that did not complete is added to :attr:`incomplete`.
+
+        With ``ledger_ids`` (and their layout ``kind``), a ``lost`` audit of those ledgers
+        only (:class:`~jobs.watch.indexed_audit.IndexedLostAudit`): it does not count as the
+        schedule's run of the check."""
         from jobs.local.audit import LocalAudit
+        from jobs.watch.indexed_audit import IndexedLostAudit
 
         cfg = self.cfg
         config = audit_config(cfg, check)
         started = time.time()
         job: Any = None
         try:
-            plan = ScanPlan.read(self.session, cfg.ledgers_root)
-            job = LocalAudit(config, plan, self.session)
+            if ledger_ids is None:
+                plan = ScanPlan.read(self.session, cfg.ledgers_root)
+                job = LocalAudit(config, plan, self.session)
+                self.metrics.full_scans.inc()
+            else:
+                assert kind is not None and check == Check.LOST
+                job = IndexedLostAudit(config, ScanPlan((), kind), self.session, ledger_ids)
             job.run_steps()  # the audit's steps and its session guard, as `bkaudit audit`'s
         except Exception as exc:  # noqa: BLE001 - counted FAILED; the cycle fails; retried
             run_id = job.run.run_id if job is not None else None
@@ -97,9 +111,10 @@ class WatchAudits:
                 self.metrics.audits.labels(check, RunStatus.INTERRUPTED).inc()
             raise
         self.health.heartbeat()
-        self._first_detected(job)
+        self._first_detected(job, None if ledger_ids is None else set(ledger_ids))
         run = self._load(job)
-        self.schedule.ran(check, started)
+        if ledger_ids is None:
+            self.schedule.ran(check, started)
         self.metrics.audits.labels(check, run.status).inc()
         # The run's own finished_at, so the gauge is the audit_runs row's figure (as the
         # take-over's reading of the table sets it).
@@ -108,10 +123,11 @@ class WatchAudits:
         self.metrics.set_findings(check, frags, ledgers)
         self.metrics.set_unknown(check, job.findings, run.counts)
         log.info(
-            "watch: %s audit %s: %d ledgers, %d under-replicated fragments",
+            "watch: %s audit %s: %d ledgers%s, %d under-replicated fragments",
             check,
             run.run_id,
             job.run.counts[CountKey.LEDGERS],
+            "" if ledger_ids is None else " (those the index names)",
             len(job.findings),
         )
         if run.status != RunStatus.COMPLETED:
@@ -138,9 +154,15 @@ class WatchAudits:
         self.warehouse.write([(AUDIT_RUNS, [run.as_row()])])
         return run
 
-    def _first_detected(self, job: Any) -> None:
+    def _first_detected(self, job: Any, scope: set[int] | None) -> None:
+        """Remember when each of ``job``'s findings was first detected; forget the findings
+        it no longer has, among the ledgers it read (``scope``; None: all of them)."""
         started = job.run.started_at
         current = {f.key for f in job.findings}
-        self.first_seen = {k: v for k, v in self.first_seen.items() if k in current}
+        self.first_seen = {
+            k: v
+            for k, v in self.first_seen.items()
+            if k in current or (scope is not None and k[0] not in scope)
+        }
         for k in current:
             self.first_seen.setdefault(k, started)

@@ -11,6 +11,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bklib.audit.index_keeper import DEFAULT_BARRIER_TIMEOUT
 from bklib.client.pool import DEFAULT_BOOKIE_PROTOCOL, WireProtocol
 from bklib.meta.model import DigestType
 from bklib.meta.stores.zookeeper.security import ZkAuth
@@ -51,6 +52,8 @@ class WatchConfig:
     password: bytes | None = None
     digest_type: DigestType | None = None
     retry_interval: float = 5.0
+    index_barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT
+    """``--index-barrier-timeout``: past it the bookie index is stale (docs/watch.md)."""
     poll_interval: float = 2.0
     max_failed_cycles: int = 5
     """``/healthz`` fails after this many leader cycles in a row raised (0: never)."""

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import Any
 
+from bklib.audit.index_keeper import IndexStale, RebuildCause
 from bklib.states import ActionStatus, BookieState, Check, CountKey, Reason
 from jobs.runtime.messages import one_line
 from jobs.watch.audits import AuditIncomplete, WatchAudits
@@ -22,7 +23,8 @@ from jobs.watch.config import WatchConfig
 from jobs.watch.decide import LossTracker, Schedule
 from jobs.watch.election import Leadership, Stopped
 from jobs.watch.http_server import Health
-from jobs.watch.metrics import WatchMetrics
+from jobs.watch.index import WatchIndex
+from jobs.watch.metrics import REACTION_STAGES, WatchMetrics
 from jobs.watch.repair import WatchRepair
 from jobs.watch.spool import SpoolError
 from jobs.watch.warehouse import WatchWarehouse
@@ -58,6 +60,11 @@ class Cycle:
         self.retry_at = 0.0
         self.lost_sessions_seen = 0
         self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule, watcher.zk)
+        self.index = WatchIndex(
+            watcher.zk, config.ledgers_root, metrics, barrier_timeout=config.index_barrier_timeout
+        )
+        self.reacted: dict[str, set[str]] = {stage: set() for stage in REACTION_STAGES}
+        """The due bookies whose reaction was timed, per stage (once per loss)."""
         metrics.set_schedule(self.schedule.every)
         self.repair = WatchRepair(config, metrics, leadership, warehouse, watcher)
 
@@ -69,16 +76,16 @@ class Cycle:
             self.lost_sessions_seen = w.lost_sessions
         if not w.connected:
             self.leadership.step_down(f"{w.zk.kind} disconnected")
+            self.index.close()
             return self.cfg.poll_interval
         # The cycle decides as of this instant, taken before ZooKeeper confirms the term: a
         # process paused after the confirmation (SIGSTOP, a long GC, a frozen VM) must not
         # wake up and count the pause towards a bookie's delay on a view of the old term.
         as_of = time.monotonic()
         leader = self.leadership.elected()
-        if leader is None:
-            return self.cfg.poll_interval
         if not leader:
-            return self.cfg.poll_interval * 5
+            self.index.close()  # a standby keeps no feed; the next take-over opens one
+            return self.cfg.poll_interval if leader is None else self.cfg.poll_interval * 5
         self.audits.incomplete.clear()
         try:
             if not self.leadership.leading:
@@ -122,11 +129,13 @@ class Cycle:
             self.repair.no_replica = history.no_replica
         self.watcher.watch_registrations()
         snap = self.watcher.snapshot()
+        self.index.open()  # before the scan: what changes during it is announced
         audit = self.audits.run(Check.LOST)
         if audit is None:
             # Fail closed: without this audit the bookies lost before the take-over are
             # unknown, not absent. The cycle fails and the take-over is retried whole.
             raise self.audits.incomplete[-1]
+        self.index.build(audit, RebuildCause.TAKE_OVER)
         lost = {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
         marked = {b for bookies in snap.marked.values() for b in bookies}
         self.tracker.seed(snap.available, lost, marked, time.monotonic())
@@ -193,7 +202,7 @@ class Cycle:
         """Audit ``check``; publish marks for what is due; repair it; for a scheduled check
         with findings, audit again. Lost bookies waiting for the delay are left alone."""
         self.leadership.confirm()
-        job = self.audits.run(check)
+        job = self._audit(check, scheduled)
         now = time.monotonic()
         if job is None:
             self.retry_at = now + self.cfg.retry_interval
@@ -218,13 +227,17 @@ class Cycle:
             self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
             return
         self.repair.mark(rows)
+        self._reacted("marked", {r["bookie_id"] for r in rows})
         if self.repair.paused():
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
             )
             self.retry_at = now + self.cfg.retry_interval
             return
-        actions = self.repair.repair(rows, job.run.run_id)
+        copying = {r["bookie_id"] for r in rows}
+        actions = self.repair.repair(
+            rows, job.run.run_id, first_done=lambda: self._reacted("first_copy", copying)
+        )
         progressed = any(a["status"] == ActionStatus.DONE for a in actions)
         pending = any(a["status"] not in ActionStatus.FINAL for a in actions)
         # All done: re-audit at once (the next cycle's audit is the re-audit); otherwise retry
@@ -234,6 +247,44 @@ class Cycle:
         if scheduled and check != Check.LOST:
             self.leadership.confirm()
             self.audits.run(check)
+
+    def _audit(self, check: str, scheduled: bool) -> Any:
+        """The audit a response starts from. A loss reads only the ledgers the bookie index
+        names for the due bookies; a stale index is rebuilt from a full scan instead; a full
+        ``lost`` audit (the schedule's) reconciles the index (:mod:`jobs.watch.index`)."""
+        if check != Check.LOST:
+            return self.audits.run(check)
+        if not scheduled:
+            ids = self.index.ledgers_for(self.tracker.due)
+            if not isinstance(ids, IndexStale):
+                return self.audits.run(check, ids, self.index.kind)
+        stale = self.index.keeper.stale
+        if stale is not None:
+            self.index.open()  # a new feed before the scan that rebuilds
+            job = self.audits.run(check)
+            if job is not None:
+                self.index.build(job, stale.cause)
+            return job
+        with self.index.window() as window:
+            job = self.audits.run(check)
+            if job is not None:
+                self.index.reconcile(job, window)
+        return job
+
+    def _reacted(self, stage: str, bookies: set[str]) -> None:
+        """Time a stage of the reaction to each due bookie in ``bookies``, once per loss."""
+        now = time.monotonic()
+        seen = self.reacted[stage]
+        seen &= set(self.tracker.due)  # a bookie resolved or back is forgotten
+        for b in sorted(bookies & set(self.tracker.due) - seen):
+            self.metrics.reaction.labels(stage).observe(now - self.tracker.due[b])
+            seen.add(b)
+            log.info(
+                "watch: bookie %s: %s %.1fs after its loss",
+                b,
+                stage.replace("_", " "),
+                now - self.tracker.due[b],
+            )
 
     def _actionable(self, f: Any) -> bool:
         """Findings the watch repairs: not placement (rereplicate --fix-placement's job), and

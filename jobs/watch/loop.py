@@ -149,6 +149,8 @@ class WatchService:
         return 0  # SIGTERM is the watch's clean stop
 
     def _shutdown(self) -> None:
+        if self.cycle is not None:
+            self.cycle.index.close()
         if self.leadership is not None:
             self.leadership.leave()
         if self.zk is not None:

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from bklib.audit.checks import replication_names
+from bklib.audit.index_keeper import RebuildCause
 from bklib.audit.model import Finding
 from bklib.meta.stores.zookeeper.budget import RequestBudget, request_budget
 from bklib.states import ActionKind, ActionStatus, BookieState, CountKey, Reason
@@ -34,6 +35,13 @@ log = logging.getLogger("jobs.watch")
 
 REPAIR_BUCKETS = (5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600, 86400)
 """Seconds from a bookie's loss to no ledger naming it: from seconds (delay 0) to a day."""
+
+
+REACTION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+"""Seconds from a loss to its marks or first copy: the goals are seconds, a rescan is minutes."""
+
+
+REACTION_STAGES = ("marked", "first_copy")
 
 
 class WatchMetrics:
@@ -158,6 +166,54 @@ class WatchMetrics:
             ["check"],
             registry=r,
         )
+        # The bookie index (docs/watch.md, "The index").
+        self.full_scans = Counter(
+            "bkaudit_metadata_scans",
+            "Audits that read every ledger's metadata (take-overs, index rebuilds, the "
+            "schedule's); a loss answered from the bookie index is not one",
+            registry=r,
+        )
+        self.index_ledgers = Gauge(
+            "bkaudit_index_ledgers", "Ledgers the bookie index holds", registry=r
+        )
+        self.index_bookies = Gauge(
+            "bkaudit_index_bookies", "Bookies the ledgers of the bookie index name", registry=r
+        )
+        self.index_age = Gauge(
+            "bkaudit_index_age_seconds",
+            "Seconds since the bookie index last heard of a change (or was built)",
+            registry=r,
+        )
+        self.index_stale = Gauge(
+            "bkaudit_index_stale",
+            "1 while the bookie index may not answer (a gap, or not built): losses are "
+            "answered by a full scan, which rebuilds it",
+            registry=r,
+        )
+        self.index_rebuilds = Counter(
+            "bkaudit_index_rebuilds",
+            "Builds of the bookie index from a full scan, by cause",
+            ["cause"],
+            registry=r,
+        )
+        self.index_changes = Counter(
+            "bkaudit_index_changes_read",
+            "Ledgers read again after the change feed announced them",
+            registry=r,
+        )
+        self.index_differences = Counter(
+            "bkaudit_index_differences",
+            "Ledgers on which a reconciliation scan found the index wrong (each one a bug)",
+            registry=r,
+        )
+        self.reaction = Histogram(
+            "bkaudit_loss_reaction_seconds",
+            "From a lost bookie's registration going to its ledgers marked (stage=marked) "
+            "and to the first fragment copied (stage=first_copy)",
+            ["stage"],
+            buckets=REACTION_BUCKETS,
+            registry=r,
+        )
         self.start_time = Gauge(
             "bkaudit_watch_start_time_seconds",
             "Unix time this instance started (an audit is overdue from here when none "
@@ -176,6 +232,11 @@ class WatchMetrics:
             for sev in SEVERITY_ORDER:
                 self.ur_ledgers.labels(c, sev)
                 self.ur_fragments.labels(c, sev)
+        for cause in RebuildCause.ALL:
+            self.index_rebuilds.labels(cause)
+        for stage in REACTION_STAGES:
+            self.reaction.labels(stage)
+        self.index_stale.set(1)
 
     def set_findings(
         self, check: str, fragments: Mapping[str, int], ledgers: Mapping[str, int]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bklib.repair.requests import requests_from_findings
@@ -68,9 +68,15 @@ class WatchRepair:
             ):
                 pass
 
-    def repair(self, rows: list[dict[str, Any]], audit_run_id: str) -> list[dict[str, Any]]:
+    def repair(
+        self,
+        rows: list[dict[str, Any]],
+        audit_run_id: str,
+        first_done: Callable[[], None] | None = None,
+    ) -> list[dict[str, Any]]:
         """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
-        or a lost leadership waits only for the ledgers in flight); the actions it wrote."""
+        or a lost leadership waits only for the ledgers in flight); the actions it wrote.
+        ``first_done`` is called once, when the first ledger's copy is done."""
         from jobs.runs.repair_partition import repair_partition
 
         cfg = self.cfg
@@ -86,6 +92,11 @@ class WatchRepair:
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
             for actions in repair_partition(config, session, reqs, self.leadership.may_proceed):
                 out.extend(actions)
+                if first_done is not None and any(
+                    a["status"] == ActionStatus.DONE for a in actions
+                ):
+                    first_done()
+                    first_done = None
             self.leadership.confirm()  # the ledgers not started were abandoned: say so
         finally:
             self._record(out, config, run_id)

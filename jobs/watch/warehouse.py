@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bklib.states import ActionStatus, RunStatus
+from bklib.states import ActionStatus, CountKey, RunStatus
 from jobs.runtime.messages import one_line
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS
@@ -144,9 +144,12 @@ class WatchWarehouse:
         out = History()
         try:
             if delta.table_exists(wh, AUDIT_RUNS):
-                runs = delta.read_rows(wh, AUDIT_RUNS, columns=["check", "status", "finished_at"])
+                runs = delta.read_rows(
+                    wh, AUDIT_RUNS, columns=["check", "status", "finished_at", "counts"]
+                )
                 for r in runs:
-                    if r["status"] in RunStatus.FINISHED and r["finished_at"] is not None:
+                    full = CountKey.LEDGERS_FROM_INDEX not in dict(r["counts"] or {})
+                    if full and r["status"] in RunStatus.FINISHED and r["finished_at"] is not None:
                         schedule.ran(r["check"], r["finished_at"].timestamp())
                 for c, ts in schedule.last.items():
                     self.metrics.last_audit.labels(c).set(ts)

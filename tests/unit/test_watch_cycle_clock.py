@@ -10,21 +10,15 @@ integration side (a real session expiring while the process is stopped) is
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from bklib.states import Check
 from jobs.watch import cycle
-from jobs.watch.config import WatchConfig
 from jobs.watch.cycle import Cycle
-from jobs.watch.election import Leadership
-from jobs.watch.http_server import Health
-from jobs.watch.metrics import WatchMetrics
-from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterSnapshot
-from tests.watch_stand_ins import OTHERS, VICTIM, Clock, Watcher
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, leader_cycle
 
 DELAY = 3.0
 
@@ -44,24 +38,7 @@ class _Election:
 
 
 def _cycle(tmp_path: Path, clock: Clock, pause: float) -> tuple[Cycle, list[str]]:
-    config = WatchConfig(
-        zk="127.0.0.1:1",
-        warehouse=str(tmp_path / "wh"),
-        spool_dir=str(tmp_path / "spool"),
-        delay_override=DELAY,
-    )
-    metrics, health = WatchMetrics(), Health(stale_after=60.0)
-    watcher = Watcher()
-    leadership = Leadership(
-        _Election(clock, pause),  # type: ignore[arg-type]
-        watcher,  # type: ignore[arg-type]
-        threading.Event(),
-        health,
-        metrics,
-    )
-    leadership.leading = True
-    warehouse = WatchWarehouse(config, metrics, health, leading=lambda: leadership.leading)
-    c = Cycle(config, metrics, health, watcher, leadership, warehouse)  # type: ignore[arg-type]
+    c = leader_cycle(tmp_path, _Election(clock, pause), delay_override=DELAY)
     c.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
     c.tracker.observe(OTHERS, clock.now, DELAY)  # the victim left: pending from now
     responded: list[str] = []

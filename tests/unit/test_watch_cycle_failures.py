@@ -9,7 +9,6 @@ ledger znode under a real watch, is ``tests/integration/test_watch.py``).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,23 +18,10 @@ import pytest
 from bklib.states import CountKey, RunStatus
 from jobs.watch import cycle
 from jobs.watch.audits import AuditIncomplete
-from jobs.watch.config import WatchConfig
 from jobs.watch.cycle import Cycle
-from jobs.watch.election import Leadership
-from jobs.watch.http_server import Health
-from jobs.watch.metrics import WatchMetrics
-from jobs.watch.warehouse import WatchWarehouse
-from tests.watch_stand_ins import OTHERS, VICTIM, Clock, Watcher
+from tests.watch_stand_ins import FULL_SCAN_PLAN, OTHERS, VICTIM, Clock, leader_cycle
 
 RETRY = 5.0
-
-
-class _Election:
-    def in_current_session(self) -> bool:
-        return True
-
-    def is_leader(self) -> bool:
-        return True
 
 
 class _Audits:
@@ -59,30 +45,13 @@ class _Audits:
             why = "1 unreadable znodes"
             self.c.audits.incomplete.append(AuditIncomplete(check, run_id, self.status, why))
         run = SimpleNamespace(run_id=run_id, counts=counts, status=self.status)
-        return SimpleNamespace(run=run, bookies=[], findings=[])
+        return SimpleNamespace(
+            run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=[], shard_ledgers=None
+        )
 
 
 def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, _Audits]:
-    config = WatchConfig(
-        zk="127.0.0.1:1",
-        warehouse=str(tmp_path / "wh"),
-        spool_dir=str(tmp_path / "spool"),
-        delay_override=0.0,
-        retry_interval=RETRY,
-        max_failed_cycles=3,
-    )
-    metrics, health = WatchMetrics(), Health(stale_after=60.0, max_failed_cycles=3)
-    watcher = Watcher()
-    leadership = Leadership(
-        _Election(),  # type: ignore[arg-type]
-        watcher,  # type: ignore[arg-type]
-        threading.Event(),
-        health,
-        metrics,
-    )
-    leadership.leading = True
-    warehouse = WatchWarehouse(config, metrics, health, leading=lambda: leadership.leading)
-    c = Cycle(config, metrics, health, watcher, leadership, warehouse)  # type: ignore[arg-type]
+    c = leader_cycle(tmp_path, delay_override=0.0, retry_interval=RETRY, max_failed_cycles=3)
     c.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
     c.tracker.observe(OTHERS, clock.now, 0.0)  # the victim is lost, due at once
     audits = _Audits(c)

@@ -27,6 +27,9 @@ from bklib.meta import paths
 __all__ = [
     "ANY_VERSION",
     "BadVersion",
+    "ChangeFeed",
+    "ChangeListener",
+    "GapListener",
     "KeyExists",
     "KeyNotFound",
     "KeyStateError",
@@ -110,6 +113,36 @@ class SessionState(enum.Enum):
 StateListener = Callable[[SessionState], None]
 ChildrenListener = Callable[[list[str] | None], None]
 """Called with a key's children after each change, or None once the key is gone."""
+
+
+ChangeListener = Callable[[str], None]
+"""Called with the path of a key created, changed or deleted under a watched tree."""
+GapListener = Callable[[str], None]
+"""Called, with the reason, when a change feed may have missed changes."""
+
+
+class ChangeFeed(ABC):
+    """The keys that change under one tree, as the store announces them
+    (:meth:`MetadataStore.watch_tree`): each change calls the feed's listener with the key's
+    path, from the feed's own thread, in the store's order. The feed says what a change was
+    not: the listener re-reads the key. Anything that may have lost an announcement (the
+    connection or session dropped, the stream ended) calls the gap listener once and ends the
+    feed; a new feed must be opened and everything it watches read again."""
+
+    @abstractmethod
+    def barrier(self, timeout: float) -> bool:
+        """Wait until every change the store committed before this call has been delivered
+        to the listener; False if that is not so within ``timeout`` seconds (the caller must
+        then treat what it knows as stale), or if the feed has ended."""
+
+    @property
+    @abstractmethod
+    def open(self) -> bool:
+        """Whether the feed still delivers (no gap, not closed)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop delivering; no gap is reported. Idempotent."""
 
 
 class MetadataStore(ABC):
@@ -218,6 +251,12 @@ class MetadataStore(ABC):
     def watch_children(self, path: str, listener: ChildrenListener) -> None:
         """Call ``listener`` with the children of ``path`` now and after every change, from the
         store's thread (it must not block), until the key is gone."""
+
+    @abstractmethod
+    def watch_tree(self, path: str, on_change: ChangeListener, on_gap: GapListener) -> ChangeFeed:
+        """Announce every key created, changed or deleted under ``path`` (itself included)
+        from now on (:class:`ChangeFeed`): ZooKeeper's persistent recursive watch (3.6+),
+        Oxia's notifications. Raises :class:`StoreUnavailable` when it cannot start."""
 
     @property
     @abstractmethod

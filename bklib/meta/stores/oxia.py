@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -38,7 +38,10 @@ from bklib.meta.oxia_security import OxiaAccess
 from bklib.meta.stores.base import (
     ANY_VERSION,
     BadVersion,
+    ChangeFeed,
+    ChangeListener,
     ChildrenListener,
+    GapListener,
     KeyExists,
     KeyNotFound,
     MetadataStore,
@@ -49,6 +52,7 @@ from bklib.meta.stores.base import (
     StoreUnavailable,
     ValueRead,
 )
+from bklib.meta.stores.oxia_changes import BARRIER_ROOT, OxiaChangeFeed
 from bklib.meta.stores.reachability import CONNECT_TIMEOUT, check_reachable
 from bklib.version import extra_hint
 
@@ -207,6 +211,7 @@ class OxiaStore(MetadataStore):
         self._deleting: set[str] = set()
         self._listeners: list[StateListener] = []
         self._watches: dict[str, list[ChildrenListener]] = {}
+        self._feeds: list[OxiaChangeFeed] = []
         self._notifications: Any = None
         self._watcher: threading.Thread | None = None
         self._closed = False
@@ -289,6 +294,7 @@ class OxiaStore(MetadataStore):
         try:
             log.warning("Oxia session to %s lost (%s): opening a new one", self.locator, why)
             self._set_state(SessionState.LOST)
+            self._feeds_gap(f"the Oxia session was lost ({why})")
             try:
                 client, identity = self._new_client(self._open_timeout)
             except ZKError as exc:  # unreachable, or (a rotated token) refused
@@ -352,6 +358,9 @@ class OxiaStore(MetadataStore):
             if self._closed:
                 return
             self._closed = True
+            feeds, self._feeds = list(self._feeds), []
+        for feed in feeds:
+            feed.close()
         if self._notifications is not None:
             with contextlib.suppress(Exception):
                 self._notifications.close()
@@ -559,21 +568,76 @@ class OxiaStore(MetadataStore):
             )
             self._watcher.start()
 
+    def watch_tree(self, path: str, on_change: ChangeListener, on_gap: GapListener) -> ChangeFeed:
+        feed = OxiaChangeFeed(
+            path, on_change, on_gap, markers=self._barrier_keys, put_markers=self._put_markers,
+            drop_markers=self._drop_markers, detach=self._detach,
+        )  # fmt: skip
+        with self._lock:
+            self._feeds.append(feed)
+        self._ensure_watcher()  # the stream is open once this returns
+        return feed
+
+    def _detach(self, feed: OxiaChangeFeed) -> None:
+        with self._lock:
+            if feed in self._feeds:
+                self._feeds.remove(feed)
+
+    def _feeds_gap(self, why: str) -> None:
+        with self._lock:
+            feeds = list(self._feeds)
+        for feed in feeds:
+            feed.gap(why)
+
+    def _barrier_keys(self) -> list[str]:
+        """New marker keys, one in each shard of the namespace (their names found by hash)."""
+        discovery = self._client._service_discovery  # our FixedServiceDiscovery
+        shards = {shard for shard, _ in discovery.shard_leaders()}
+        token = uuid.uuid4().hex[:12]
+        keys: dict[int, str] = {}
+        for i in range(64 * max(1, len(shards))):
+            key = f"{BARRIER_ROOT}/{self.identity}-{token}-{i}"
+            keys.setdefault(int(discovery.get_shard(key).shard), key)
+            if len(keys) == len(shards):
+                break
+        return list(keys.values())
+
+    def _put_markers(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._call(key, self._client.put, key, b"", ephemeral=True)
+
+    def _drop_markers(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            with contextlib.suppress(Exception):  # ephemeral: gone with the session anyway
+                self._client.delete(key)
+
     def _watch_loop(self) -> None:
         deleted = self._oxia.defs.NotificationType.KEY_DELETED
+        range_deleted = self._oxia.defs.NotificationType.KEY_RANGE_DELETED
         stream = self._notifications
         try:
             for note in stream:
                 key = note.key()
+                if note.notification_type() == range_deleted:
+                    # It names a range, not the keys that were in it.
+                    self._feeds_gap(f"a range of keys from {key} was deleted")
+                else:
+                    with self._lock:
+                        feeds = list(self._feeds)
+                    for feed in feeds:
+                        feed.deliver(key)
                 if note.notification_type() == deleted:
                     self._on_deleted(key)
                 parent = key.rsplit("/", 1)[0] or "/"
                 self._fire(parent)
                 if note.notification_type() == deleted:
                     self._fire(key)
+            if not self._closed and stream is self._notifications:
+                self._feeds_gap("the Oxia notifications ended")
         except Exception as exc:  # noqa: BLE001 - the stream ended: report, do not guess
             if not self._closed and stream is self._notifications:
                 log.warning("Oxia notifications from %s ended: %s", self.locator, _reason(exc))
+                self._feeds_gap(f"the Oxia notifications ended: {_reason(exc)}")
                 self._set_state(SessionState.SUSPENDED)
 
     def _on_deleted(self, key: str) -> None:

@@ -79,9 +79,9 @@ ERROR_NAMES = {
 # Errors that end the session, not just one read.
 SESSION_ERRORS = frozenset({ZSESSIONEXPIRED, ZCONNECTIONLOSS, ZAUTHFAILED})
 
-_REPLY_HEADER = struct.Struct(">iqi")
+REPLY_HEADER = struct.Struct(">iqi")
 _STAT = struct.Struct(">qqqqiiiqiiq")
-_INT = struct.Struct(">i")
+INT32 = struct.Struct(">i")
 _MULTI_HEADER = struct.Struct(">i?i")  # MultiHeader: type, done, err
 
 READS_PER_MULTI = 50
@@ -115,9 +115,9 @@ class GetResult:
         return ERROR_NAMES.get(self.err, str(self.err))
 
 
-def _string(s: str) -> bytes:
+def zk_string(s: str) -> bytes:
     b = s.encode()
-    return _INT.pack(len(b)) + b
+    return INT32.pack(len(b)) + b
 
 
 DEFAULT_SESSION_TIMEOUT = 30.0
@@ -145,6 +145,10 @@ class BulkReader:
         self._buf = bytearray()
         self._xid = 0
         self._last_send = 0.0
+        self.session_id = 0
+        self.session_password = b""
+        """The session's id and password once connected (what another client presents to
+        take the session over, or to end it)."""
         self.multi_read: bool | None = None
         """Whether the server takes multiRead requests; None until the first bulk read."""
 
@@ -175,15 +179,19 @@ class BulkReader:
                     last = exc
                     continue
             self.sock = sock
-            req = struct.pack(">iqiq", 0, 0, self.session_timeout_ms, 0) + _INT.pack(16)
+            req = struct.pack(">iqiq", 0, 0, self.session_timeout_ms, 0) + INT32.pack(16)
             self._send_frame(req + b"\x00" * 16 + b"\x00")
             resp = self._read_frame()
-            negotiated = _INT.unpack_from(resp, 4)[0] if len(resp) >= 16 else 0
+            negotiated = INT32.unpack_from(resp, 4)[0] if len(resp) >= 16 else 0
             if negotiated <= 0:
                 self.close()
                 last = ZKError(f"ZooKeeper {format_server(host, port)} refused the session")
                 continue
             self.session_timeout_ms = negotiated  # the server's bounds may have changed it
+            # ConnectResponse: protocolVersion, timeOut, sessionId, passwd.
+            self.session_id = struct.unpack_from(">q", resp, 8)[0]
+            n = INT32.unpack_from(resp, 16)[0]
+            self.session_password = bytes(resp[20 : 20 + max(n, 0)])
             if self.access.sasl is not None:
                 self._sasl(self.access.sasl, host)
             if self.access.digest:
@@ -207,16 +215,16 @@ class BulkReader:
                     break
                 xid = self._next_xid()
                 token = response or b""
-                self._send_frame(struct.pack(">ii", xid, OP_SASL) + _INT.pack(len(token)) + token)
+                self._send_frame(struct.pack(">ii", xid, OP_SASL) + INT32.pack(len(token)) + token)
                 frame = self._read_frame()
-                rxid, _, err = _REPLY_HEADER.unpack_from(frame)
+                rxid, _, err = REPLY_HEADER.unpack_from(frame)
                 if err != ZOK or rxid != xid:
                     raise ZkSecurityError(
                         f"ZooKeeper at {self.hosts} rejected {sasl.describe()} "
                         f"({ERROR_NAMES.get(err, err)})"
                     )
-                n = _INT.unpack_from(frame, _REPLY_HEADER.size)[0]
-                off = _REPLY_HEADER.size + 4
+                n = INT32.unpack_from(frame, REPLY_HEADER.size)[0]
+                off = REPLY_HEADER.size + 4
                 challenge = frame[off : off + n] if n > 0 else b""
         except ZkSecurityError:
             self.close()
@@ -228,11 +236,11 @@ class BulkReader:
             client.dispose()
 
     def _authenticate(self, digest: str) -> None:
-        body = _INT.pack(XID_AUTH) + _INT.pack(OP_AUTH) + _INT.pack(0) + _string("digest")
-        body += _INT.pack(len(digest.encode())) + digest.encode()
+        body = INT32.pack(XID_AUTH) + INT32.pack(OP_AUTH) + INT32.pack(0) + zk_string("digest")
+        body += INT32.pack(len(digest.encode())) + digest.encode()
         self._send_frame(body)
         while True:
-            xid, _, err = _REPLY_HEADER.unpack_from(self._read_frame())
+            xid, _, err = REPLY_HEADER.unpack_from(self._read_frame())
             if xid == XID_AUTH:
                 if err != ZOK:
                     raise ZKError(f"ZooKeeper digest auth failed ({ERROR_NAMES.get(err, err)})")
@@ -254,7 +262,7 @@ class BulkReader:
         Raises ZKError when the connection is gone."""
         self._send_frame(struct.pack(">ii", XID_PING, OP_PING))
         while True:
-            xid, _, err = _REPLY_HEADER.unpack_from(self._read_frame())
+            xid, _, err = REPLY_HEADER.unpack_from(self._read_frame())
             if xid == XID_PING:
                 if err != ZOK:
                     raise ZKError(
@@ -277,7 +285,7 @@ class BulkReader:
 
     def _send_frame(self, payload: bytes) -> None:
         assert self.sock is not None
-        self.sock.sendall(_INT.pack(len(payload)) + payload)
+        self.sock.sendall(INT32.pack(len(payload)) + payload)
         self._last_send = time.monotonic()
 
     def _fill(self, n: int) -> None:
@@ -293,7 +301,7 @@ class BulkReader:
 
     def _read_frame(self) -> bytes:
         self._fill(4)
-        n = _INT.unpack_from(self._buf)[0]
+        n = INT32.unpack_from(self._buf)[0]
         self._fill(4 + n)
         frame = bytes(self._buf[4 : 4 + n])
         del self._buf[: 4 + n]
@@ -320,12 +328,14 @@ class BulkReader:
         yield from self._get_batched(batches, max_in_flight)
 
     def _get_each(self, paths: Iterable[str], max_in_flight: int) -> Iterator[GetResult]:
-        requests = ((path, OP_GET_DATA, _string(self.chroot + path) + b"\x00", 1) for path in paths)
+        requests = (
+            (path, OP_GET_DATA, zk_string(self.chroot + path) + b"\x00", 1) for path in paths
+        )
         for path, err, frame in self._pipeline(requests, max_in_flight):
             yield GetResult(path, None, None, err) if err != ZOK else _get_result(path, frame)
 
     def _multi_request(self, batch: list[str]) -> tuple[list[str], int, bytes, int]:
-        body = b"".join(_GET_DATA_OP + _string(self.chroot + p) + b"\x00" for p in batch)
+        body = b"".join(_GET_DATA_OP + zk_string(self.chroot + p) + b"\x00" for p in batch)
         return batch, OP_MULTI_READ, body + _MULTI_END, len(batch)
 
     def _get_batched(self, batches: Iterable[list[str]], max_in_flight: int) -> Iterator[GetResult]:
@@ -382,7 +392,7 @@ class BulkReader:
             if time.monotonic() - self._last_send > ping_every:
                 self._send_frame(struct.pack(">ii", XID_PING, OP_PING))
             frame = self._read_frame()
-            xid, _, err = _REPLY_HEADER.unpack_from(frame)
+            xid, _, err = REPLY_HEADER.unpack_from(frame)
             if xid in (XID_PING, XID_WATCH, XID_AUTH):
                 continue
             exp_xid, key, ops = pending.popleft()
@@ -430,7 +440,7 @@ class BulkReader:
             room -= ops
             xid = self._next_xid()
             payload = struct.pack(">ii", xid, opcode) + body
-            batch.append(_INT.pack(len(payload)) + payload)
+            batch.append(INT32.pack(len(payload)) + payload)
             pending.append((xid, key, ops))
             in_flight += ops
         if room > 0:
@@ -456,8 +466,8 @@ class BulkWriter(BulkReader):
         """Create every ``(path, data)`` as a persistent znode, in order, and yield each path
         with its error code (``ZOK``, ``ZNODEEXISTS``, ``ZNONODE`` for a missing parent...)."""
         requests = (
-            (path, OP_CREATE, _string(self.chroot + path) + _buffer(data) + _OPEN_ACL + _PERSISTENT,
-             1)
+            (path, OP_CREATE,
+             zk_string(self.chroot + path) + _buffer(data) + _OPEN_ACL + _PERSISTENT, 1)
             for path, data in nodes
         )  # fmt: skip
         for path, err, _frame in self._pipeline(requests, max_in_flight):
@@ -465,12 +475,12 @@ class BulkWriter(BulkReader):
 
 
 def _buffer(data: bytes) -> bytes:
-    return _INT.pack(len(data)) + data
+    return INT32.pack(len(data)) + data
 
 
 # One ACL, (perms ALL, world:anyone); then the create flags.
-_OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _string("world") + _string("anyone")
-_PERSISTENT = _INT.pack(0)
+_OPEN_ACL = INT32.pack(1) + INT32.pack(31) + zk_string("world") + zk_string("anyone")
+_PERSISTENT = INT32.pack(0)
 
 
 # A multiRead's operation header (MultiHeader: getData, not done, no error) and its end marker.
@@ -486,12 +496,12 @@ def _batches(paths: Iterable[str], n: int) -> Iterator[list[str]]:
 
 def _get_result(path: str, frame: bytes) -> GetResult:
     """A successful getData reply: the data, then the Stat."""
-    return _get_data_at(path, frame, _REPLY_HEADER.size)[0]
+    return _get_data_at(path, frame, REPLY_HEADER.size)[0]
 
 
 def _get_data_at(path: str, frame: bytes, off: int) -> tuple[GetResult, int]:
     """The GetDataResponse at ``off`` of ``frame`` (data, then Stat), and the offset after it."""
-    n = _INT.unpack_from(frame, off)[0]
+    n = INT32.unpack_from(frame, off)[0]
     off += 4
     data = frame[off : off + n] if n >= 0 else b""
     off += max(n, 0)
@@ -510,7 +520,7 @@ def _multi_results(batch: list[str], frame: bytes) -> Iterator[GetResult]:
     """A multiRead reply (MultiResponse): for each read, a header and then its GetDataResponse,
     or an error code for that znode alone; a done header ends it. A reply that does not
     answer every path of ``batch`` raises ZKError: no read is taken as missing."""
-    off = _REPLY_HEADER.size
+    off = REPLY_HEADER.size
     for path in batch:
         if len(frame) < off + _MULTI_HEADER.size:
             raise ZKError(f"ZooKeeper multiRead reply ended before {path}", path=path)
@@ -522,7 +532,7 @@ def _multi_results(batch: list[str], frame: bytes) -> Iterator[GetResult]:
             got, off = _get_data_at(path, frame, off)
             yield got
         elif op == OP_ERROR:
-            code = _INT.unpack_from(frame, off)[0]
+            code = INT32.unpack_from(frame, off)[0]
             off += 4
             yield GetResult(path, None, None, code or err)
         else:

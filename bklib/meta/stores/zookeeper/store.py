@@ -29,7 +29,10 @@ from bklib.errors import ZKError
 from bklib.meta.stores.base import (
     ANY_VERSION,
     BadVersion,
+    ChangeFeed,
+    ChangeListener,
     ChildrenListener,
+    GapListener,
     KeyExists,
     KeyNotFound,
     MetadataStore,
@@ -302,6 +305,15 @@ class ZooKeeperStore(MetadataStore):
             listener(None)
             return
         self.client.ChildrenWatch(path, changed)
+
+    def watch_tree(self, path: str, on_change: ChangeListener, on_gap: GapListener) -> ChangeFeed:
+        # A session of its own (the persistent watch and its events are that session's).
+        from bklib.meta.stores.zookeeper.change_feed import open_change_feed
+
+        return open_change_feed(
+            self.hosts, path, on_change, on_gap, auth=self.auth,
+            session_timeout=self.session_timeout,
+        )  # fmt: skip
 
     @property
     def session_owner(self) -> str | None:

@@ -1,0 +1,176 @@
+"""The watch's bookie index (docs/watch.md, "The index"): the
+:class:`~bklib.audit.index_keeper.IndexKeeper` opened at each take-over, asked which ledgers a
+lost bookie's reaction reads, cross-checked by every full ``lost`` audit, and its metrics.
+
+The rules, one place each:
+
+- the feed opens before the take-over's full scan, and the index is built from that scan;
+- a loss asks the index (after its barrier); a stale index answers nothing, and the loss is
+  answered by a full scan instead, which rebuilds the index (the rebuild counted by cause);
+- a full ``lost`` audit (the schedule's) reconciles: any ledger the index holds otherwise than
+  the scan, outside the ledgers that changed meanwhile, is a difference, logged and counted,
+  and the index is rebuilt from the scan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bklib.audit.index_keeper import ChangeWindow, IndexKeeper, IndexStale, RebuildCause
+from bklib.meta.paths import LayoutKind
+from bklib.meta.stores import MetadataStore, StoreUnavailable
+from jobs.runtime.messages import one_line
+from jobs.watch.metrics import WatchMetrics
+
+__all__ = ["ScannedLedger", "WatchIndex", "scanned_ledgers"]
+
+log = logging.getLogger("jobs.watch")
+
+
+@dataclass(frozen=True)
+class ScannedLedger:
+    """A ledger of a helper process's half of a scan, as the index reads it."""
+
+    ledger_id: int
+    names: frozenset[str]
+    ok: bool
+
+    def bookies(self) -> Iterable[str]:
+        return self.names
+
+
+def _arrow_ledgers(table: pa.Table) -> Iterator[ScannedLedger]:
+    """The ``ledgers`` rows a helper process returned, without a dict per segment: the
+    ensembles are flattened by Arrow, then grouped per row."""
+    ids = table.column("ledger_id").to_pylist()
+    errors = table.column("error").to_pylist()
+    segments = table.column("segments").combine_chunks()
+    seg_rows = pc.list_parent_indices(segments).to_numpy()
+    ensembles = segments.flatten().field("ensemble")
+    name_rows = seg_rows[pc.list_parent_indices(ensembles).to_numpy()]
+    names: list[set[str]] = [set() for _ in ids]
+    for row, name in zip(name_rows.tolist(), ensembles.flatten().to_pylist(), strict=True):
+        names[row].add(name)
+    for i, ledger_id in enumerate(ids):
+        yield ScannedLedger(ledger_id, frozenset(names[i]), errors[i] is None)
+
+
+def scanned_ledgers(job: Any) -> Iterator[Any]:
+    """Every ledger a full local audit read: its own views, then its helper's rows."""
+    yield from job.ledgers
+    if job.shard_ledgers is not None:
+        yield from _arrow_ledgers(job.shard_ledgers)
+
+
+class WatchIndex:
+    """One watch instance's index over its terms (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        ledgers_root: str,
+        metrics: WatchMetrics,
+        *,
+        barrier_timeout: float,
+    ) -> None:
+        self.keeper = IndexKeeper(
+            store, ledgers_root, LayoutKind.HIERARCHICAL, barrier_timeout=barrier_timeout
+        )
+        self.metrics = metrics
+
+    @property
+    def kind(self) -> LayoutKind:
+        return self.keeper.kind
+
+    def open(self) -> None:
+        """Open a new change feed (before the scan the index will be built from). A store
+        that refuses one leaves the index stale: losses are answered by full scans."""
+        try:
+            self.keeper.start()
+        except StoreUnavailable as exc:
+            log.warning(
+                "watch: no change feed on %s (%s): every loss is answered by a full scan",
+                self.keeper.root,
+                one_line(exc),
+            )
+        self.publish()
+
+    def build(self, job: Any, cause: str) -> None:
+        """Build the index from a full audit ``job`` (opened before it by :meth:`open`)."""
+        self.keeper.kind = job.plan.kind
+        try:
+            self.keeper.build(scanned_ledgers(job), cause)
+            self.metrics.index_rebuilds.labels(cause).inc()
+        except IndexStale as exc:
+            log.warning("watch: bookie index not built: %s", exc.why)
+        self.publish()
+
+    def ledgers_for(self, bookies: Iterable[str]) -> list[int] | IndexStale:
+        """The ledgers a reaction to the loss of ``bookies`` reads, from the index made
+        current now; or why the index may not answer (the caller scans everything)."""
+        try:
+            self.keeper.refresh()
+        except IndexStale as exc:
+            log.warning("watch: bookie index stale (%s): a full scan answers", exc.why)
+            self.publish()
+            return exc
+        except StoreUnavailable as exc:  # the announced ledgers could not be read again
+            stale = IndexStale(RebuildCause.GAP, one_line(exc))
+            log.warning("watch: bookie index not refreshed (%s): a full scan answers", stale.why)
+            return stale
+        ids = self.keeper.ledgers_of_any(bookies)
+        self.publish()
+        return ids
+
+    def window(self) -> ChangeWindow:
+        """The ledgers announced from now on (while a full audit runs)."""
+        return self.keeper.announced_since()
+
+    def reconcile(self, job: Any, window: ChangeWindow) -> None:
+        """Cross-check the index with a full ``lost`` audit ``job`` that ran in ``window``;
+        a stale index is rebuilt from it instead."""
+        stale = self.keeper.stale
+        if stale is not None:
+            self.build(job, stale.cause)
+            return
+        self.keeper.kind = job.plan.kind
+        try:
+            diffs = self.keeper.reconcile(scanned_ledgers(job), window.ids)
+        except IndexStale as exc:
+            log.warning("watch: reconciliation not done (%s); rebuilding", exc.why)
+            self.open()
+            return
+        if diffs:
+            self.metrics.index_differences.inc(len(diffs))
+            self.metrics.index_rebuilds.labels(RebuildCause.RECONCILIATION).inc()
+            log.error(
+                "watch: reconciliation: the bookie index was wrong on %d ledgers (rebuilt "
+                "from the scan; docs/watch.md says what to do)",
+                len(diffs),
+            )
+        else:
+            log.info("watch: reconciliation: the bookie index matches the scan")
+        self.publish()
+
+    def publish(self) -> None:
+        """The index's gauges, as of now."""
+        m, k = self.metrics, self.keeper
+        m.index_ledgers.set(len(k.index))
+        m.index_bookies.set(k.index.bookie_count)
+        m.index_stale.set(0 if k.stale is None else 1)
+        age = k.age()
+        if age is not None:
+            m.index_age.set(age)
+        m.index_changes.inc(k.changes_read - self._counted)
+        self._counted = k.changes_read
+
+    _counted = 0
+
+    def close(self) -> None:
+        self.keeper.close()
