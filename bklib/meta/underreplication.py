@@ -13,7 +13,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -63,6 +63,12 @@ class UrLock:
     mark_version: int | None
 
 
+MARKS_PER_REQUEST = 50
+"""New marks per ZooKeeper ``multi`` (two creates each: 100 operations, some 20 KB). At a
+million ledgers a lost bookie is named by tens of thousands; one request each would take
+longer than the reaction's goal (docs/watch.md)."""
+
+
 class UnderReplicationManager:
     """Marks, locks and flags under ``<root>/underreplication``."""
 
@@ -97,6 +103,31 @@ class UnderReplicationManager:
         """Publish ``missing`` replicas for a ledger, merging into an existing mark. Returns
         True if anything was written (a mark that already lists them all is left alone)."""
         return self.mark(ledger_id, missing)[0]
+
+    def mark_many(
+        self, marks: Mapping[int, Sequence[str]], *, per_request: int = MARKS_PER_REQUEST
+    ) -> int:
+        """:meth:`mark_underreplicated` for many ledgers: new marks go ``per_request`` to one
+        atomic request (each with its own hex dir), where the store has one; a request that
+        cannot be applied whole (a mark or its dir already there, a parent missing) leaves
+        its ledgers to :meth:`mark` one at a time, which merges. Returns the marks written."""
+        items = sorted(marks.items())
+        written = 0
+        for i in range(0, len(items), per_request):
+            chunk = items[i : i + per_request]
+            now = _now_ms()
+            keys: list[tuple[str, bytes]] = []
+            for ledger_id, missing in chunk:
+                path = paths.ur_ledger_path(self.root, ledger_id)
+                keys += [
+                    (path.rsplit("/", 1)[0], b""),
+                    (path, encode_ur_ledger(list(missing), now)),
+                ]
+            if self.meta.create_together(keys) is not None:
+                written += len(chunk)
+                continue
+            written += sum(self.mark(ledger_id, missing)[0] for ledger_id, missing in chunk)
+        return written
 
     def mark(
         self, ledger_id: int, missing: Sequence[str], *, likely_new: bool = True

@@ -41,6 +41,16 @@ def test_mark_merges_replicas(zk, urm):
     assert got.version == 1
 
 
+def test_mark_many_batches_new_marks_and_merges_existing_ones(urm):
+    # 70000 and 4294967296 have hex parents nobody made yet; 5 is marked already.
+    urm.mark_underreplicated(5, ["a:1"])
+    wanted = {lid: ["b:1"] for lid in range(1, 120)} | {70000: ["c:1"], 4294967296: ["d:1"]}
+    assert urm.mark_many(wanted, per_request=10) == len(wanted)  # 5's merge is a write too
+    assert urm.mark_many({5: ["b:1"], 6: ["b:1"]}) == 0  # nothing new: no write
+    listed = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
+    assert listed == {**{lid: tuple(b) for lid, b in wanted.items()}, 5: ("a:1", "b:1")}
+
+
 def test_list_underreplicated_walks_every_mark(urm):
     for lid, b in [(1, "a:1"), (70000, "b:1"), (4294967296, "c:1")]:
         urm.mark_underreplicated(lid, [b])
