@@ -70,9 +70,10 @@ def series(metric: str, labels: Mapping[str, str], values: str) -> dict[str, str
     return {"series": f"{metric}{{{inner}}}", "values": values}
 
 
-def scraped_series(page: str, labels: Mapping[str, str]) -> list[dict[str, str]]:
-    """A /metrics page as ``input_series`` of one sample each (at time 0), with the target
-    labels Prometheus would add (``cluster``, ``instance``, ``job``)."""
+def scraped_series(page: str, labels: Mapping[str, str], samples: int = 1) -> list[dict[str, str]]:
+    """A /metrics page as ``input_series`` of ``samples`` equal samples each (from time 0,
+    one per interval: held long enough for a rule's ``for:``), with the target labels
+    Prometheus would add (``cluster``, ``instance``, ``job``)."""
     out = []
     extra = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in page.splitlines():
@@ -85,5 +86,5 @@ def scraped_series(page: str, labels: Mapping[str, str]) -> list[dict[str, str]]
         if math.isnan(number):
             text = "NaN"
         joined = ", ".join(p for p in (inner, extra) if p)
-        out.append({"series": f"{name}{{{joined}}}", "values": text})
+        out.append({"series": f"{name}{{{joined}}}", "values": " ".join([text] * samples)})
     return out

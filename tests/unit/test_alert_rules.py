@@ -212,6 +212,119 @@ def test_no_replica_fires_from_the_leader_only(tmp_path: Path) -> None:
     )
 
 
+def test_any_index_difference_fires_and_a_restart_does_not(tmp_path: Path) -> None:
+    other = {"cluster": "c2", "instance": "w3:9464", "job": "bkaudit"}
+    diffs = "bkaudit_index_differences_total"
+    _run(
+        tmp_path,
+        {
+            "interval": "1h",
+            "input_series": [
+                series("bkaudit_watch_leader", LEADER, "1x30"),
+                series("bkaudit_watch_leader", STANDBY, "0x30"),
+                series("bkaudit_watch_leader", other, "1x30"),
+                # the leader's reconciliation at 2h finds one ledger wrong
+                series(diffs, LEADER, "0 0 1x28"),
+                series(diffs, STANDBY, "0x30"),
+                # c2's watch restarts at 3h: its counter resets, with no new difference
+                series(diffs, other, "2x2 0x27"),
+            ],
+            "alert_rule_test": [
+                _fires("BkauditIndexDiffersFromScan", "1h"),
+                _fires(
+                    "BkauditIndexDiffersFromScan",
+                    "3h",
+                    {"severity": "warning", "cluster": "c1"},
+                ),
+                _fires(
+                    "BkauditIndexDiffersFromScan",
+                    "23h",
+                    {"severity": "warning", "cluster": "c1"},
+                ),
+                # a day after the difference, out of the window
+                _fires("BkauditIndexDiffersFromScan", "26h"),
+            ],
+        },
+    )
+
+
+def test_a_stale_index_fires_from_the_leader_after_15_minutes(tmp_path: Path) -> None:
+    other = {"cluster": "c2", "instance": "w3:9464", "job": "bkaudit"}
+    stale = "bkaudit_index_stale"
+    _run(
+        tmp_path,
+        {
+            "interval": "1m",
+            "input_series": [
+                series("bkaudit_watch_leader", LEADER, "1x50"),
+                series("bkaudit_watch_leader", STANDBY, "0x50"),
+                series("bkaudit_watch_leader", other, "1x50"),
+                # a 10-minute take-over scan builds it; stale again from 21m, never rebuilt
+                series(stale, LEADER, "1x9 0x10 1x30"),
+                # a standby keeps no index: always stale
+                series(stale, STANDBY, "1x50"),
+                # c2's take-over builds it in 12 minutes
+                series(stale, other, "1x11 0x38"),
+            ],
+            "alert_rule_test": [
+                _fires("BkauditIndexStale", "15m"),
+                _fires("BkauditIndexStale", "30m"),
+                _fires("BkauditIndexStale", "36m", {"severity": "warning", "cluster": "c1"}),
+            ],
+        },
+    )
+
+
+def test_a_slow_reaction_to_a_loss_fires_past_the_delay(tmp_path: Path) -> None:
+    def cluster(name: str) -> dict[str, str]:
+        return {"cluster": name, "instance": f"{name}:9464", "job": "bkaudit"}
+
+    fast, slow = cluster("fast"), cluster("slow")
+    count, total = "bkaudit_loss_reaction_seconds_count", "bkaudit_loss_reaction_seconds_sum"
+    delay = "bkaudit_lost_bookie_recovery_delay_seconds"
+
+    def loss(c: dict[str, str], seconds: int, stage: str = "marked") -> list[dict[str, str]]:
+        """One loss at 20m, ``stage`` reached ``seconds`` after the registration went."""
+        return [
+            series(count, _on(c, stage=stage), "0 0 1x160"),
+            series(total, _on(c, stage=stage), f"0 0 {seconds}x160"),
+        ]
+
+    inputs = [
+        series("bkaudit_watch_leader", STANDBY, "0x162"),
+        # a standby's stale delay must not hide the leader's 0
+        series(delay, STANDBY, "3600x162"),
+        # c1: no delay, marked in 90 s
+        *loss(LEADER, 90),
+        # a 300 s delay: marked 30 s past it, the first copy much later (not alerted on)
+        *loss(fast, 330),
+        *loss(fast, 3000, "first_copy"),
+        # a 300 s delay: marked 100 s past it
+        *loss(slow, 400),
+    ]
+    inputs += [series("bkaudit_watch_leader", LEADER, "1x162"), series(delay, LEADER, "0x162")]
+    for c in (fast, slow):
+        inputs += [series("bkaudit_watch_leader", c, "1x162"), series(delay, c, "300x162")]
+    _run(
+        tmp_path,
+        {
+            "interval": "10m",
+            "input_series": inputs,
+            "alert_rule_test": [
+                _fires("BkauditSlowLossReaction", "10m"),
+                _fires(
+                    "BkauditSlowLossReaction",
+                    "1h",
+                    {"severity": "info", "cluster": "c1"},
+                    {"severity": "info", "cluster": "slow"},
+                ),
+                # a day after the loss, out of the window
+                _fires("BkauditSlowLossReaction", "26h"),
+            ],
+        },
+    )
+
+
 @pytest.mark.parametrize("wrong", ["silent", "other cluster"])
 def test_a_wrong_expectation_fails(tmp_path: Path, wrong: str) -> None:
     # The harness can fail: promtool reports an alert that fires when the test says it
