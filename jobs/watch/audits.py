@@ -117,8 +117,10 @@ class WatchAudits:
             self.schedule.ran(check, started)
         self.metrics.audits.labels(check, run.status).inc()
         # The run's own finished_at, so the gauge is the audit_runs row's figure (as the
-        # take-over's reading of the table sets it).
-        self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
+        # take-over's reading of the table sets it). A run of the index's ledgers is no run of
+        # the schedule: the overdue alert watches full scans.
+        if ledger_ids is None:
+            self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
         frags, ledgers = finding_counts(f.as_row() for f in job.findings)
         self.metrics.set_findings(check, frags, ledgers)
         self.metrics.set_unknown(check, job.findings, run.counts)

@@ -159,6 +159,7 @@ class Cycle:
         cycle's leadership check); returns the sleep until the next thing is due."""
         cfg, m = self.cfg, self.metrics
         snap = self.watcher.snapshot()
+        self.index.publish()  # its age and staleness, every cycle
         delay = self._delay(snap)
         became = self.tracker.observe(snap.available, now, delay)
         if became:
@@ -178,6 +179,12 @@ class Cycle:
         for check in self.schedule.due(time.time()):
             self.leadership.confirm()
             self.respond(check, snap, scheduled=True)
+            acted = True
+        if not acted and self.index.rebuild_due(time.monotonic()):
+            # The feed broke on a quiet cluster: rebuild now (a full lost audit, acted on as
+            # the schedule's), not at the next loss, which would then wait for the scan.
+            self.leadership.confirm()
+            self.respond(Check.LOST, snap, scheduled=True)
             acted = True
         if acted:  # the gauges say what the work left, not what it started from
             m.marks.set(sum(1 for _ in self.watcher.urm.list_underreplicated()))
@@ -255,7 +262,9 @@ class Cycle:
         if check != Check.LOST:
             return self.audits.run(check)
         if not scheduled:
-            ids = self.index.ledgers_for(self.tracker.due)
+            # The bookies within the delay too: their findings are reported, not acted on,
+            # as a full scan's are (:meth:`_actionable`).
+            ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
             if not isinstance(ids, IndexStale):
                 return self.audits.run(check, ids, self.index.kind)
         stale = self.index.keeper.stale

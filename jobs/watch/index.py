@@ -68,6 +68,10 @@ def scanned_ledgers(job: Any) -> Iterator[Any]:
         yield from _arrow_ledgers(job.shard_ledgers)
 
 
+REBUILD_EVERY = 300.0
+"""Seconds between two rebuilds of a stale index that no loss asked for."""
+
+
 class WatchIndex:
     """One watch instance's index over its terms (see the module docstring)."""
 
@@ -157,6 +161,20 @@ class WatchIndex:
         else:
             log.info("watch: reconciliation: the bookie index matches the scan")
         self.publish()
+
+    def rebuild_due(self, now: float) -> bool:
+        """Whether to rebuild a stale index now, before any loss asks: after a gap or an
+        unconfirmed barrier (not while no feed can be opened at all), at most once every
+        :data:`REBUILD_EVERY` seconds, so a feed that keeps breaking costs one scan a while."""
+        stale = self.keeper.stale
+        if stale is None or stale.cause not in (RebuildCause.GAP, RebuildCause.BARRIER):
+            return False
+        if self._rebuild_tried is not None and now - self._rebuild_tried < REBUILD_EVERY:
+            return False
+        self._rebuild_tried = now
+        return True
+
+    _rebuild_tried: float | None = None
 
     def publish(self) -> None:
         """The index's gauges, as of now."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 from bklib.audit.engine import ScanPlan, bookie_rows, read_ledgers
 from bklib.meta.registration import list_bookies
@@ -36,7 +37,9 @@ class IndexedLostAudit(LocalAudit):
         store: MetadataStore,
         ledger_ids: Sequence[int],
     ) -> None:
-        super().__init__(config, plan, store, split=False)
+        # No re-read step: these ledgers were read a moment ago, not over a long scan, and
+        # the marks merge and the repair re-reads and writes by compare-and-set anyway.
+        super().__init__(replace(config, reread=False), plan, store, split=False)
         self.ledger_ids = ledger_ids
 
     def scan(self) -> None:

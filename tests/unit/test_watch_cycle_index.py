@@ -18,6 +18,7 @@ from bklib.meta.model import LedgerMetadata, Segment
 from bklib.states import Check, CountKey, RunStatus
 from jobs.watch import cycle
 from jobs.watch.cycle import Cycle
+from jobs.watch.index import REBUILD_EVERY
 from tests.watch_stand_ins import FULL_SCAN_PLAN, OTHERS, VICTIM, Clock, leader_cycle
 
 A, B = sorted(OTHERS)
@@ -48,9 +49,11 @@ class FeedStore:
 
     def __init__(self) -> None:
         self.feeds: list[Feed] = []
+        self.gaps: list[Any] = []
 
     def watch_tree(self, path: str, on_change: Any, on_gap: Any) -> Feed:
         self.feeds.append(Feed())
+        self.gaps.append(on_gap)
         return self.feeds[-1]
 
 
@@ -134,3 +137,26 @@ def test_a_loss_reads_the_ledgers_the_index_names_and_a_stale_index_is_never_ask
     c.run()
     assert audits.asked[-1] == [1, 3]
     assert audits.asked.count(None) == 2
+
+
+def test_a_gap_on_a_quiet_cluster_rebuilds_the_index_at_once_and_not_in_a_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, audits, store = _cycle(tmp_path, clock)
+    _lose(c, clock)
+    c.run()  # built from the loss's full scan; the victim named by no finding: resolved
+    assert audits.asked == [None] and not c.tracker.due
+
+    store.gaps[-1]("the change feed's session ended")
+    c.run()  # no loss: the stale index is rebuilt now, on a new feed
+    assert audits.asked == [None, None]
+    assert _rebuilds(c, "gap") == 1 and len(store.feeds) == 2
+
+    store.gaps[-1]("again")
+    c.run()
+    assert audits.asked == [None, None]  # not twice within REBUILD_EVERY
+    clock.now += REBUILD_EVERY + 1
+    c.run()
+    assert audits.asked == [None, None, None] and _rebuilds(c, "gap") == 2
