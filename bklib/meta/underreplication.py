@@ -108,25 +108,34 @@ class UnderReplicationManager:
         self, marks: Mapping[int, Sequence[str]], *, per_request: int = MARKS_PER_REQUEST
     ) -> int:
         """:meth:`mark_underreplicated` for many ledgers: new marks go ``per_request`` to one
-        atomic request (each with its own hex dir), where the store has one; a request that
-        cannot be applied whole (a mark or its dir already there, a parent missing) leaves
-        its ledgers to :meth:`mark` one at a time, which merges. Returns the marks written."""
+        atomic request (each with its own hex dir), many requests in flight where the store
+        pipelines them; a request that cannot be applied whole (a mark or its dir already
+        there, a parent missing) leaves its ledgers to :meth:`mark` one at a time, which
+        merges. Returns the marks written."""
         items = sorted(marks.items())
-        written = 0
-        for i in range(0, len(items), per_request):
-            chunk = items[i : i + per_request]
-            now = _now_ms()
+        chunks = [items[i : i + per_request] for i in range(0, len(items), per_request)]
+        now = _now_ms()
+        groups: list[list[tuple[str, bytes]]] = []
+        parents: set[str] = set()
+        for chunk in chunks:
             keys: list[tuple[str, bytes]] = []
             for ledger_id, missing in chunk:
                 path = paths.ur_ledger_path(self.root, ledger_id)
-                keys += [
-                    (path.rsplit("/", 1)[0], b""),
-                    (path, encode_ur_ledger(list(missing), now)),
-                ]
-            if self.meta.create_together(keys) is not None:
+                mark = encode_ur_ledger(list(missing), now)
+                own_dir = path.rsplit("/", 1)[0]
+                keys += [(own_dir, b""), (path, mark)]
+                parents.add(own_dir.rsplit("/", 1)[0])
+            groups.append(keys)
+        # The hex dirs above each mark's own, first: few (a million ids share sixteen), and
+        # every request that needs a missing one would fail whole.
+        for parent in sorted(parents):
+            self._make_dirs(parent)
+        written = 0
+        for chunk, version in zip(chunks, self.meta.create_together_many(groups), strict=True):
+            if version is not None:
                 written += len(chunk)
-                continue
-            written += sum(self.mark(ledger_id, missing)[0] for ledger_id, missing in chunk)
+            else:
+                written += sum(self.mark(ledger_id, missing)[0] for ledger_id, missing in chunk)
         return written
 
     def mark(

@@ -7,7 +7,6 @@ Leadership is confirmed before the marks and before each ledger starts."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -27,11 +26,6 @@ from jobs.watch.watcher import ClusterWatcher
 __all__ = ["WatchRepair"]
 
 log = logging.getLogger("jobs.watch")
-
-
-MARKS_PER_THREAD = 1000
-"""Marks one thread publishes in turn (in :meth:`UnderReplicationManager.mark_many`'s
-requests): a few threads keep several requests in flight."""
 
 
 class WatchRepair:
@@ -64,18 +58,11 @@ class WatchRepair:
         missing: dict[int, set[str]] = {}
         for r in rows:
             missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
-        urm = self.watcher.urm
-        # Many marks per request, several requests at once (kazoo is thread-safe): one round
-        # trip per mark in sequence was most of the reaction time to a lost bookie.
-        items = sorted((lid, sorted(b)) for lid, b in missing.items())
-        chunks = [
-            dict(items[i : i + MARKS_PER_THREAD]) for i in range(0, len(items), MARKS_PER_THREAD)
-        ]
-        with concurrent.futures.ThreadPoolExecutor(min(8, len(chunks)) or 1) as pool:
-            written = sum(pool.map(urm.mark_many, chunks))
-        log.info(
-            "watch: %d ledgers marked under-replicated (%d marks written)", len(items), written
-        )
+        # Many marks per request, many requests in flight: one round trip per mark was most
+        # of the reaction time to a lost bookie.
+        marks = {lid: sorted(b) for lid, b in missing.items()}
+        written = self.watcher.urm.mark_many(marks)
+        log.info("watch: %d ledgers marked under-replicated (%d marks new)", len(marks), written)
 
     def repair(
         self,

@@ -207,6 +207,13 @@ class MetadataStore(ABC):
         them one at a time and meets the failure there."""
         return None
 
+    def create_together_many(
+        self, groups: Sequence[Sequence[tuple[str, bytes]]]
+    ) -> list[int | None]:
+        """:meth:`create_together` for each group, in order, many requests in flight where
+        the store pipelines them; one result per group."""
+        return [self.create_together(g) for g in groups]
+
     def delete_together(self, keys: Sequence[tuple[str, int]]) -> bool:
         """Delete every ``(key, version)`` of ``keys``, in order, in one atomic request where
         the store has one: all of them or none. False when nothing was deleted, because one
