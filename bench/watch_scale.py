@@ -111,7 +111,7 @@ def wait(cond: Any, timeout: float, what: str) -> float:
     while time.monotonic() - t0 < timeout:
         if cond():
             return time.monotonic() - t0
-        time.sleep(0.2)
+        time.sleep(1.0)  # a scrape costs the watch CPU too
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 

@@ -111,8 +111,10 @@ class WatchAudits:
                 self.metrics.audits.labels(check, RunStatus.INTERRUPTED).inc()
             raise
         self.health.heartbeat()
+        checked = time.time()
         self._first_detected(job, None if ledger_ids is None else set(ledger_ids))
         run = self._load(job)
+        recorded = time.time()
         if ledger_ids is None:
             self.schedule.ran(check, started)
         self.metrics.audits.labels(check, run.status).inc()
@@ -125,12 +127,15 @@ class WatchAudits:
         self.metrics.set_findings(check, frags, ledgers)
         self.metrics.set_unknown(check, job.findings, run.counts)
         log.info(
-            "watch: %s audit %s: %d ledgers%s, %d under-replicated fragments",
+            "watch: %s audit %s: %d ledgers%s, %d under-replicated fragments (%.1fs, its rows "
+            "%.1fs)",
             check,
             run.run_id,
             job.run.counts[CountKey.LEDGERS],
             "" if ledger_ids is None else " (those the index names)",
             len(job.findings),
+            checked - started,
+            recorded - checked,
         )
         if run.status != RunStatus.COMPLETED:
             # Its findings are still acted on (the cluster comes first); the cycle fails.
