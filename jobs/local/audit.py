@@ -302,6 +302,16 @@ class LocalAudit:
         bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
         return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
 
+    def ledgers_arrow(self) -> pa.Table:
+        """The run's ``ledgers`` rows as one Arrow table (this process's half, then the
+        helper's): built as columns, since a million dicts would take seconds and gigabytes."""
+        ledgers = self.own_ledgers
+        if ledgers is None:
+            ledgers = ledgers_table(self.run.run_id, self.ledgers)
+        if self.shard_ledgers is not None:
+            ledgers = pa.concat_tables([ledgers, self.shard_ledgers])
+        return ledgers
+
     def load(self) -> RunRecord:
         """Append the run to the Delta tables, ``audit_runs`` last."""
         cfg, run = self.config, self.run
@@ -320,11 +330,7 @@ class LocalAudit:
                     pool.submit(delta.append_rows, wh, table, rows, run_date=day)
                     for table, rows in tables
                 ]
-                ledgers = self.own_ledgers
-                if ledgers is None:
-                    ledgers = ledgers_table(run.run_id, self.ledgers)
-                if self.shard_ledgers is not None:
-                    ledgers = pa.concat_tables([ledgers, self.shard_ledgers])
+                ledgers = self.ledgers_arrow()
                 writes.append(pool.submit(delta.append_arrow, wh, LEDGERS, ledgers, run_date=day))
                 for w in writes:
                     w.result()

@@ -25,7 +25,7 @@ from bklib.states import Check, CountKey, RunStatus
 from jobs.runs.audit_run import record_interrupted
 from jobs.runtime import interrupts
 from jobs.runtime.messages import one_line
-from jobs.tables.schema import AUDIT_RUNS, run_day
+from jobs.tables.schema import AUDIT_RUNS, LEDGERS, run_day
 from jobs.watch.config import WatchConfig, audit_config
 from jobs.watch.decide import Schedule, finding_counts
 from jobs.watch.http_server import Health
@@ -153,7 +153,11 @@ class WatchAudits:
         this instance's memory (seeded from the tables at take-over), which needs no read of
         an unreachable warehouse."""
         run = job.run
-        tables = job.rows(self.first_seen)
+        # The ledgers' rows as Arrow columns, not a dict each (a million at a take-over).
+        tables: list[tuple[str, Any]] = [
+            (t, list(rows)) for t, rows in job.row_sources(self.first_seen) if t != LEDGERS
+        ]
+        tables.append((LEDGERS, job.ledgers_arrow()))
         day = run_day(run.started_at)
         # The bound is checked with the audit_runs row: a run is spooled whole, or not at all.
         self.warehouse.write(tables, day, False)

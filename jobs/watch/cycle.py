@@ -17,6 +17,7 @@ from typing import Any
 
 from bklib.audit.index_keeper import IndexStale, RebuildCause
 from bklib.states import ActionStatus, BookieState, Check, CountKey, Reason
+from jobs.runtime.heap_release import release_heap
 from jobs.runtime.messages import one_line
 from jobs.watch.audits import AuditIncomplete, WatchAudits
 from jobs.watch.config import WatchConfig
@@ -137,6 +138,8 @@ class Cycle:
             raise self.audits.incomplete[-1]
         self.index.build(audit, RebuildCause.TAKE_OVER)
         lost = {b.bookie_id for b in audit.bookies if b.state == BookieState.LOST}
+        del audit  # a million ledgers' views: gone before the term's long life starts
+        release_heap()
         marked = {b for bookies in snap.marked.values() for b in bookies}
         self.tracker.seed(snap.available, lost, marked, time.monotonic())
         self.leadership.lead()  # only now: a failed take-over is retried whole

@@ -31,10 +31,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+import pyarrow as pa
 
 from bklib.durable import fsync_dir, write_atomically
 from jobs.runtime.messages import one_line
+from jobs.tables import delta
 from jobs.tables.delta import TableError
 from jobs.tables.schema import TABLE_SCHEMAS
 
@@ -178,6 +181,8 @@ def spool_order(names: Iterable[str]) -> list[str]:
 
 # ---- the writer -----------------------------------------------------------------------------
 
+Rows: TypeAlias = "Sequence[Mapping[str, Any]] | pa.Table"
+"""A batch's rows: dicts, or an Arrow table in the table's schema (a run's ``ledgers``)."""
 Append = Callable[..., Any]
 """``append(warehouse, table, rows, run_date=...)``: :func:`jobs.tables.delta.append_rows`."""
 Written = Callable[[str, str, Sequence[str]], bool]
@@ -196,8 +201,6 @@ class SpoolWriter:
         append: Append | None = None,
         written: Written | None = None,
     ) -> None:
-        from jobs.tables import delta
-
         self.warehouse = warehouse
         self.dir = Path(directory)
         self.max_bytes = max_bytes
@@ -244,7 +247,7 @@ class SpoolWriter:
 
     def write_many(
         self,
-        batches: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        batches: Sequence[tuple[str, Rows]],
         run_date: date | None = None,
         bound: bool = True,
     ) -> list[bool]:
@@ -253,7 +256,7 @@ class SpoolWriter:
         False: the bound is checked by the next write (a run's ``audit_runs`` row), so that
         a run is kept whole before the service stops."""
         self.flush()
-        live = [(t, list(r)) for t, r in batches if r]
+        live = [(t, r if isinstance(r, pa.Table) else list(r)) for t, r in batches if len(r)]
         if not live:
             return [True] * len(batches)
         errors: dict[int, str | None] = {i: "older rows wait" for i in range(len(live))}
@@ -262,7 +265,8 @@ class SpoolWriter:
         results = {i: errors[i] is None for i in errors}
         for i, (table, rows) in enumerate(live):
             if errors[i] is not None:
-                batch = SpoolBatch(table, [dict(r) for r in rows], run_date, self.warehouse)
+                listed = delta.arrow_rows(rows) if isinstance(rows, pa.Table) else rows
+                batch = SpoolBatch(table, [dict(r) for r in listed], run_date, self.warehouse)
                 try:
                     self._spool(batch, errors[i])
                 except OSError as exc:
@@ -274,10 +278,20 @@ class SpoolWriter:
         if bound:
             self._check_bound()
         done = iter(results.get(i, False) for i in range(len(live)))
-        return [next(done) if r else True for _t, r in batches]
+        return [next(done) if len(r) else True for _t, r in batches]
+
+    def _append(self, table: str, rows: Rows, run_date: date | None) -> None:
+        """One append: an Arrow table as columns, unless the writer was given (it takes
+        rows)."""
+        if isinstance(rows, pa.Table):
+            if self.append is delta.append_rows:
+                delta.append_arrow(self.warehouse, table, rows, run_date=run_date)
+                return
+            rows = delta.arrow_rows(rows)
+        self.append(self.warehouse, table, rows, run_date=run_date)
 
     def _append_all(
-        self, live: list[tuple[str, list[Mapping[str, Any]]]], run_date: date | None
+        self, live: list[tuple[str, Rows]], run_date: date | None
     ) -> dict[int, str | None]:
         """Append each batch; the error of each that failed (None: committed)."""
         import concurrent.futures
@@ -288,9 +302,7 @@ class SpoolWriter:
         with concurrent.futures.ThreadPoolExecutor(
             max(1, len(live)), thread_name_prefix="delta"
         ) as pool:
-            futures = [
-                pool.submit(self.append, self.warehouse, t, r, run_date=run_date) for t, r in live
-            ]
+            futures = [pool.submit(self._append, t, r, run_date) for t, r in live]
             for i, f in enumerate(futures):
                 try:
                     f.result()
@@ -390,8 +402,6 @@ class SpoolWriter:
 
 
 def _already_written(warehouse: str, table: str, run_ids: Sequence[str]) -> bool:
-    from jobs.tables import delta
-
     found = delta.read_rows(
         warehouse, table, columns=["run_id"], filters=[("run_id", "in", run_ids)]
     )
