@@ -42,6 +42,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
 from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
@@ -70,13 +71,7 @@ def recved_by(zk: ZooKeeperServer, pid: int) -> int:
 
 def metrics(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        page = r.read().decode()
-    out = {}
-    for line in page.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+        return samples(r.read().decode())
 
 
 def cpu(pid: int) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bklib.states import DEFAULT_LEDGERS_ROOT, Executor, RunStatus
+from bklib.testing.metrics_page import samples
 from bklib.testing.oxiaserver import OxiaServer
 from bklib.testing.ports import free_port
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
@@ -135,12 +136,7 @@ def test_spark_image_starts_a_kubernetes_executor_and_submits_with_the_bundled_j
 
 
 def _metrics(port: int) -> dict[str, float]:
-    out = {}
-    for line in http_get(port, "/metrics")[1].splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+    return samples(http_get(port, "/metrics")[1])
 
 
 def _wait(cond: object, timeout: float, what: str, container: str) -> None:

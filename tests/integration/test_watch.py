@@ -21,6 +21,7 @@ import pytest
 from bklib.meta.model import LedgerMetadata
 from bklib.meta.paths import ur_ledger_path
 from bklib.meta.underreplication import UnderReplicationManager
+from bklib.testing.metrics_page import samples
 from bklib.testing.ports import free_port
 from jobs.tables import delta
 from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
@@ -69,12 +70,7 @@ class Watch:
     def metrics(self) -> dict[str, float]:
         status, page = self.get("/metrics")
         assert status == 200, (status, page)
-        out = {}
-        for line in page.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return samples(page)
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])

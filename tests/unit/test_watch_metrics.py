@@ -11,17 +11,13 @@ import time
 from bklib.audit.model import Finding
 from bklib.meta.stores.zookeeper.budget import request_budget, shared_budget
 from bklib.states import CountKey, Reason, Severity
+from bklib.testing.metrics_page import samples
 from bklib.version import package_version
 from jobs.watch.metrics import WatchMetrics
 
 
 def _samples(m: WatchMetrics) -> dict[str, float]:
-    out = {}
-    for line in m.render().decode().splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+    return samples(m.render().decode())
 
 
 def _finding(lid: int, bookie: str, reason: str, severity: str | None) -> Finding:
