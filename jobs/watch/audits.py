@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -72,7 +72,11 @@ class WatchAudits:
         """This cycle's audits that did not complete (cleared as each cycle starts)."""
 
     def run(
-        self, check: str, ledger_ids: Sequence[int] | None = None, kind: LayoutKind | None = None
+        self,
+        check: str,
+        ledger_ids: Sequence[int] | None = None,
+        kind: LayoutKind | None = None,
+        before_record: Callable[[Any], None] | None = None,
     ) -> Any:
         """One audit run of ``check`` in this process, written to the tables (a warehouse
         failure is logged and counted: the findings still drive the repair). None if it
@@ -80,7 +84,8 @@ class WatchAudits:
 
         With ``ledger_ids`` (and their layout ``kind``), a ``lost`` audit of those ledgers
         only (:class:`~jobs.watch.indexed_audit.IndexedLostAudit`): it does not count as the
-        schedule's run of the check."""
+        schedule's run of the check. ``before_record`` is called with the finished job before
+        its rows are written (a loss's marks need not wait for the tables)."""
         from jobs.local.audit import LocalAudit
         from jobs.watch.indexed_audit import IndexedLostAudit
 
@@ -113,6 +118,8 @@ class WatchAudits:
         self.health.heartbeat()
         checked = time.time()
         self._first_detected(job, None if ledger_ids is None else set(ledger_ids))
+        if before_record is not None:
+            before_record(job)
         run = self._load(job)
         recorded = time.time()
         if ledger_ids is None:

@@ -64,6 +64,8 @@ class Cycle:
         self.index = WatchIndex(
             watcher.zk, config.ledgers_root, metrics, barrier_timeout=config.index_barrier_timeout
         )
+        self.marked: Any = None
+        """The last audit whose marks were published."""
         self.reacted: dict[str, set[str]] = {stage: set() for stage in REACTION_STAGES}
         """The due bookies whose reaction was timed, per stage (once per loss)."""
         metrics.set_schedule(self.schedule.every)
@@ -236,8 +238,8 @@ class Cycle:
         if not rows:
             self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
             return
-        self.repair.mark(rows)
-        self._reacted("marked", {r["bookie_id"] for r in rows})
+        if job is not self.marked:
+            self._mark(job, rows)
         if self.repair.paused():
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
@@ -269,7 +271,7 @@ class Cycle:
             # as a full scan's are (:meth:`_actionable`).
             ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
             if not isinstance(ids, IndexStale):
-                return self.audits.run(check, ids, self.index.kind)
+                return self.audits.run(check, ids, self.index.kind, before_record=self._mark)
         stale = self.index.keeper.stale
         if stale is not None:
             self.index.open()  # a new feed before the scan that rebuilds
@@ -282,6 +284,17 @@ class Cycle:
             if job is not None:
                 self.index.reconcile(job, window)
         return job
+
+    def _mark(self, job: Any, rows: list[dict[str, Any]] | None = None) -> None:
+        """Publish the marks of ``job``'s actionable findings (``rows``, when known). Given to
+        a loss's audit as its ``before_record``: the marks go out before the run's rows are
+        written."""
+        if rows is None:
+            rows = [self._row(f) for f in job.findings if self._actionable(f)]
+        if rows:
+            self.repair.mark(rows)
+            self._reacted("marked", {r["bookie_id"] for r in rows})
+        self.marked = job
 
     def _reacted(self, stage: str, bookies: set[str]) -> None:
         """Time a stage of the reaction to each due bookie in ``bookies``, once per loss."""

@@ -68,17 +68,22 @@ class Audits:
     def __init__(self) -> None:
         self.asked: list[list[int] | None] = []
 
-    def __call__(self, check: str, ledger_ids: Any = None, kind: Any = None) -> Any:
+    def __call__(
+        self, check: str, ledger_ids: Any = None, kind: Any = None, before_record: Any = None
+    ) -> Any:
         assert check == Check.LOST
         self.asked.append(None if ledger_ids is None else list(ledger_ids))
         counts = {CountKey.METADATA_ERRORS: 0, CountKey.LEDGERS: len(LEDGERS)}
         run = SimpleNamespace(run_id=f"run-{len(self.asked)}", counts=counts)
         run.status = RunStatus.COMPLETED
         ledgers = [view(i) for i in (LEDGERS if ledger_ids is None else ledger_ids)]
-        return SimpleNamespace(
+        job = SimpleNamespace(
             run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=ledgers,
             shard_ledgers=None,
         )  # fmt: skip
+        if before_record is not None:
+            before_record(job)
+        return job
 
 
 def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, Audits, FeedStore]:
