@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export BKAUDIT_CACHE ?= $(HOME)/.cache/bkaudit
 
-.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps s3-deps image airflow chromium venv bytecode demo bench-metadata bench-scale clean soak interop-matrix
+.PHONY: test lint format proto java-deps bookkeeper-deps pulsar-deps helm-deps kube-deps oxia-deps prometheus-deps s3-deps image airflow chromium venv bytecode demo bench-metadata bench-scale bench-watch clean soak soak-scale interop-matrix
 
 venv: $(VENV)/.installed
 
@@ -146,6 +146,20 @@ bench-scale: venv java-deps
 	$(PY) bench/scale.py --ledgers $(SCALE_LEDGERS) --bookies 100 --executors local,spark \
 		--checks $(SCALE_CHECKS) --repair --repair-executors local,spark --json $(SCALE_JSON)
 	$(PY) bench/executor_crossover.py $(SCALE_JSON)
+
+## The watch at production size (bench/watch_scale.py): its take-over, idle ZooKeeper load, and
+## its reaction to one lost identity of 100 at SCALE_LEDGERS ledgers (docs/watch.md, "The index").
+bench-watch: venv java-deps
+	$(PY) bench/watch_scale.py --ledgers $(SCALE_LEDGERS) --bookies 100 --json $(SCALE_JSON)
+
+## Two watch replicas for SOAK_SCALE_SECONDS on a farm of SCALE_LEDGERS ledgers under faults on a
+## schedule: losses, the leader killed, its session expired, ZooKeeper restarted, a stalled
+## bookie (bench/watch_soak.py). The short variant in `make test` is
+## tests/integration/test_watch_index_reaction.py with tests/integration/test_bookie_index.py.
+SOAK_SCALE_SECONDS ?= 3600
+soak-scale: venv java-deps
+	$(PY) bench/watch_soak.py --ledgers $(SCALE_LEDGERS) --bookies 100 \
+		--duration $(SOAK_SCALE_SECONDS) --json $(SCALE_JSON)
 
 clean:
 	rm -rf $(VENV) .venv-airflow .venv-airflow2 .pytest_cache .ruff_cache build *.egg-info

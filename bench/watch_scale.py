@@ -46,27 +46,19 @@ from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
 from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
-from bklib.testing.zkserver import ZooKeeperServer, four_letter_word  # noqa: E402
+from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 
-_CONS = re.compile(r"\s*/(.+?):(\d+)\[\d+\]\((.*)\)")
 _AFTER = re.compile(r"bookie (\S+): (marked|first copy|no ledger names it any more),? ([0-9.]+)s")
 
 
-def recved_by(zk: ZooKeeperServer, pid: int) -> int:
-    """Requests ZooKeeper has received on the connections of process ``pid`` (``cons``)."""
+def zk_requests(zk: ZooKeeperServer, pid: int) -> int:
+    """Requests ZooKeeper has received on the connections process ``pid`` has open."""
     ports = {
         c.laddr.port
         for c in psutil.Process(pid).net_connections(kind="tcp")
         if c.raddr and c.raddr.port == zk.port
     }
-    text = four_letter_word(zk.host.strip("[]"), zk.port, b"cons", timeout=5.0).decode()
-    total = 0
-    for line in text.splitlines():
-        m = _CONS.match(line)
-        if m and int(m.group(2)) in ports:
-            fields = dict(kv.split("=", 1) for kv in m.group(3).split(",") if "=" in kv)
-            total += int(fields.get("recved", 0))
-    return total
+    return zk.requests_on(ports)
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -164,9 +156,9 @@ def main() -> None:
                 print(f"index built in {out['take_over_s']}s", flush=True)
                 rss.phase = "idle"
                 time.sleep(5)  # the take-over's writes settle
-                before, c0 = recved_by(zk, watch.pid), time.monotonic()
+                before, c0 = zk_requests(zk, watch.pid), time.monotonic()
                 time.sleep(args.idle)
-                after = recved_by(zk, watch.pid)
+                after = zk_requests(zk, watch.pid)
                 out["idle_zk_requests_per_s"] = round((after - before) / (time.monotonic() - c0), 2)
                 print(f"idle: {out['idle_zk_requests_per_s']} ZooKeeper requests/s", flush=True)
 

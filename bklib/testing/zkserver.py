@@ -295,7 +295,8 @@ class ZooKeeperServer:
 
     def connections(self) -> list[dict[str, str]]:
         """The client connections ZooKeeper holds now (the ``cons`` four-letter word): each
-        with the client's ``address`` (``host:port`` as the server sees it) and ``sid``."""
+        with the client's ``address`` (``host:port`` as the server sees it), ``sid`` and
+        ``recved`` (requests received on it)."""
         host = self.host.strip("[]")
         text = four_letter_word(host, self.port, b"cons", timeout=5.0).decode(errors="replace")
         out = []
@@ -304,8 +305,20 @@ class ZooKeeperServer:
             if m is None:
                 continue
             fields = dict(kv.split("=", 1) for kv in m.group(3).split(",") if "=" in kv)
-            out.append({"address": f"{m.group(1)}:{m.group(2)}", "sid": fields.get("sid", "")})
+            out.append(
+                {
+                    "address": f"{m.group(1)}:{m.group(2)}",
+                    "sid": fields.get("sid", ""),
+                    "recved": fields.get("recved", "0"),
+                }
+            )
         return out
+
+    def requests_on(self, ports: set[int]) -> int:
+        """Requests this server has received on the open connections from these local
+        ``ports`` (the ``recved`` of each in ``cons``): one process's, when they are its."""
+        conns = self.connections()
+        return sum(int(c["recved"]) for c in conns if int(c["address"].rsplit(":", 1)[1]) in ports)
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()
