@@ -148,7 +148,7 @@ def main() -> None:
 
                 def built() -> bool:
                     try:
-                        return metrics(port).get("bkaudit_index_ledgers") == args.ledgers
+                        return bool(metrics(port).get("bkaudit_index_ledgers") == args.ledgers)
                     except OSError:
                         return False
 
