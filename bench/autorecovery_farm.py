@@ -36,12 +36,17 @@ checkAllLedgers" time) against ``bkaudit audit --check sample --executor local``
 commit, and the whole command), as bench/java_sample_vs_checkallledgers.py does on Java
 bookies, with the farm's CPU meanwhile.
 
+Java's repair also reports the open ledgers its ReplicationWorkers recovered (each attempt
+on one ends "failed while replicating fragments" and the worker waits rwRereplicateBackoffMs,
+5 s by default, before its next ledger) and the fragments it copied, from their logs;
+``--java-set KEY=VALUE`` overrides one of its settings (e.g. ``rwRereplicateBackoffMs=500``).
+
 Results are JSON lines on stdout (appended to ``--json``), then a summary; ``--project-to``
 adds each side's figures scaled to that many ledgers at the measured rates (projections).
 
     .venv/bin/python bench/autorecovery_farm.py [--ledgers 100000] [--bookies 100] \\
-        [--java-budget 3600] [--check-rounds 1] [--only java|watch] [--json FILE] \\
-        [--dir DIR] [--project-to 1000000]
+        [--java-budget 3600] [--check-rounds 1] [--only java|watch] [--java-set KEY=VALUE] \\
+        [--json FILE] [--dir DIR] [--project-to 1000000]
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,8 +72,11 @@ from kazoo.client import KazooClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bench.java_sample_vs_checkallledgers import java_round, marked_ledgers  # noqa: E402
-from bench.java_sample_vs_checkallledgers import sample_round as _sample_round  # noqa: E402
+from bench.java_sample_vs_checkallledgers import (  # noqa: E402
+    engine_seconds,
+    java_round,
+    marked_ledgers,
+)
 from bench.time_to_replicated import JVM, _Named, wait  # noqa: E402
 from bench.warehouse_history import append_json  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
@@ -78,9 +87,11 @@ from bklib.testing.scale.harness import running_farm  # noqa: E402
 from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
 from bklib.testing.zkclient import connect  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
+from jobs.tables import delta  # noqa: E402
 from tests.cli_helpers import byte_compile  # noqa: E402
 from tests.interop import harness  # noqa: E402
-from tests.interop.autorecovery_tools import Watch  # noqa: E402
+from tests.interop.autorecovery_tools import JAVA_COPY, JAVA_RECOVERY, Watch  # noqa: E402
+from tests.interop.harness import children_cpu  # noqa: E402
 
 SAMPLE = 0.25
 SIDES = ("watch", "java")
@@ -158,6 +169,9 @@ class Repair:
     """All the CPU above over this machine's cores: the least wall time it can take here."""
     cores: int = 0
     load_1m: float = 0.0
+    detail: dict[str, object] = field(default_factory=dict)
+    """Java: the open ledgers its ReplicationWorkers recovered (each followed by the
+    worker's rwRereplicateBackoffMs) and the settings overridden."""
 
 
 def measure_repair(
@@ -260,6 +274,36 @@ def seeded_farm(
         yield hosts, farm, proc.pid
 
 
+@dataclass
+class SampleRun:
+    """One ``audit --check sample``: its span (scan to last commit, as Java's log line), the
+    whole command, its CPU (helper processes included) and its run's status."""
+
+    span: float | None
+    wall: float
+    cpu: float
+    status: str
+
+
+def sample_round(hosts: str, wh: Path, log: Path) -> SampleRun:
+    """``bkaudit audit --check sample --executor local`` once, with bench/scale.py's
+    timeouts; its log in ``log``. A run that does not complete is reported, not fatal."""
+    argv = [sys.executable, "-m", "jobs.cli", "audit", "--zk", hosts, "--warehouse", str(wh),
+            "--check", "sample", "--executor", "local", "--read-timeout", "5",
+            "--connect-timeout", "5"]  # fmt: skip
+    c0, t0 = children_cpu(), time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
+    wall = time.monotonic() - t0
+    log.write_text(res.stdout + res.stderr)
+    run = delta.latest_run(str(wh)) or {}
+    try:
+        span: float | None = engine_seconds(log)
+    except SystemExit:
+        span = None
+    return SampleRun(span, wall, children_cpu() - c0, str(run.get("status", res.returncode)))
+
+
 def compare_checks(
     hosts: str, base: Path, classpath: str, cpu: CpuGroups, rounds: int, rows: list[dict[str, Any]]
 ) -> None:
@@ -275,18 +319,19 @@ def compare_checks(
             before = cpu.sample()
             java = java_round(zk, recovery, [])
             mid = cpu.sample()
-            ours = _sample_round(hosts, base / "wh-sample", base / f"sample{n}.log", [])
+            ours = sample_round(hosts, base / "wh-sample", base / f"sample{n}.log")
             after = cpu.sample()
             emit({"kind": "checks", "round": n,
                   "java_checkallledgers_s": round(java.span, 2), "java_from_jvm_start_s":
                   round(java.wall, 2), "java_cpu_s": round(java.tool_cpu, 2),
                   "java_farm_cpu_s": round(mid["farm"] - before["farm"], 2),
                   "java_marked": len(marked_ledgers(zk)),
-                  "sample_span_s": round(ours.span, 2), "sample_wall_s": round(ours.wall, 2),
-                  "sample_cpu_s": round(ours.tool_cpu, 2),
+                  "sample_span_s": _r(ours.span), "sample_wall_s": round(ours.wall, 2),
+                  "sample_cpu_s": round(ours.cpu, 2), "sample_status": ours.status,
                   "sample_farm_cpu_s": round(after["farm"] - mid["farm"], 2),
-                  "ratio_span": round(java.span / ours.span, 2),
-                  "ratio_wall": round(java.wall / ours.wall, 2)}, rows)  # fmt: skip
+                  "ratio_span": _r(java.span / ours.span if ours.span else None),
+                  "ratio_wall": round(java.wall / ours.wall, 2),
+                  "load_1m": round(os.getloadavg()[0], 2)}, rows)  # fmt: skip
 
 
 def metric(port: int, name: str) -> float | None:
@@ -316,7 +361,13 @@ def run_watch(hosts: str, farm: FarmClient, base: Path, cpu: CpuGroups, budget: 
 
 
 def run_java(
-    hosts: str, farm: FarmClient, base: Path, classpath: str, cpu: CpuGroups, budget: float
+    hosts: str,
+    farm: FarmClient,
+    base: Path,
+    classpath: str,
+    cpu: CpuGroups,
+    budget: float,
+    conf: dict[str, object],
 ) -> Repair:
     """Three AutoRecoveryMain: an Auditor elected, its bookie audit done, then the loss."""
     uri = harness.metadata_uri(hosts)
@@ -324,7 +375,7 @@ def run_java(
         urm = UnderReplicationManager(zk)
         urm.ensure_layout()
         urm.set_lost_bookie_recovery_delay(0)
-        workers = [harness.AutoRecovery(classpath, uri, base / f"ar{i}", JAVA_CONF, JVM)
+        workers = [harness.AutoRecovery(classpath, uri, base / f"ar{i}", conf, JVM)
                    for i in range(3)]  # fmt: skip
         try:
             for w in workers:
@@ -333,7 +384,14 @@ def run_java(
                              for w in workers if w.log_path.exists()), 900,
                  "the Auditor's bookie audit")  # fmt: skip
             cpu.groups["repairer"] = [psutil.Process(w.proc.pid) for w in workers if w.proc]
-            return measure_repair("java", zk, farm, cpu, budget)
+            rep = measure_repair("java", zk, farm, cpu, budget)
+            logs = [w.log_path.read_text(errors="replace") for w in workers]
+            rep.detail["recoveries"] = sum(len(JAVA_RECOVERY.findall(text)) for text in logs)
+            rep.detail["fragments_copied"] = sum(len(JAVA_COPY.findall(text)) for text in logs)
+            rep.detail["conf"] = {
+                k: conf[k] for k in conf if k not in JAVA_CONF or conf[k] != JAVA_CONF[k]
+            }
+            return rep
         finally:
             for w in workers:
                 w.stop()
@@ -354,7 +412,7 @@ def summarize(rows: list[dict[str, Any]], project_to: int | None) -> None:
               f"{cpu['repairer']:.1f} s ({r['repairer_cpu_ms_per_ledger']} ms a ledger), farm "
               f"{cpu['farm']:.1f} s, ZooKeeper {cpu['zookeeper']:.1f} s "
               f"({r['all_cpu_ms_per_ledger']} ms a ledger in all); on {r['cores']} cores at "
-              f"least {r['floor_s']:.1f} s; load {r['load_1m']}")  # fmt: skip
+              f"least {r['floor_s']:.1f} s; load {r['load_1m']}; {r['detail']}")  # fmt: skip
     if {"java", "watch"} <= reps.keys():
         j, w = reps["java"], reps["watch"]
         jt = j["clean_s"] if j["finished"] else j["extrapolated_clean_s"]
@@ -373,7 +431,10 @@ def summarize(rows: list[dict[str, Any]], project_to: int | None) -> None:
             f"checkAllLedgers {c['java_checkallledgers_s']} s (its log; "
             f"{c['java_from_jvm_start_s']} s from JVM start; {c['java_marked']} marked) against "
             f"audit --check sample {c['sample_span_s']} s scan to last commit "
-            f"({c['sample_wall_s']} s command): {c['ratio_span']}x ({c['ratio_wall']}x)"
+            f"({c['sample_wall_s']} s command, {c['sample_status']}): {c['ratio_span']}x "
+            f"({c['ratio_wall']}x); CPU: Java {c['java_cpu_s']} s + farm "
+            f"{c['java_farm_cpu_s']} s, bkaudit {c['sample_cpu_s']} s + farm "
+            f"{c['sample_farm_cpu_s']} s"
         )
     if project_to:
         for side, r in reps.items():
@@ -390,7 +451,7 @@ def summarize(rows: list[dict[str, Any]], project_to: int | None) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ledgers", type=int, default=100_000)
     ap.add_argument("--bookies", type=int, default=100)
     ap.add_argument("--java-budget", type=float, default=3600.0,
@@ -398,10 +459,18 @@ def main() -> None:
     ap.add_argument("--check-rounds", type=int, default=1,
                     help="checkAllLedgers / sample rounds on the first farm (0: none)")  # fmt: skip
     ap.add_argument("--only", choices=SIDES, help="one side only")
+    ap.add_argument(
+        "--java-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an AutoRecoveryMain setting, e.g. rwRereplicateBackoffMs=500",
+    )
     ap.add_argument("--json", help="append the results to this file")
     ap.add_argument("--dir", help="keep farms, logs and warehouses here (default: temporary)")
     ap.add_argument("--project-to", type=int, help="also project each side to this many ledgers")
     args = ap.parse_args()
+    java_conf = {**JAVA_CONF, **dict(kv.split("=", 1) for kv in args.java_set)}
     byte_compile()  # as an installed package is
     classpath = harness.install()
     rows: list[dict[str, Any]] = []
@@ -422,7 +491,9 @@ def main() -> None:
                 if side == "watch":
                     rep = run_watch(hosts, farm, base / side, cpu, args.java_budget)
                 else:
-                    rep = run_java(hosts, farm, base / side, classpath, cpu, args.java_budget)
+                    rep = run_java(
+                        hosts, farm, base / side, classpath, cpu, args.java_budget, java_conf
+                    )
                 emit({"kind": "repair", **asdict(rep)}, rows)
     append_json(args.json, rows)
     summarize(rows, args.project_to)
