@@ -147,6 +147,15 @@ bench-scale: venv java-deps
 		--checks $(SCALE_CHECKS) --repair --repair-executors local,spark --json $(SCALE_JSON)
 	$(PY) bench/executor_crossover.py $(SCALE_JSON)
 
+## Java AutoRecovery beside `bkaudit watch` on the scale farm (bench/autorecovery_farm.py): one of
+## 100 identities lost at AR_LEDGERS ledgers, each side on a fresh farm (docs/benchmarks.md).
+.PHONY: bench-autorecovery-farm
+AR_LEDGERS ?= 100000
+AR_JSON ?= bench-autorecovery-farm.jsonl
+bench-autorecovery-farm: venv java-deps bookkeeper-deps
+	$(PY) bench/autorecovery_farm.py --ledgers $(AR_LEDGERS) --bookies 100 --json $(AR_JSON) \
+		--project-to 1000000
+
 ## The watch at production size (bench/watch_scale.py): its take-over, idle ZooKeeper load, and
 ## its reaction to one lost identity of 100 at SCALE_LEDGERS ledgers (docs/watch.md, "The index").
 bench-watch: venv java-deps
