@@ -34,6 +34,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ sys.path[:0] = [str(REPO)]
 
 from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
+from bklib.testing.scale.farm import FarmClient  # noqa: E402
 from bklib.testing.scale.harness import running_farm  # noqa: E402
 from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
 from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
@@ -102,6 +106,35 @@ def wait(cond: Any, timeout: float, what: str) -> float:
     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+@dataclass
+class SeededFarm:
+    """A scale cluster for one bench: its directory, ZooKeeper, farm and the seeding's time."""
+
+    base: Path
+    zk: ZooKeeperServer
+    farm: FarmClient
+    proc: subprocess.Popen[bytes]
+    seed_s: float
+
+
+@contextmanager
+def seeded_farm(prefix: str, ledgers: int, bookies: int) -> Iterator[SeededFarm]:
+    """A temporary directory, a ZooKeeper (2 GB heap) and a farm of ``bookies`` identities
+    over ``ledgers`` planned ledgers, seeded."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        base = Path(tmp)
+        with (
+            ZooKeeperServer(base / "zk", heap="2g") as zk,
+            running_farm(
+                zk.connect_string, base / "farm", bookies=bookies, ledgers=ledgers,
+                start_timeout=900,
+            ) as (farm, proc),
+        ):  # fmt: skip
+            t0 = time.monotonic()
+            seed_ledgers(zk.connect_string, farm.plan)
+            yield SeededFarm(base, zk, farm, proc, round(time.monotonic() - t0, 1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ledgers", type=int, default=100_000)
@@ -111,89 +144,80 @@ def main() -> None:
     ap.add_argument("--log", type=Path, help="keep the watch's log here")
     args = ap.parse_args()
     out: dict[str, Any] = {"ledgers": args.ledgers, "bookies": args.bookies}
-    with tempfile.TemporaryDirectory(prefix="watch-scale-") as tmp:
-        base = Path(tmp)
-        with (
-            ZooKeeperServer(base / "zk", heap="2g") as zk,
-            running_farm(
-                zk.connect_string, base / "farm", bookies=args.bookies, ledgers=args.ledgers,
-                start_timeout=900,
-            ) as (farm, farm_proc),
-        ):  # fmt: skip
-            t0 = time.monotonic()
-            seed_ledgers(zk.connect_string, farm.plan)
-            out["seed_s"] = round(time.monotonic() - t0, 1)
-            print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
-            victim = farm.bookies[len(farm.bookies) // 2]
-            naming = {lid for lid, _ in farm.plan.segments_naming(victim)}
-            out["victim_ledgers"] = len(naming)
-            port = free_port()
-            log_path = args.log or base / "watch.log"
-            argv = [
-                sys.executable, "-m", "jobs.cli", "watch", "--zk", zk.connect_string,
-                "--warehouse", str(base / "wh"), "--every", "off", "--grace-period", "0s",
-                "--lost-bookie-recovery-delay", "0s", "--metrics-port", str(port),
-                "--metrics-host", "127.0.0.1", "--read-timeout", "10s", "--rate", "0",
-                "--instance-id", "bench",
-            ]  # fmt: skip
-            with open(log_path, "ab") as logf:
-                watch = subprocess.Popen(
-                    argv, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                )  # fmt: skip
-            rss = RssSampler(watch.pid)
-            rss.start()
-            try:
-                t0 = time.monotonic()
+    with seeded_farm("watch-scale-", args.ledgers, args.bookies) as cluster:
+        base, zk, farm, farm_proc = cluster.base, cluster.zk, cluster.farm, cluster.proc
+        out["seed_s"] = cluster.seed_s
+        print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
+        print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
+        victim = farm.bookies[len(farm.bookies) // 2]
+        naming = {lid for lid, _ in farm.plan.segments_naming(victim)}
+        out["victim_ledgers"] = len(naming)
+        port = free_port()
+        log_path = args.log or base / "watch.log"
+        argv = [
+            sys.executable, "-m", "jobs.cli", "watch", "--zk", zk.connect_string,
+            "--warehouse", str(base / "wh"), "--every", "off", "--grace-period", "0s",
+            "--lost-bookie-recovery-delay", "0s", "--metrics-port", str(port),
+            "--metrics-host", "127.0.0.1", "--read-timeout", "10s", "--rate", "0",
+            "--instance-id", "bench",
+        ]  # fmt: skip
+        with open(log_path, "ab") as logf:
+            watch = subprocess.Popen(
+                argv, cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        rss = RssSampler(watch.pid)
+        rss.start()
+        try:
 
-                def built() -> bool:
-                    try:
-                        return bool(metrics(port).get("bkaudit_index_ledgers") == args.ledgers)
-                    except OSError:
-                        return False
-
-                out["take_over_s"] = round(wait(built, 3600, "the index"), 1)
-                print(f"index built in {out['take_over_s']}s", flush=True)
-                rss.phase = "idle"
-                time.sleep(5)  # the take-over's writes settle
-                before, c0 = zk_requests(zk, watch.pid), time.monotonic()
-                time.sleep(args.idle)
-                after = zk_requests(zk, watch.pid)
-                out["idle_zk_requests_per_s"] = round((after - before) / (time.monotonic() - c0), 2)
-                print(f"idle: {out['idle_zk_requests_per_s']} ZooKeeper requests/s", flush=True)
-
-                rss.phase = "loss"
-                cpu0 = {"watch": cpu(watch.pid), "farm": cpu(farm_proc.pid), "zk": zk_cpu(zk)}
-                t_stop = time.monotonic()
-                farm.stop(victim)
-
-                def resolved() -> bool:
-                    m = metrics(port)
-                    return bool(m.get("bkaudit_time_to_repair_seconds_count", 0) >= 1)
-
-                out["stop_to_resolved_s"] = round(wait(resolved, 7200, "the repair"), 1)
-                out["loss_cpu_s"] = {
-                    "watch": round(cpu(watch.pid) - cpu0["watch"], 1),
-                    "farm": round(cpu(farm_proc.pid) - cpu0["farm"], 1),
-                    "zk": round(zk_cpu(zk) - cpu0["zk"], 1),
-                }
-                out["loss_wall_s"] = round(time.monotonic() - t_stop, 1)
-                m = metrics(port)
-                out["metadata_scans"] = m.get("bkaudit_metadata_scans_total")
-            finally:
-                rss.stop.set()
-                watch.send_signal(signal.SIGTERM)
+            def built() -> bool:
                 try:
-                    watch.wait(120)
-                except subprocess.TimeoutExpired:
-                    watch.kill()
-            out["watch_peak_rss_mb"] = {k: round(v) for k, v in rss.peak.items()}
-            text = Path(log_path).read_text(errors="replace")
-            for bookie, what, seconds in _AFTER.findall(text):
-                if bookie == victim:
-                    out[f"loss_to_{what.replace(' ', '_')}_s"] = float(seconds)
-            marked = re.search(r"watch: (\d+) ledgers marked under-replicated", text)
-            out["ledgers_marked"] = int(marked.group(1)) if marked else None
+                    return bool(metrics(port).get("bkaudit_index_ledgers") == args.ledgers)
+                except OSError:
+                    return False
+
+            out["take_over_s"] = round(wait(built, 3600, "the index"), 1)
+            print(f"index built in {out['take_over_s']}s", flush=True)
+            rss.phase = "idle"
+            time.sleep(5)  # the take-over's writes settle
+            before, c0 = zk_requests(zk, watch.pid), time.monotonic()
+            time.sleep(args.idle)
+            after = zk_requests(zk, watch.pid)
+            out["idle_zk_requests_per_s"] = round((after - before) / (time.monotonic() - c0), 2)
+            print(f"idle: {out['idle_zk_requests_per_s']} ZooKeeper requests/s", flush=True)
+
+            rss.phase = "loss"
+            cpu0 = {"watch": cpu(watch.pid), "farm": cpu(farm_proc.pid), "zk": zk_cpu(zk)}
+            t_stop = time.monotonic()
+            farm.stop(victim)
+
+            def resolved() -> bool:
+                m = metrics(port)
+                return bool(m.get("bkaudit_time_to_repair_seconds_count", 0) >= 1)
+
+            out["stop_to_resolved_s"] = round(wait(resolved, 7200, "the repair"), 1)
+            out["loss_cpu_s"] = {
+                "watch": round(cpu(watch.pid) - cpu0["watch"], 1),
+                "farm": round(cpu(farm_proc.pid) - cpu0["farm"], 1),
+                "zk": round(zk_cpu(zk) - cpu0["zk"], 1),
+            }
+            out["loss_wall_s"] = round(time.monotonic() - t_stop, 1)
+            m = metrics(port)
+            out["metadata_scans"] = m.get("bkaudit_metadata_scans_total")
+        finally:
+            rss.stop.set()
+            watch.send_signal(signal.SIGTERM)
+            try:
+                watch.wait(120)
+            except subprocess.TimeoutExpired:
+                watch.kill()
+        out["watch_peak_rss_mb"] = {k: round(v) for k, v in rss.peak.items()}
+        text = Path(log_path).read_text(errors="replace")
+        for bookie, what, seconds in _AFTER.findall(text):
+            if bookie == victim:
+                out[f"loss_to_{what.replace(' ', '_')}_s"] = float(seconds)
+        marked = re.search(r"watch: (\d+) ledgers marked under-replicated", text)
+        out["ledgers_marked"] = int(marked.group(1)) if marked else None
     print(json.dumps(out, indent=1))
     if args.json:
         with args.json.open("a") as f:

@@ -37,7 +37,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -52,16 +51,13 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
-from bench.watch_scale import zk_requests  # noqa: E402
+from bench.watch_scale import seeded_farm, zk_requests  # noqa: E402
 from bklib.audit.engine import scan_dirs  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.meta.stores import open_store  # noqa: E402
 from bklib.states import DEFAULT_LEDGERS_ROOT  # noqa: E402
 from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
-from bklib.testing.scale.harness import running_farm  # noqa: E402
-from bklib.testing.scale.seeder import seed_ledgers  # noqa: E402
-from bklib.testing.zkserver import ZooKeeperServer  # noqa: E402
 from jobs.tables import delta  # noqa: E402
 from jobs.tables.schema import ACTIONS  # noqa: E402
 
@@ -190,86 +186,78 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="copy the logs here at the end")
     args = ap.parse_args()
     out: dict[str, Any] = {"ledgers": args.ledgers, "bookies": args.bookies}
-    with tempfile.TemporaryDirectory(prefix="watch-soak-") as tmp:
-        base = Path(tmp)
-        with (
-            ZooKeeperServer(base / "zk", heap="2g") as zk,
-            running_farm(
-                zk.connect_string, base / "farm", bookies=args.bookies, ledgers=args.ledgers,
-                start_timeout=900,
-            ) as (farm, _),
-        ):  # fmt: skip
-            seed_ledgers(zk.connect_string, farm.plan)
-            every = f"lost={args.reconcile_every:g}s"
-            wh = base / "wh"
-            replicas = [Replica(n, zk.connect_string, wh, base, every) for n in ("a", "b")]
+    with seeded_farm("watch-soak-", args.ledgers, args.bookies) as cluster:
+        base, zk, farm = cluster.base, cluster.zk, cluster.farm
+        every = f"lost={args.reconcile_every:g}s"
+        wh = base / "wh"
+        replicas = [Replica(n, zk.connect_string, wh, base, every) for n in ("a", "b")]
+        for r in replicas:
+            r.start()
+        rss = RssLog(replicas)
+        rss.start()
+        faults: list[tuple[float, str, str]] = []  # (wall time, kind, detail)
+        lost: list[str] = []
+        try:
+            lead = wait_leader(replicas, 1800)
+            while not lead.metrics().get("bkaudit_index_ledgers"):
+                time.sleep(2)
+            t_start = time.monotonic()
+            pid = lead.proc.pid if lead.proc else 0
+            before, c0 = zk_requests(zk, pid), time.monotonic()
+            time.sleep(60)
+            out["idle_zk_requests_per_s"] = round(
+                (zk_requests(zk, pid) - before) / (time.monotonic() - c0), 2
+            )
+            plan = _schedule(args)
+            victims = iter(farm.bookies[i] for i in range(3, len(farm.bookies), 7))
+            for at, kind in plan:
+                wait_s = at - (time.monotonic() - t_start)
+                if wait_s > 0:
+                    time.sleep(wait_s)
+                now = time.time()
+                lead = wait_leader(replicas, 600)
+                if kind == "loss":
+                    victim = next(victims)
+                    lost.append(victim)
+                    farm.stop(victim)
+                    faults.append((now, kind, victim))
+                elif kind == "kill-leader":
+                    assert lead.proc is not None
+                    lead.proc.kill()
+                    lead.proc.wait()
+                    faults.append((now, kind, lead.name))
+                    time.sleep(10)
+                    lead.start()
+                elif kind == "expire-leader":
+                    assert lead.proc is not None
+                    lead.proc.send_signal(signal.SIGSTOP)
+                    time.sleep(SESSION + 5)
+                    lead.proc.send_signal(signal.SIGCONT)
+                    faults.append((now, kind, lead.name))
+                elif kind == "restart-zookeeper":
+                    zk.stop()
+                    zk.start()
+                    faults.append((now, kind, ""))
+                elif kind == "stall-bookie":
+                    stalled = farm.bookies[1]
+                    farm.stall(stalled)
+                    faults.append((now, kind, stalled))
+                    time.sleep(60)
+                    farm.clear(stalled)
+            rest = args.duration - (time.monotonic() - t_start)
+            if rest > 0:
+                time.sleep(rest)
+            out["settle_s"] = round(_settle(zk.connect_string, lost, 3600), 1)
+        finally:
+            rss.stop.set()
             for r in replicas:
-                r.start()
-            rss = RssLog(replicas)
-            rss.start()
-            faults: list[tuple[float, str, str]] = []  # (wall time, kind, detail)
-            lost: list[str] = []
-            try:
-                lead = wait_leader(replicas, 1800)
-                while not lead.metrics().get("bkaudit_index_ledgers"):
-                    time.sleep(2)
-                t_start = time.monotonic()
-                pid = lead.proc.pid if lead.proc else 0
-                before, c0 = zk_requests(zk, pid), time.monotonic()
-                time.sleep(60)
-                out["idle_zk_requests_per_s"] = round(
-                    (zk_requests(zk, pid) - before) / (time.monotonic() - c0), 2
-                )
-                plan = _schedule(args)
-                victims = iter(farm.bookies[i] for i in range(3, len(farm.bookies), 7))
-                for at, kind in plan:
-                    wait_s = at - (time.monotonic() - t_start)
-                    if wait_s > 0:
-                        time.sleep(wait_s)
-                    now = time.time()
-                    lead = wait_leader(replicas, 600)
-                    if kind == "loss":
-                        victim = next(victims)
-                        lost.append(victim)
-                        farm.stop(victim)
-                        faults.append((now, kind, victim))
-                    elif kind == "kill-leader":
-                        assert lead.proc is not None
-                        lead.proc.kill()
-                        lead.proc.wait()
-                        faults.append((now, kind, lead.name))
-                        time.sleep(10)
-                        lead.start()
-                    elif kind == "expire-leader":
-                        assert lead.proc is not None
-                        lead.proc.send_signal(signal.SIGSTOP)
-                        time.sleep(SESSION + 5)
-                        lead.proc.send_signal(signal.SIGCONT)
-                        faults.append((now, kind, lead.name))
-                    elif kind == "restart-zookeeper":
-                        zk.stop()
-                        zk.start()
-                        faults.append((now, kind, ""))
-                    elif kind == "stall-bookie":
-                        stalled = farm.bookies[1]
-                        farm.stall(stalled)
-                        faults.append((now, kind, stalled))
-                        time.sleep(60)
-                        farm.clear(stalled)
-                rest = args.duration - (time.monotonic() - t_start)
-                if rest > 0:
-                    time.sleep(rest)
-                out["settle_s"] = round(_settle(zk.connect_string, lost, 3600), 1)
-            finally:
-                rss.stop.set()
-                for r in replicas:
-                    r.stop()
-            out.update(_results(replicas, faults, rss, wh, args.duration))
-            out["replicas_audit"] = _replicas_audit(zk.connect_string, base)
-            if args.keep:
-                args.keep.mkdir(parents=True, exist_ok=True)
-                for r in replicas:
-                    shutil.copy(r.log, args.keep / r.log.name)
+                r.stop()
+        out.update(_results(replicas, faults, rss, wh, args.duration))
+        out["replicas_audit"] = _replicas_audit(zk.connect_string, base)
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for r in replicas:
+                shutil.copy(r.log, args.keep / r.log.name)
     print(json.dumps(out, indent=1))
     if args.json:
         with args.json.open("a") as f:

@@ -10,11 +10,15 @@ deletion (which names no single key) is a gap, as are the end of the stream and 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+from bklib.errors import BKError
 from bklib.meta.stores.base import ChangeFeed, ChangeListener, GapListener
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BARRIER_ROOT", "OxiaChangeFeed", "under"]
 
@@ -91,7 +95,8 @@ class OxiaChangeFeed(ChangeFeed):
             self._waiting |= set(keys)
         try:
             self._put_markers(keys)
-        except Exception:  # noqa: BLE001 - not delivered: the caller treats its view as stale
+        except BKError as exc:  # unreachable store, lost session: no barrier, so stale
+            log.warning("change feed on %s: barrier markers not written: %s", self.path, exc)
             with self._cond:
                 self._waiting -= set(keys)
             return False
