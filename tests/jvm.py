@@ -5,7 +5,9 @@ than they save there, and so does loading and verifying Spark's and Scala's clas
 every JVM (docs/benchmarks.md, "The suite's CPU"). Java bookies and Pulsar get the quick-start
 options in their own harnesses; production JVMs keep the defaults.
 
-- :data:`TEST_JVM_OPTIONS`: no C2, the serial collector.
+- :data:`TEST_JVM_OPTIONS`: no C2, the serial collector, and C2's code cache size. Without C2
+  the JVM reserves 48 MB for compiled code; a driver running audits for minutes fills it, and
+  the code cache sweeper then spends a core evicting and recompiling.
 - :func:`spark_jvm_options`: those, plus a class-data-sharing archive of the classes a Spark
   driver with Delta Lake loads (JDK's AppCDS, ``-XX:SharedArchiveFile``). The archive is made
   once per Java, pyspark and option set, under ``$BKAUDIT_CACHE/jvm``. A JVM whose class path
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from bklib.maven import cache_dir
 
-TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=240m")
 
 REPO = Path(__file__).resolve().parents[1]
 
