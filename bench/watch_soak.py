@@ -18,10 +18,12 @@ Not yet: a bookie that flaps (the farm cannot bring a stopped identity back).
 Recorded: each fault's reaction (from the watches' own log lines: a loss to its marks and to no
 ledger naming it; a leader's death or expiry to the next ``elected leader``), each watch's RSS
 every ten seconds (the last quarter's peak against the first's), and ZooKeeper's requests per
-second from the leader while nothing happens. At the end: no fragment copied twice (the
-``replication_actions`` rows), no reconciliation difference (the logs of both), no ledger naming
-a lost bookie, and a ``replicas`` audit (every planned entry where the metadata says) that
-finds nothing missing.
+second from the leader while nothing happens (a fault that moved no leadership gets no
+election time). At the end, from the ``replication_actions`` rows: no fragment swapped twice in
+the metadata, and a fragment copied twice only where its first copy's swap was not saved (a
+compare-and-set lost, ZooKeeper gone under it). Also no reconciliation difference (the logs of
+both), no ledger naming a lost bookie, and a ``replicas`` audit (every planned entry where the
+metadata says) that finds nothing missing.
 
     .venv/bin/python bench/watch_soak.py --ledgers 1000000 --bookies 100 --duration 3600 \
         [--loss-every 600] [--reconcile-every 1200] [--json FILE] [--keep DIR]
@@ -41,6 +43,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -55,7 +58,7 @@ from bench.watch_scale import seeded_farm, zk_requests  # noqa: E402
 from bklib.audit.engine import scan_dirs  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.meta.stores import open_store  # noqa: E402
-from bklib.states import DEFAULT_LEDGERS_ROOT  # noqa: E402
+from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus  # noqa: E402
 from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
 from jobs.tables import delta  # noqa: E402
@@ -167,10 +170,13 @@ def stamped(path: Path) -> list[tuple[float, str]]:
     return out
 
 
-def first_after(lines: list[tuple[float, str]], t: float, pattern: str) -> float | None:
+def first_after(
+    lines: list[tuple[float, str]], t: float, pattern: str, until: float = float("inf")
+) -> float | None:
+    """Seconds from ``t`` to the first line matching ``pattern`` before ``until``."""
     rx = re.compile(pattern)
     for ts, line in lines:
-        if ts >= t and rx.search(line):
+        if t <= ts < until and rx.search(line):
             return ts - t
     return None
 
@@ -300,16 +306,19 @@ def _results(
 ) -> dict[str, Any]:  # fmt: skip
     lines = sorted(line for r in replicas for line in stamped(r.log))
     reactions = []
-    for t, kind, detail in faults:
+    for i, (t, kind, detail) in enumerate(faults):
         row: dict[str, Any] = {"fault": kind, "detail": detail}
+        # A fault that moved no leadership (ZooKeeper back within the sessions' timeout, a
+        # stalled bookie) must not be credited with the next fault's election.
+        until = faults[i + 1][0] if i + 1 < len(faults) else float("inf")
         if kind == "loss":
             b = re.escape(detail)
             row["marked_s"] = first_after(lines, t, rf"bookie {b}: marked")
             row["first_copy_s"] = first_after(lines, t, rf"bookie {b}: first copy")
             row["no_ledger_names_it_s"] = first_after(lines, t, rf"bookie {b}: no ledger names")
         else:
-            row["elected_s"] = first_after(lines, t, r"elected leader")
-            row["index_built_s"] = first_after(lines, t, r"bookie index built")
+            row["elected_s"] = first_after(lines, t, r"elected leader", until)
+            row["index_built_s"] = first_after(lines, t, r"bookie index built", until)
         reactions.append(row)
     quarter = duration / 4
     peaks: dict[str, Any] = {}
@@ -318,21 +327,45 @@ def _results(
         first = max((mb for t, mb in mine if t <= quarter), default=0.0)
         last = max((mb for t, mb in mine if t >= rss_end(rss) - quarter), default=0.0)
         peaks[name] = {"first_quarter_peak_mb": round(first), "last_quarter_peak_mb": round(last)}
-    copies = [
-        (a["ledger_id"], a["segment_first_entry_id"], a["old_bookie"])
-        for a in delta.read_rows(str(wh), ACTIONS)
-        if a["action"] == "COPY" and a["status"] == "DONE"
-    ]
-    twice = [k for k, n in Counter(copies).items() if n > 1]
+    copies, swaps = _copies_and_swaps(delta.read_rows(str(wh), ACTIONS))
+    twice = [k for k, n in copies.items() if n > 1]
     differences = sum(line.count("bookie index differs from the scan") for _, line in lines)
     return {
         "reactions": reactions,
         "rss": peaks,
-        "fragments_copied": len(copies),
+        "fragments_copied": sum(copies.values()),
         "fragments_copied_twice": len(twice),
+        # A copy is done again only when the first one's swap was not saved (its compare-and-
+        # set failed, or ZooKeeper went away under it): copying is idempotent, swapping twice
+        # would not be.
+        "copied_twice_after_an_unsaved_swap": sum(swaps[k] < copies[k] for k in twice),
+        "fragments_swapped_twice": sum(n > 1 for n in swaps.values()),
         "reconciliation_differences": differences,
         "reconciliations": sum("reconciliation:" in line for _, line in lines),
     }
+
+
+Fragment = tuple[int, int, str]
+"""(ledger, segment's first entry, the bookie replaced)."""
+
+
+def _copies_and_swaps(
+    actions: Iterable[dict[str, Any]],
+) -> tuple[Counter[Fragment], Counter[Fragment]]:
+    """How often each fragment was copied, and how often its swap was saved in the metadata
+    (``replication_actions``' COPY and METADATA_UPDATE rows that are DONE)."""
+    copies: Counter[Fragment] = Counter()
+    swaps: Counter[Fragment] = Counter()
+    for a in actions:
+        if a["status"] != ActionStatus.DONE:
+            continue
+        key = (a["ledger_id"], a["segment_first_entry_id"])
+        if a["action"] == ActionKind.COPY:
+            copies[(*key, a["old_bookie"])] += 1
+        elif a["action"] == ActionKind.METADATA_UPDATE:
+            for old in (a["old_bookie"] or "").split(","):
+                swaps[(*key, old)] += 1
+    return copies, swaps
 
 
 def rss_end(rss: RssLog) -> float:
