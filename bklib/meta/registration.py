@@ -53,6 +53,25 @@ def _read_one(zk: MetadataStore, path: str, bookie_id: str, readonly: bool) -> B
         return BookieRegistration(bookie_id, readonly, None, f"{path}: {exc}")
 
 
+def _children(zk: MetadataStore, path: str) -> list[str]:
+    try:
+        return zk.children(path)
+    except KeyNotFound:
+        return []
+
+
+def registered_ids(
+    store: MetadataStore | KazooClient, root: str = DEFAULT_LEDGERS_ROOT
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The writable and the read-only bookie ids: the children of ``available`` and of
+    ``available/readonly``, without their data. Two requests whatever the number of bookies,
+    as BookKeeper's ``Auditor`` learns the bookie set (``BookieWatcher.getBookies``)."""
+    zk = as_store(store)
+    avail = paths.join(root, "available")
+    writable = frozenset(c for c in _children(zk, avail) if c != "readonly")
+    return writable, frozenset(_children(zk, paths.join(avail, "readonly")))
+
+
 def list_bookies(
     store: MetadataStore | KazooClient, root: str = DEFAULT_LEDGERS_ROOT
 ) -> BookieRegistry:
@@ -60,31 +79,19 @@ def list_bookies(
     zk = as_store(store)
     avail = paths.join(root, "available")
     stat = zk.exists(avail)
-    try:
-        children = zk.children(avail)
-    except KeyNotFound:
+    if stat is None:
         return BookieRegistry()
-    writable: dict[str, BookieRegistration] = {}
-    for child in children:
-        if child == "readonly":
-            continue
-        try:
-            writable[child] = _read_one(zk, paths.join(avail, child), child, False)
-        except KeyNotFound:  # went away while we listed
-            continue
-    readonly: dict[str, BookieRegistration] = {}
-    ro_path = paths.join(avail, "readonly")
-    try:
-        ro_children = zk.children(ro_path)
-    except KeyNotFound:
-        ro_children = []
-    for child in ro_children:
-        try:
-            readonly[child] = _read_one(zk, paths.join(ro_path, child), child, True)
-        except KeyNotFound:
-            continue
-    cversion = stat.child_version if stat is not None and stat.child_version is not None else -1
-    return BookieRegistry(writable, readonly, cversion)
+    writable_ids, readonly_ids = registered_ids(zk, root)
+    found: dict[bool, dict[str, BookieRegistration]] = {False: {}, True: {}}
+    for readonly, ids in ((False, writable_ids), (True, readonly_ids)):
+        parent = paths.join(avail, "readonly") if readonly else avail
+        for child in sorted(ids):
+            try:
+                found[readonly][child] = _read_one(zk, paths.join(parent, child), child, readonly)
+            except KeyNotFound:  # went away while we listed
+                continue
+    cversion = stat.child_version if stat.child_version is not None else -1
+    return BookieRegistry(found[False], found[True], cversion)
 
 
 def delete_cookie(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from bklib.meta import paths
 from bklib.meta.cluster import MetadataDriver
 from bklib.meta.formats import PULSAR_AUDITOR_LEADER, decode_pulsar_leader
-from bklib.meta.registration import list_bookies
+from bklib.meta.registration import registered_ids
 from bklib.meta.stores import KeyNotFound, MetadataStore, SessionState
 from bklib.meta.underreplication import UnderReplicationManager
 
@@ -131,16 +131,17 @@ class ClusterWatcher:
                 self.zk.watch_children(path, changed)
 
     def snapshot(self, with_marks: bool = True) -> ClusterSnapshot:
-        """Read the registrations, the flags and (optionally) the marks now."""
-        reg = list_bookies(self.zk, self.root)
+        """Read the registrations, the flags and (optionally) the marks now. Only the bookies'
+        names: their data is not read, so an idle cycle's requests do not grow with them."""
+        writable, readonly = registered_ids(self.zk, self.root)
         marked = (
             {m.ledger_id: m.missing_replicas for m in self.urm.list_underreplicated()}
             if with_marks
             else {}
         )
         return ClusterSnapshot(
-            writable=frozenset(reg.writable),
-            readonly=frozenset(reg.readonly),
+            writable=writable,
+            readonly=readonly,
             delay_znode=self._delay(),
             disabled=not self.urm.is_replication_enabled(),
             auditor=java_auditor(self.zk, self.root),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from bklib.meta.registration import list_bookies
+from bklib.meta.registration import list_bookies, registered_ids
 from bklib.meta.store import LedgerStore
 from bklib.testing.sandbox import Sandbox
 from bklib.testing.zkclient import connect
@@ -24,8 +24,16 @@ def test_sandbox_in_a_chroot_registers_bookies_and_survives_restart(tmp_path, zk
             victim = sb.bookie_ids[1]
             sb.stop_bookie(victim)
             assert victim not in list_bookies(zk).writable
+            # The names alone, as the watch reads them every cycle: the same set.
+            others = frozenset(b for b in sb.bookie_ids if b != victim)
+            assert registered_ids(zk) == (others, frozenset())
+            zk.ensure_path("/ledgers/available/readonly/" + victim)
+            assert registered_ids(zk) == (others, frozenset({victim}))
+            assert set(list_bookies(zk).readonly) == {victim}
+            zk.delete("/ledgers/available/readonly/" + victim)
             sb.restart_bookie(victim)
             assert victim in list_bookies(zk).writable
+            assert registered_ids(zk) == (frozenset(sb.bookie_ids), frozenset())
         finally:
             zk.stop()
             zk.close()
