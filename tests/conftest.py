@@ -25,6 +25,7 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
 
 
 HEAVY_FIRST = (
+    "tests/objectstore/test_s3_writers.py",
     "tests/deploy/test_images.py",
     "tests/deploy/test_spark_standalone.py",
     "tests/pulsar/test_pulsar_repair.py",
@@ -33,9 +34,11 @@ HEAVY_FIRST = (
     "tests/integration/test_watch.py",
     "tests/pulsar/test_oxia_java.py",
     "tests/integration/test_demo.py",
+    "tests/objectstore/test_s3_story.py",
     "tests/integration/test_install_line.py",
     "tests/integration/test_stores_differential.py",
     "tests/integration/test_secret_scan.py",
+    "tests/objectstore/test_s3_faults.py",
     "tests/report/test_notebook.py",
     "tests/integration/test_audit_replicas.py",
 )
