@@ -148,7 +148,6 @@ def main() -> None:
         base, zk, farm, farm_proc = cluster.base, cluster.zk, cluster.farm, cluster.proc
         out["seed_s"] = cluster.seed_s
         print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
-        print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
         victim = farm.bookies[len(farm.bookies) // 2]
         naming = {lid for lid, _ in farm.plan.segments_naming(victim)}
         out["victim_ledgers"] = len(naming)

@@ -11,18 +11,20 @@ of the run:
 - the leader killed with SIGKILL (restarted ten seconds later, as a pod would be);
 - the leader's ZooKeeper session expired (SIGSTOP past its session timeout, then SIGCONT);
 - ZooKeeper restarted (stopped and started on the same port and data);
-- a bookie that stalls for a minute (the farm drops its requests), then answers again.
-
-Not yet: a bookie that flaps (the farm cannot bring a stopped identity back).
+- a bookie that stalls for a minute (the farm drops its requests), then answers again;
+- a bookie that flaps: stopped, then started again ``FLAP_DOWN`` seconds later on the same
+  port with its entries (after the watch has marked its ledgers and started their repair).
 
 Recorded: each fault's reaction (from the watches' own log lines: a loss to its marks and to no
-ledger naming it; a leader's death or expiry to the next ``elected leader``), each watch's RSS
+ledger naming it; a leader's death or expiry to the next ``elected leader``; a flap to its
+marks and to its repair stopping), each watch's RSS
 every ten seconds (the last quarter's peak against the first's), and ZooKeeper's requests per
 second from the leader while nothing happens (a fault that moved no leadership gets no
 election time). At the end, from the ``replication_actions`` rows: no fragment swapped twice in
 the metadata, and a fragment copied twice only where its first copy's swap was not saved (a
 compare-and-set lost, ZooKeeper gone under it). Also no reconciliation difference (the logs of
-both), no ledger naming a lost bookie, and a ``replicas`` audit (every planned entry where the
+both), no ledger naming a lost bookie, no mark left standing (a flap's are checked and
+cleared), and a ``replicas`` audit (every planned entry where the
 metadata says) that finds nothing missing.
 
     .venv/bin/python bench/watch_soak.py --ledgers 1000000 --bookies 100 --duration 3600 \
@@ -58,6 +60,7 @@ from bench.watch_scale import seeded_farm, zk_requests  # noqa: E402
 from bklib.audit.engine import scan_dirs  # noqa: E402
 from bklib.meta.store import LedgerStore  # noqa: E402
 from bklib.meta.stores import open_store  # noqa: E402
+from bklib.meta.underreplication import UnderReplicationManager  # noqa: E402
 from bklib.states import DEFAULT_LEDGERS_ROOT, ActionKind, ActionStatus  # noqa: E402
 from bklib.testing.metrics_page import samples  # noqa: E402
 from bklib.testing.ports import free_port  # noqa: E402
@@ -65,6 +68,8 @@ from jobs.tables import delta  # noqa: E402
 from jobs.tables.schema import ACTIONS  # noqa: E402
 
 SESSION = 10.0
+FLAP_DOWN = 30.0
+"""Seconds a flapping bookie is gone: past the marks of its ledgers at a million (about 13 s)."""
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
@@ -250,10 +255,17 @@ def main() -> None:
                     faults.append((now, kind, stalled))
                     time.sleep(60)
                     farm.clear(stalled)
+                elif kind == "flap-bookie":
+                    flapping = farm.bookies[2]
+                    farm.stop(flapping)
+                    faults.append((now, kind, flapping))
+                    time.sleep(FLAP_DOWN)
+                    farm.start(flapping)
             rest = args.duration - (time.monotonic() - t_start)
             if rest > 0:
                 time.sleep(rest)
             out["settle_s"] = round(_settle(zk.connect_string, lost, 3600), 1)
+            out["marks_left"] = _marks_left(zk.connect_string, 600)
         finally:
             rss.stop.set()
             for r in replicas:
@@ -275,6 +287,7 @@ def _schedule(args: argparse.Namespace) -> list[tuple[float, str]]:
     plan = [(t, "loss") for t in _range(60.0, d - 60.0, args.loss_every)]
     plan += [(0.2 * d, "kill-leader"), (0.35 * d, "expire-leader")]
     plan += [(0.5 * d, "restart-zookeeper"), (0.65 * d, "stall-bookie")]
+    plan += [(0.8 * d, "flap-bookie")]
     return sorted(plan)
 
 
@@ -300,6 +313,19 @@ def _settle(zk: str, lost: list[str], timeout: float) -> float:
     raise SystemExit(f"ledgers still name a lost bookie after {timeout:.0f}s")
 
 
+def _marks_left(zk: str, timeout: float) -> int:
+    """Marks still standing once the cluster settled, after waiting up to ``timeout`` seconds
+    for the leader's check of the marks no loss explains (a flap's)."""
+    deadline = time.monotonic() + timeout
+    with open_store(zk, timeout=30) as store:
+        urm = UnderReplicationManager(store, DEFAULT_LEDGERS_ROOT)
+        while True:
+            left = sum(1 for _ in urm.list_underreplicated())
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(10)
+
+
 def _results(
     replicas: list[Replica], faults: list[tuple[float, str, str]], rss: RssLog, wh: Path,
     duration: float,
@@ -316,6 +342,10 @@ def _results(
             row["marked_s"] = first_after(lines, t, rf"bookie {b}: marked")
             row["first_copy_s"] = first_after(lines, t, rf"bookie {b}: first copy")
             row["no_ledger_names_it_s"] = first_after(lines, t, rf"bookie {b}: no ledger names")
+        elif kind == "flap-bookie":
+            b = re.escape(detail)
+            row["marked_s"] = first_after(lines, t, rf"bookie {b}: marked", until)
+            row["repair_stopped_s"] = first_after(lines, t, rf"bookie {b} registered again", until)
         else:
             row["elected_s"] = first_after(lines, t, r"elected leader", until)
             row["index_built_s"] = first_after(lines, t, r"bookie index built", until)

@@ -96,7 +96,7 @@ def audit_config(cfg: WatchConfig, check: str) -> AuditConfig:
     return config
 
 
-def repair_config(cfg: WatchConfig, audit_run_id: str) -> RepairConfig:
+def repair_config(cfg: WatchConfig, audit_run_id: str | None) -> RepairConfig:
     """The configuration of the watch's repair of the findings of ``audit_run_id``, in this
     process: a stop or a lost leadership waits only for the ledgers in flight."""
     return RepairConfig(

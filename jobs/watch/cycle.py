@@ -35,6 +35,11 @@ __all__ = ["Cycle"]
 
 log = logging.getLogger("jobs.watch")
 
+MARKS_RECHECK = 60.0
+"""Seconds between checks of the marks no loss explains that a check left standing (a silent
+bookie, a copy that failed): BookKeeper's ReplicationWorker, too, comes back to a marked
+ledger it could not finish after a back-off."""
+
 
 class Cycle:
     """The leader's decisions from one cycle to the next: the loss tracker, the schedule and
@@ -59,6 +64,8 @@ class Cycle:
         self.tracker = LossTracker()
         self.schedule = schedule or Schedule(dict(config.every))
         self.retry_at = 0.0
+        self.verify_marks_at = 0.0
+        """When marks no loss explains are next checked (:meth:`_marks_unexplained`)."""
         self.lost_sessions_seen = 0
         self.audits = WatchAudits(config, metrics, health, warehouse, self.schedule, watcher.zk)
         self.index = WatchIndex(
@@ -125,7 +132,7 @@ class Cycle:
         and audit the lost bookies now (as the Auditor's bookie check does at start)."""
         self.leadership.begin_term(self.cfg.instance_id)
         self.tracker = LossTracker()
-        self.retry_at = 0.0
+        self.retry_at = self.verify_marks_at = 0.0
         history = self.warehouse.history(self.schedule)
         self.audits.first_seen = history.first_seen
         if history.no_replica is not None:
@@ -185,6 +192,11 @@ class Cycle:
             self.leadership.confirm()
             self.respond(check, snap, scheduled=True)
             acted = True
+        if not acted and self._marks_unexplained(snap, now):
+            self.leadership.confirm()
+            self.repair.verify_marks(sorted(snap.marked))
+            self.verify_marks_at = time.monotonic() + MARKS_RECHECK
+            acted = True
         if not acted and self.index.rebuild_due(time.monotonic()):
             # The feed broke on a quiet cluster: rebuild now (a full lost audit, acted on as
             # the schedule's), not at the next loss, which would then wait for the scan.
@@ -209,6 +221,18 @@ class Cycle:
         if nxt is not None:
             wakes.append(now + (nxt - time.time()))
         return max(0.0, min(wakes) - now)
+
+    def _marks_unexplained(self, snap: ClusterSnapshot, now: float) -> bool:
+        """Marks stand, and no lost bookie explains them: none is due, none is waiting for
+        the delay (a mark naming a bookie within its delay is left until it is due or back).
+        They are checked at once, then at most every :data:`MARKS_RECHECK` seconds."""
+        return bool(
+            snap.marked
+            and not snap.disabled
+            and not self.tracker.due
+            and not self.tracker.pending
+            and now >= self.verify_marks_at
+        )
 
     def respond(self, check: str, snap: ClusterSnapshot, scheduled: bool = False) -> None:
         """Audit ``check``; publish marks for what is due; repair it; for a scheduled check

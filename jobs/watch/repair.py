@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from bklib.repair.requests import requests_from_findings
-from bklib.states import ActionStatus, Executor, RepairMode
+from bklib.repair.requests import LedgerRequest, mark_requests, requests_from_findings
+from bklib.states import ActionStatus, Executor, Reason, RepairMode
 from jobs.runs.repair_run import RepairConfig, stamp
 from jobs.runtime.messages import one_line
 from jobs.tables.runs import new_run_id
@@ -20,6 +20,7 @@ from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import Leadership
 from jobs.watch.metrics import WatchMetrics
+from jobs.watch.returned import ReturnedBookies
 from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterWatcher
 
@@ -72,21 +73,48 @@ class WatchRepair:
     ) -> list[dict[str, Any]]:
         """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
         or a lost leadership waits only for the ledgers in flight); the actions it wrote.
-        ``first_done`` is called once, when the first ledger's copy is done."""
+        ``first_done`` is called once, when the first ledger's copy is done. Once a bookie
+        lost in ``rows`` is registered again, no more ledgers start: its data is readable
+        again, and the marks left are verified later (:meth:`verify_marks`)."""
+        reqs = requests_from_findings(rows, self.no_replica)
+        lost = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
+        back = ReturnedBookies(self.watcher, lost, self.cfg.poll_interval)
+        return self._run(reqs, audit_run_id, first_done, back)
+
+    def verify_marks(self, ledger_ids: Iterable[int]) -> list[dict[str, Any]]:
+        """Check each marked ledger no loss explains, as BookKeeper's ReplicationWorker does
+        with every mark: one whose bookies are gone is repaired, one that checks healthy has
+        its mark cleared, one with a silent bookie keeps it (:class:`~bklib.repair.worker.
+        LedgerRepairer`, ``verify_mark``). The marks a bookie that came back left behind, or
+        a repair cut off, end here."""
+        reqs = mark_requests(ledger_ids, ())
+        log.info("watch: %d marked ledgers that no lost bookie explains: checking each", len(reqs))
+        return self._run(reqs, None, None, None)
+
+    def _run(
+        self,
+        reqs: list[LedgerRequest],
+        audit_run_id: str | None,
+        first_done: Callable[[], None] | None,
+        back: ReturnedBookies | None,
+    ) -> list[dict[str, Any]]:
         from jobs.runs.repair_partition import repair_partition
 
-        cfg = self.cfg
-        reqs = requests_from_findings(rows, self.no_replica)
-        config = repair_config(cfg, audit_run_id)
+        config = repair_config(self.cfg, audit_run_id)
         run_id = new_run_id()
-        log.info("watch: repair %s: %d ledgers (audit %s)", run_id, len(reqs), audit_run_id)
+        why = f"audit {audit_run_id}" if audit_run_id else "marks verified"
+        log.info("watch: repair %s: %d ledgers (%s)", run_id, len(reqs), why)
         out: list[dict[str, Any]] = []
+
+        def proceed() -> bool:
+            return self.leadership.may_proceed() and not (back is not None and back())
+
         # One session and one bookie client for the whole repair; leadership is asked before
         # each ledger starts, so a stop or a lost leadership waits only for those in flight.
         try:
             self.leadership.confirm()
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
-            for actions in repair_partition(config, session, reqs, self.leadership.may_proceed):
+            for actions in repair_partition(config, session, reqs, proceed):
                 out.extend(actions)
                 if first_done is not None and any(
                     a["status"] == ActionStatus.DONE for a in actions

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bklib.meta.registration import registered_ids
+from bklib.meta.stores import open_store
 from bklib.proto import protocol_pb2 as pb
 from bklib.testing.scale.farm import FarmClient
 from bklib.testing.scale.harness import running_farm
@@ -160,3 +162,35 @@ def test_java_client_reads_and_recovers_planned_ledgers(
             assert reply["metadata"]["state"] == "CLOSED", reply
             assert reply["metadata"]["lastEntryId"] == lp.entries - 1, reply
             assert got == [payload(lp.ledger_id, e) for e in range(lp.entries)], java.log_tail()
+
+
+def test_a_stopped_identity_comes_back_on_its_port_with_its_entries(
+    farm_zk: tuple[str, FarmClient],
+) -> None:
+    """A bookie that flaps (bench/watch_soak.py's fault): stopped, its registration goes and
+    its port refuses; started again, it is registered on the same port and serves the entries
+    it held, and one added while it ran stays."""
+    zk, farm = farm_zk
+    bookie = farm.bookies[5]
+    host, port = bookie.rsplit(":", 1)
+    lp = next(lp for lp in farm.plan if lp.metadata.is_closed and lp.entries_on(bookie))
+    entry = lp.entries_on(bookie)[0]
+    with RawClient((host, int(port))) as c:
+        extra = lp.entry_body(lp.entries)  # a repair's copy of an entry past the plan
+        added = c.call(RawClient.add_req(lp.ledger_id, lp.entries, extra, key=MASTER_KEY))
+        assert added.addResponse.status == pb.EOK, added
+    with open_store(zk) as store:
+        farm.stop(bookie)
+        writable, _ = registered_ids(store)
+        assert bookie not in writable and farm.status()[bookie]["stopped"]
+        with pytest.raises(OSError):
+            RawClient((host, int(port)), timeout=2.0)
+        farm.start(bookie)
+        writable, _ = registered_ids(store)
+        assert bookie in writable and not farm.status()[bookie]["stopped"]
+    with RawClient((host, int(port))) as c:
+        first = c.call(RawClient.read_req(lp.ledger_id, entry))
+        assert first.readResponse.status == pb.EOK, first
+        assert first.readResponse.body == lp.entry_body(entry)
+        kept = c.call(RawClient.read_req(lp.ledger_id, lp.entries))
+        assert kept.readResponse.status == pb.EOK and kept.readResponse.body == extra, kept

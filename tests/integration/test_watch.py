@@ -1,7 +1,7 @@
 """``bkaudit watch`` as a real subprocess on a real sandbox: a bookie killed -9 is repaired
-with nothing typed, a bookie back within the delay costs nothing, a killed leader's standby
-finishes, the disable flag pauses, SIGTERM mid-copy exits cleanly, and the metrics agree with
-the Delta tables."""
+with nothing typed, a bookie back within the delay costs nothing, a bookie back mid-repair
+stops it and its marks are cleared, a killed leader's standby finishes, the disable flag
+pauses, SIGTERM mid-copy exits cleanly, and the metrics agree with the Delta tables."""
 
 from __future__ import annotations
 
@@ -252,6 +252,44 @@ def test_bookie_back_within_the_delay_costs_nothing(tmp_path: Path, zk_chroot: s
         assert marks(c) == []
         assert {lid: c.store.read_ledger(lid).value for lid in ids} == before
     assert rows(wh, ACTIONS) == []
+
+
+def test_bookie_back_mid_repair_stops_it_and_its_marks_are_cleared(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    """A bookie that flaps past the delay: lost, marked and being repaired, then registered
+    again with its data. No more of its ledgers are copied, and the marks the cut-off repair
+    left are checked (every entry read back) and cleared, as a ReplicationWorker clears
+    them."""
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
+        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
+        with watching(c.zk, wh, tmp_path, "w1", *slow) as w:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(victim)
+            wait_for(lambda: len(marks(c)) == len(ids) and locked(c), 60, "marks, a copy", w)
+            c.sandbox.bookie(victim).start()
+            c.sandbox.wait_registered([victim])
+            wait_for(lambda: not marks(c) and not locked(c), 60, "the marks cleared", w)
+            wait_for(lambda: w.metrics().get('bkaudit_bookies{state="lost"}') == 0, 20, "back", w)
+            log = w.log.read_text()
+        assert f"bookie {victim} registered again: its repair stops" in log, w.tail()
+        still = naming(c, ids, victim)
+        assert still, "every ledger was moved: the repair did not stop"
+        # The moved ones on their new bookie, the others on the victim; the open ledger, when
+        # not reached, is left open (its writer's bookie is back: nothing to fence for).
+        for lid in ids:
+            if c.store.read_ledger(lid).value.is_closed:
+                assert_fully_replicated(c.store, c.client, lid)
+    actions = rows(wh, ACTIONS)
+    copied = {a["ledger_id"] for a in actions if a["action"] == "COPY" and a["status"] == "DONE"}
+    assert copied and not copied & set(still), (copied, still)
+    cleared = {a["ledger_id"] for a in actions if a["action"] == "CLEAR_MARK"}
+    assert set(still) <= cleared and all(
+        a["status"] == "DONE" for a in actions if a["action"] == "CLEAR_MARK"
+    ), actions
 
 
 def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, store_locator: str) -> None:

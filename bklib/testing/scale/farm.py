@@ -11,8 +11,8 @@ real bookie and what it does not is in docs/scale.md.
 
 Once every identity is up it writes ``DIR/farm.json`` (``bookies``, ``admin_port``, ``ledgers``,
 ``seed``); :class:`FarmClient` reads it. The admin port takes one JSON command per line
-(bklib.bookie.faults' protocol): ``status``, ``stop``, ``stall``, ``fail``, ``clear`` and
-``damage``, each naming its ``bookie``.
+(bklib.bookie.faults' protocol): ``status``, ``stop``, ``start``, ``stall``, ``fail``,
+``clear`` and ``damage``, each naming its ``bookie``.
 """
 
 from __future__ import annotations
@@ -155,6 +155,24 @@ class BookieFarm:
         ident.sock.close()
         log.warning("bookie farm: identity %s stopped", bookie_id)
 
+    async def start_identity(self, bookie_id: str) -> None:
+        """As a stopped bookie process started again (a bookie that flaps): the same port and
+        entries, a new session, the registration back. An identity not stopped is left as
+        it is."""
+        ident = self._identity(bookie_id)
+        if not ident.stopped:
+            return
+        host, port = bookie_id.rsplit(":", 1)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        ident.sock = sock
+        ident.server = BookieServer(ident.storage, name=bookie_id, faults=ident.faults)
+        await ident.server.start(sock)
+        await asyncio.get_running_loop().run_in_executor(None, self._register, ident)
+        ident.stopped = False
+        log.warning("bookie farm: identity %s started again", bookie_id)
+
     async def stop(self) -> None:
         """Stop every identity and the admin port, then close the journal."""
         for bookie_id in list(self.identities):
@@ -185,6 +203,10 @@ class BookieFarm:
             await self.stop_identity(str(cmd["bookie"]))
             return {}
 
+        async def start(cmd: dict[str, Any]) -> dict[str, Any]:
+            await self.start_identity(str(cmd["bookie"]))
+            return {}
+
         async def stall(cmd: dict[str, Any]) -> dict[str, Any]:
             rule = FaultRule(action="drop")
             return {"id": self._identity(str(cmd["bookie"])).faults.add(rule)}
@@ -208,6 +230,7 @@ class BookieFarm:
             "ping": status,
             "status": status,
             "stop": stop,
+            "start": start,
             "stall": stall,
             "fail": fail,
             "clear": clear,
@@ -227,6 +250,10 @@ class FarmClient:
     def stop(self, bookie: str) -> None:
         """Stop one identity: registration gone, port closed."""
         self.admin.call("stop", bookie=bookie)
+
+    def start(self, bookie: str) -> None:
+        """Start a stopped identity again: same port and entries, registered anew."""
+        self.admin.call("start", bookie=bookie)
 
     def stall(self, bookie: str) -> None:
         """Make one identity accept requests and never answer them."""
