@@ -12,6 +12,7 @@ after ``--max-failed-cycles`` failed cycles in a row (docs/watch.md, "Metrics an
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from jobs.watch.decide import LossTracker, Schedule
 from jobs.watch.election import Leadership, Stopped
 from jobs.watch.http_server import Health
 from jobs.watch.index import WatchIndex
+from jobs.watch.loss_changes import LossChanges
 from jobs.watch.metrics import REACTION_STAGES, WatchMetrics
 from jobs.watch.repair import WatchRepair
 from jobs.watch.spool import SpoolError
@@ -62,6 +64,8 @@ class Cycle:
         self.leadership = leadership
         self.warehouse = warehouse
         self.tracker = LossTracker()
+        self.tracker_lock = threading.Lock()
+        """Held while a repair's :class:`LossChanges` feeds the tracker from its threads."""
         self.schedule = schedule or Schedule(dict(config.every))
         self.retry_at = 0.0
         self.verify_marks_at = 0.0
@@ -194,8 +198,11 @@ class Cycle:
             acted = True
         if not acted and self._marks_unexplained(snap, now):
             self.leadership.confirm()
-            self.repair.verify_marks(sorted(snap.marked))
+            changes = self._changes(frozenset(), delay)
+            self.repair.verify_marks(sorted(snap.marked), changes)
             self.verify_marks_at = time.monotonic() + MARKS_RECHECK
+            if changes.changed:
+                self.retry_at = 0.0
             acted = True
         if not acted and self.index.rebuild_due(time.monotonic()):
             # The feed broke on a quiet cluster: rebuild now (a full lost audit, acted on as
@@ -221,6 +228,17 @@ class Cycle:
         if nxt is not None:
             wakes.append(now + (nxt - time.time()))
         return max(0.0, min(wakes) - now)
+
+    def _changes(self, repairing: frozenset[str], delay: float) -> LossChanges:
+        """What a repair asks before each ledger: have the lost bookies changed?"""
+        return LossChanges(
+            self.watcher,
+            self.tracker,
+            self.tracker_lock,
+            repairing=repairing,
+            delay=delay,
+            every=self.cfg.poll_interval,
+        )
 
     def _marks_unexplained(self, snap: ClusterSnapshot, now: float) -> bool:
         """Marks stand, and no lost bookie explains them: none is due, none is waiting for
@@ -271,14 +289,20 @@ class Cycle:
             self.retry_at = now + self.cfg.retry_interval
             return
         copying = {r["bookie_id"] for r in rows}
+        repairing = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
+        changes = self._changes(repairing, self._delay(snap))
         actions = self.repair.repair(
-            rows, job.run.run_id, first_done=lambda: self._reacted("first_copy", copying)
+            rows,
+            job.run.run_id,
+            first_done=lambda: self._reacted("first_copy", copying),
+            changed=changes,
         )
         progressed = any(a["status"] == ActionStatus.DONE for a in actions)
         pending = any(a["status"] not in ActionStatus.FINAL for a in actions)
-        # All done: re-audit at once (the next cycle's audit is the re-audit); otherwise retry
-        # after the interval (grace period, locks held elsewhere, failures).
-        done = progressed and not pending
+        # All done, or the lost bookies changed: decide again at once (the next cycle's audit
+        # is the re-audit); otherwise retry after the interval (grace period, locks held
+        # elsewhere, failures).
+        done = (progressed and not pending) or changes.changed
         self.retry_at = 0.0 if done else time.monotonic() + self.cfg.retry_interval
         if scheduled and check != Check.LOST:
             self.leadership.confirm()
@@ -323,16 +347,18 @@ class Cycle:
     def _reacted(self, stage: str, bookies: set[str]) -> None:
         """Time a stage of the reaction to each due bookie in ``bookies``, once per loss."""
         now = time.monotonic()
+        with self.tracker_lock:  # a repair's threads may be feeding the tracker (LossChanges)
+            due = dict(self.tracker.due)
         seen = self.reacted[stage]
-        seen &= set(self.tracker.due)  # a bookie resolved or back is forgotten
-        for b in sorted(bookies & set(self.tracker.due) - seen):
-            self.metrics.reaction.labels(stage).observe(now - self.tracker.due[b])
+        seen &= set(due)  # a bookie resolved or back is forgotten
+        for b in sorted(bookies & set(due) - seen):
+            self.metrics.reaction.labels(stage).observe(now - due[b])
             seen.add(b)
             log.info(
                 "watch: bookie %s: %s %.1fs after its loss",
                 b,
                 stage.replace("_", " "),
-                now - self.tracker.due[b],
+                now - due[b],
             )
 
     def _actionable(self, f: Any) -> bool:

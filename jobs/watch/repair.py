@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bklib.repair.requests import LedgerRequest, mark_requests, requests_from_findings
-from bklib.states import ActionStatus, Executor, Reason, RepairMode
+from bklib.states import ActionStatus, Executor, RepairMode
 from jobs.runs.repair_run import RepairConfig, stamp
 from jobs.runtime.messages import one_line
 from jobs.tables.runs import new_run_id
@@ -20,7 +20,6 @@ from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import Leadership
 from jobs.watch.metrics import WatchMetrics
-from jobs.watch.returned import ReturnedBookies
 from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterWatcher
 
@@ -70,18 +69,19 @@ class WatchRepair:
         rows: list[dict[str, Any]],
         audit_run_id: str,
         first_done: Callable[[], None] | None = None,
+        changed: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
         or a lost leadership waits only for the ledgers in flight); the actions it wrote.
-        ``first_done`` is called once, when the first ledger's copy is done. Once a bookie
-        lost in ``rows`` is registered again, no more ledgers start: its data is readable
-        again, and the marks left are verified later (:meth:`verify_marks`)."""
+        ``first_done`` is called once, when the first ledger's copy is done. Once
+        ``changed`` says the lost bookies changed (:class:`~jobs.watch.loss_changes.
+        LossChanges`), no more ledgers start either."""
         reqs = requests_from_findings(rows, self.no_replica)
-        lost = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
-        back = ReturnedBookies(self.watcher, lost, self.cfg.poll_interval)
-        return self._run(reqs, audit_run_id, first_done, back)
+        return self._run(reqs, audit_run_id, first_done, changed)
 
-    def verify_marks(self, ledger_ids: Iterable[int]) -> list[dict[str, Any]]:
+    def verify_marks(
+        self, ledger_ids: Iterable[int], changed: Callable[[], bool] | None = None
+    ) -> list[dict[str, Any]]:
         """Check each marked ledger no loss explains, as BookKeeper's ReplicationWorker does
         with every mark: one whose bookies are gone is repaired, one that checks healthy has
         its mark cleared, one with a silent bookie keeps it (:class:`~bklib.repair.worker.
@@ -89,14 +89,14 @@ class WatchRepair:
         a repair cut off, end here."""
         reqs = mark_requests(ledger_ids, ())
         log.info("watch: %d marked ledgers that no lost bookie explains: checking each", len(reqs))
-        return self._run(reqs, None, None, None)
+        return self._run(reqs, None, None, changed)
 
     def _run(
         self,
         reqs: list[LedgerRequest],
         audit_run_id: str | None,
         first_done: Callable[[], None] | None,
-        back: ReturnedBookies | None,
+        changed: Callable[[], bool] | None,
     ) -> list[dict[str, Any]]:
         from jobs.runs.repair_partition import repair_partition
 
@@ -107,7 +107,7 @@ class WatchRepair:
         out: list[dict[str, Any]] = []
 
         def proceed() -> bool:
-            return self.leadership.may_proceed() and not (back is not None and back())
+            return self.leadership.may_proceed() and not (changed is not None and changed())
 
         # One session and one bookie client for the whole repair; leadership is asked before
         # each ledger starts, so a stop or a lost leadership waits only for those in flight.

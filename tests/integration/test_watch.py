@@ -1,7 +1,8 @@
 """``bkaudit watch`` as a real subprocess on a real sandbox: a bookie killed -9 is repaired
 with nothing typed, a bookie back within the delay costs nothing, a bookie back mid-repair
-stops it and its marks are cleared, a killed leader's standby finishes, the disable flag
-pauses, SIGTERM mid-copy exits cleanly, and the metrics agree with the Delta tables."""
+stops it and its marks are cleared, a second loss is marked without waiting for the first's
+repair, a killed leader's standby finishes, the disable flag pauses, SIGTERM mid-copy exits
+cleanly, and the metrics agree with the Delta tables."""
 
 from __future__ import annotations
 
@@ -290,6 +291,38 @@ def test_bookie_back_mid_repair_stops_it_and_its_marks_are_cleared(
     assert set(still) <= cleared and all(
         a["status"] == "DONE" for a in actions if a["action"] == "CLEAR_MARK"
     ), actions
+
+
+def test_a_bookie_lost_during_a_repair_is_marked_without_waiting_for_it(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    """A second loss while the first one's repair copies slowly: the repair stops before its
+    next ledger, and the next cycle marks the second bookie's ledgers while the first's are
+    still being moved (as BookKeeper's Auditor marks a loss without waiting for its
+    ReplicationWorkers)."""
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=5) as c:
+        first, second, rest = c.bookie_ids[3], c.bookie_ids[4], c.bookie_ids[:3]
+
+        def on(bookie: str, n: int, entries: int) -> list[int]:
+            return [
+                c.ledger([bookie, rest[i % 3], rest[(i + 1) % 3]], entries, wq=2, aq=2).ledger_id
+                for i in range(n)
+            ]
+
+        ids1, ids2 = on(first, 8, 60), on(second, 3, 20)
+        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
+        with watching(c.zk, wh, tmp_path, "w1", *slow) as w:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(first)
+            wait_for(lambda: locked(c), 60, "the first loss's repair copying", w)
+            c.sandbox.kill_bookie(second)
+            wait_for(
+                lambda: set(ids2) <= {m.ledger_id for m in marks(c)}, 30, "the second's marks", w
+            )
+            assert naming(c, ids1, first), "the first repair ended before the second was marked"
+            log = w.log.read_text()
+        assert "during a repair, which stops" in log, w.tail()
 
 
 def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, store_locator: str) -> None:

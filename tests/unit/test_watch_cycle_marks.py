@@ -43,7 +43,7 @@ def _cycle(tmp_path: Path, delay: float) -> tuple[Cycle, Marked, list[list[int]]
     c.watcher.snapshot = snap  # type: ignore[method-assign]
     checked: list[list[int]] = []
 
-    def verify(ids: Any) -> list[dict[str, Any]]:
+    def verify(ids: Any, changed: Any = None) -> list[dict[str, Any]]:
         checked.append(list(ids))
         return []
 
