@@ -12,11 +12,16 @@ period 0, no periodic audit). Measured:
   the registration go to every mark published, to the first fragment copied, and to no ledger
   naming the bookie (the watch's own log lines and ``bkaudit_loss_reaction_seconds``), and the
   wall time from the stop to the last;
+- with ``--second-loss-after S``, a second identity lost S seconds after the first, while the
+  first one's repair runs: its marks and first copy, also from its stop (wall clock) to its
+  marks (a repair stops once the lost bookies change, so the second loss need not wait for
+  it). The run then ends at the second loss's first copy: ledgers naming both may have
+  entries on those two only, lost for good, so neither loss is ever resolved;
 - the watch's peak RSS over the whole run (sampled every second) and its CPU-seconds, and the
   farm's and ZooKeeper's CPU-seconds (they share the machine's cores).
 
     .venv/bin/python bench/watch_scale.py --ledgers 1000000 [--bookies 100] [--idle 60]
-        [--json FILE] [--log FILE]
+        [--second-loss-after S] [--json FILE] [--log FILE]
 
 Figures go to docs/benchmarks.md with the command that produced them.
 """
@@ -37,6 +42,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +146,7 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=100_000)
     ap.add_argument("--bookies", type=int, default=100)
     ap.add_argument("--idle", type=float, default=60.0)
+    ap.add_argument("--second-loss-after", type=float, help="lose a second identity then")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--log", type=Path, help="keep the watch's log here")
     args = ap.parse_args()
@@ -149,6 +156,8 @@ def main() -> None:
         out["seed_s"] = cluster.seed_s
         print(f"seeded {args.ledgers} ledgers in {out['seed_s']}s", flush=True)
         victim = farm.bookies[len(farm.bookies) // 2]
+        second = farm.bookies[len(farm.bookies) // 2 + 1]
+        second_stopped: float | None = None
         naming = {lid for lid, _ in farm.plan.segments_naming(victim)}
         out["victim_ledgers"] = len(naming)
         port = free_port()
@@ -189,9 +198,23 @@ def main() -> None:
             cpu0 = {"watch": cpu(watch.pid), "farm": cpu(farm_proc.pid), "zk": zk_cpu(zk)}
             t_stop = time.monotonic()
             farm.stop(victim)
+            losses = 1
+            if args.second_loss_after is not None:
+                time.sleep(args.second_loss_after)
+                farm.stop(second)
+                second_stopped = time.time()
+                losses = 2
+                theirs = {lid for lid, _ in farm.plan.segments_naming(second)}
+                out["second_victim_ledgers"] = len(theirs)
+                out["ledgers_naming_both"] = len(theirs & naming)
 
             def resolved() -> bool:
                 m = metrics(port)
+                if losses == 2:
+                    # Ledgers naming both may have entries on those two only (lost for good):
+                    # the bench ends at the second loss's first copy, not at full repair.
+                    first_copies = 'bkaudit_loss_reaction_seconds_count{stage="first_copy"}'
+                    return bool(m.get(first_copies, 0) >= 2)
                 return bool(m.get("bkaudit_time_to_repair_seconds_count", 0) >= 1)
 
             out["stop_to_resolved_s"] = round(wait(resolved, 7200, "the repair"), 1)
@@ -215,6 +238,15 @@ def main() -> None:
         for bookie, what, seconds in _AFTER.findall(text):
             if bookie == victim:
                 out[f"loss_to_{what.replace(' ', '_')}_s"] = float(seconds)
+            elif bookie == second:
+                out[f"second_loss_to_{what.replace(' ', '_')}_s"] = float(seconds)
+        if second_stopped is not None:
+            line = re.search(
+                rf"^(\S+ \S+) .*bookie {re.escape(second)}: marked", text, re.MULTILINE
+            )
+            if line:
+                at = datetime.strptime(line.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                out["second_stop_to_marked_wall_s"] = round(at - second_stopped, 1)
         marked = re.search(r"watch: (\d+) ledgers marked under-replicated", text)
         out["ledgers_marked"] = int(marked.group(1)) if marked else None
     print(json.dumps(out, indent=1))

@@ -105,13 +105,36 @@ class UnderReplicationManager:
         return self.mark(ledger_id, missing)[0]
 
     def mark_many(
-        self, marks: Mapping[int, Sequence[str]], *, per_request: int = MARKS_PER_REQUEST
+        self,
+        marks: Mapping[int, Sequence[str]],
+        *,
+        per_request: int = MARKS_PER_REQUEST,
+        known: Mapping[int, Sequence[str]] | None = None,
     ) -> int:
         """:meth:`mark_underreplicated` for many ledgers: new marks go ``per_request`` to one
         atomic request (each with its own hex dir), many requests in flight where the store
         pipelines them; a request that cannot be applied whole (a mark or its dir already
         there, a parent missing) leaves its ledgers to :meth:`mark` one at a time, which
-        merges. Returns the marks written."""
+        merges. Returns the marks written.
+
+        ``known``: the marks the caller read a moment ago (ledger -> missing replicas). A
+        ledger whose known mark lists every bookie already is left alone, and one that needs
+        a merge is merged at once: neither is put in a request that a mark already there
+        would fail whole. A known mark that went meanwhile is harmless: a repair marks its
+        ledger again before it acts (:class:`~bklib.repair.worker.LedgerRepairer`)."""
+        known = known or {}
+        merge: dict[int, Sequence[str]] = {}
+        new: dict[int, Sequence[str]] = {}
+        for ledger_id, missing in marks.items():
+            if ledger_id not in known:
+                new[ledger_id] = missing
+            elif not set(missing) <= set(known[ledger_id]):
+                merge[ledger_id] = missing
+        merged = sum(self.mark(lid, b, likely_new=False)[0] for lid, b in sorted(merge.items()))
+        return merged + self._create_many(new, per_request)
+
+    def _create_many(self, marks: Mapping[int, Sequence[str]], per_request: int) -> int:
+        """New marks, ``per_request`` to a request (see :meth:`mark_many`)."""
         items = sorted(marks.items())
         chunks = [items[i : i + per_request] for i in range(0, len(items), per_request)]
         now = _now_ms()

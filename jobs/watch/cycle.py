@@ -75,6 +75,9 @@ class Cycle:
         self.index = WatchIndex(
             watcher.zk, config.ledgers_root, metrics, barrier_timeout=config.index_barrier_timeout
         )
+        self.known_marks: dict[int, tuple[str, ...]] = {}
+        """The marks the current response's cycle read: those already standing are not
+        written again (:meth:`UnderReplicationManager.mark_many`)."""
         self.marked: Any = None
         """The last audit whose marks were published."""
         self.reacted: dict[str, set[str]] = {stage: set() for stage in REACTION_STAGES}
@@ -255,6 +258,7 @@ class Cycle:
     def respond(self, check: str, snap: ClusterSnapshot, scheduled: bool = False) -> None:
         """Audit ``check``; publish marks for what is due; repair it; for a scheduled check
         with findings, audit again. Lost bookies waiting for the delay are left alone."""
+        self.known_marks = snap.marked
         self.leadership.confirm()
         job = self._audit(check, scheduled)
         now = time.monotonic()
@@ -340,7 +344,7 @@ class Cycle:
         if rows is None:
             rows = [self._row(f) for f in job.findings if self._actionable(f)]
         if rows:
-            self.repair.mark(rows)
+            self.repair.mark(rows, self.known_marks)
             self._reacted("marked", {r["bookie_id"] for r in rows})
         self.marked = job
 

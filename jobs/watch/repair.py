@@ -8,7 +8,7 @@ Leadership is confirmed before the marks and before each ledger starts."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bklib.repair.requests import LedgerRequest, mark_requests, requests_from_findings
@@ -51,9 +51,12 @@ class WatchRepair:
         """``underreplication/disable`` exists: mark, but repair nothing."""
         return not self.watcher.urm.is_replication_enabled()
 
-    def mark(self, rows: Iterable[Mapping[str, Any]]) -> None:
+    def mark(
+        self, rows: Iterable[Mapping[str, Any]], known: Mapping[int, Sequence[str]] | None = None
+    ) -> None:
         """Publish BookKeeper's marks (merged into existing ones), as the Auditor does, so
-        ``listunderreplicated`` and Java ReplicationWorkers see the work."""
+        ``listunderreplicated`` and Java ReplicationWorkers see the work. ``known``: the marks
+        this cycle read (a second loss's marks beside the first's still standing)."""
         self.leadership.confirm()
         missing: dict[int, set[str]] = {}
         for r in rows:
@@ -61,7 +64,7 @@ class WatchRepair:
         # Many marks per request, many requests in flight: one round trip per mark was most
         # of the reaction time to a lost bookie.
         marks = {lid: sorted(b) for lid, b in missing.items()}
-        written = self.watcher.urm.mark_many(marks)
+        written = self.watcher.urm.mark_many(marks, known=known)
         log.info("watch: %d ledgers marked under-replicated (%d marks new)", len(marks), written)
 
     def repair(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from kazoo.client import KazooClient
 
 from bklib.errors import CompatibilityError
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.testing.zkclient import connect
+from bklib.testing.zkserver import ZooKeeperServer
 
 
 @pytest.fixture
@@ -49,6 +51,33 @@ def test_mark_many_batches_new_marks_and_merges_existing_ones(urm):
     assert urm.mark_many({5: ["b:1"], 6: ["b:1"]}) == 0  # nothing new: no write
     listed = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
     assert listed == {**{lid: tuple(b) for lid, b in wanted.items()}, 5: ("a:1", "b:1")}
+
+
+def _requests(server: ZooKeeperServer, zk: KazooClient) -> int:
+    """Requests the server received on ``zk``'s connection (``cons``): not other sessions'."""
+    return server.requests_on({zk._connection._socket.getsockname()[1]})
+
+
+def test_mark_many_leaves_known_marks_alone_and_merges_the_rest_at_once(zk, zk_server, urm):
+    """The marks the caller read a moment ago (a first loss's, still standing): one that
+    lists the bookie already is not written, one that lacks it is merged, and the new ones
+    still go many to a request, none of them failed by a mark already there."""
+    urm.mark_many({lid: ["a:1"] for lid in range(1, 11)})
+    known = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
+    before = _requests(zk_server, zk)
+    wanted = {**{lid: ["a:1"] for lid in range(1, 6)}, **{lid: ["b:1"] for lid in range(6, 31)}}
+    assert urm.mark_many(wanted, per_request=10, known=known) == 25  # 6..10 merged, 20 new
+    # Five merges (a refused create, a read and a write each), the hex dirs' check and two
+    # requests of ten new marks (a ping, perhaps). Without ``known`` the request holding
+    # ledgers 1 to 10 fails whole and each of them is marked alone: 40 requests or more.
+    sent = _requests(zk_server, zk) - before
+    assert sent <= 5 * 3 + 2 + 2 + 1, sent
+    listed = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
+    assert listed == {
+        **{lid: ("a:1",) for lid in range(1, 6)},
+        **{lid: ("a:1", "b:1") for lid in range(6, 11)},
+        **{lid: ("b:1",) for lid in range(11, 31)},
+    }
 
 
 def test_list_underreplicated_walks_every_mark(urm):
