@@ -36,6 +36,10 @@ pytestmark = pytest.mark.integration
 SESSION = "3s"
 """The watch's ZooKeeper session (the sandbox's bookies use 4 s)."""
 
+SLOW_COPY = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
+"""A watch that repairs at once and copies slowly (about 1 KB/s, one ledger at a time), so
+a test acts while its repair is under way."""
+
 
 class Watch:
     """``python -m jobs.cli watch`` in a subprocess, its log in a file."""
@@ -266,8 +270,7 @@ def test_bookie_back_mid_repair_stops_it_and_its_marks_are_cleared(
     with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
         victim = c.bookie_ids[3]
         ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
-        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
-        with watching(c.zk, wh, tmp_path, "w1", *slow) as w:
+        with watching(c.zk, wh, tmp_path, "w1", *SLOW_COPY) as w:
             w.wait_role("leader")
             c.sandbox.kill_bookie(victim)
             wait_for(lambda: len(marks(c)) == len(ids) and locked(c), 60, "marks, a copy", w)
@@ -311,8 +314,7 @@ def test_a_bookie_lost_during_a_repair_is_marked_without_waiting_for_it(
             ]
 
         ids1, ids2 = on(first, 8, 60), on(second, 3, 20)
-        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
-        with watching(c.zk, wh, tmp_path, "w1", *slow) as w:
+        with watching(c.zk, wh, tmp_path, "w1", *SLOW_COPY) as w:
             w.wait_role("leader")
             c.sandbox.kill_bookie(first)
             wait_for(lambda: locked(c), 60, "the first loss's repair copying", w)
@@ -330,10 +332,9 @@ def test_leader_killed_mid_repair_standby_finishes(tmp_path: Path, store_locator
     with audit_cluster(tmp_path / "sb", store_locator, bookies=4) as c:
         victim = c.bookie_ids[3]
         ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
-        # The leader copies slowly (about 1 KB/s), one ledger at a time: it is mid-copy when
-        # killed. The standby copies at full speed.
-        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "1KB", "--ledgers-in-flight", "1")
-        with watching(c.zk, wh, tmp_path, "a", *slow) as a:
+        # The leader copies slowly: it is mid-copy when killed. The standby copies at full
+        # speed.
+        with watching(c.zk, wh, tmp_path, "a", *SLOW_COPY) as a:
             a.wait_role("leader")
             with watching(c.zk, wh, tmp_path, "b", "--lost-bookie-recovery-delay", "0s") as b:
                 b.wait_role("standby")

@@ -37,6 +37,14 @@ class Marked:
         )
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The cycle's monotonic clock, moved by the test."""
+    now = Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", now)
+    return now
+
+
 def _cycle(tmp_path: Path, delay: float) -> tuple[Cycle, Marked, list[list[int]]]:
     c = leader_cycle(tmp_path, delay_override=delay)
     snap = Marked()
@@ -53,10 +61,8 @@ def _cycle(tmp_path: Path, delay: float) -> tuple[Cycle, Marked, list[list[int]]
 
 
 def test_marks_no_loss_explains_are_checked_at_once_then_after_a_back_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: Clock
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, _, checked = _cycle(tmp_path, 0.0)
     c.run()
     assert checked == [[5, 9]]
@@ -69,10 +75,8 @@ def test_marks_no_loss_explains_are_checked_at_once_then_after_a_back_off(
 
 
 def test_marks_wait_while_a_lost_bookie_is_within_its_delay_or_repair_is_disabled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: Clock
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(cycle.time, "monotonic", clock)
     c, snap, checked = _cycle(tmp_path, 30.0)
     c.tracker.seed(OTHERS | {VICTIM}, [], [], clock.now)
     c.run()  # the victim is gone, within its delay: its marks are not checked early
