@@ -5,8 +5,8 @@ during a repair").
 A ZooKeeper server (1 GB heap) in a temporary directory; ``--marks`` marks published through
 :meth:`~bklib.meta.underreplication.UnderReplicationManager.mark_many` (fifty to a ``multi``,
 many in flight), then listed with ``list_underreplicated`` (the walk ``listunderreplicated``
-does: one ``getChildren`` per hex dir, one ``getData`` per mark, one at a time). The watch
-lists them in each cycle's snapshot.
+does, a ``getChildren`` per hex dir and a ``getData`` per mark and per lock, pipelined fifty
+to a ``multiRead``). The watch lists them in each cycle's snapshot.
 
     .venv/bin/python bench/marks_listing.py [--marks 44000] [--json FILE]
 """

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from bklib.errors import CompatibilityError
+from bklib.errors import CompatibilityError, CorruptMetadataError
+from bklib.meta import underreplication
 from bklib.meta.underreplication import UnderReplicationManager
 from bklib.testing.zkclient import connect
 from bklib.testing.zkserver import ZooKeeperServer
@@ -85,6 +86,42 @@ def test_list_underreplicated_walks_every_mark(urm):
         urm.mark_underreplicated(lid, [b])
     listed = {u.ledger_id: u.missing_replicas for u in urm.list_underreplicated()}
     assert listed == {1: ("a:1",), 70000: ("b:1",), 4294967296: ("c:1",)}
+
+
+def test_the_marks_listing_is_pipelined_and_misses_nothing(zk_chroot, zk, zk_server, urm,
+                                                            monkeypatch):  # fmt: skip
+    """Hundreds of marks, each in a hex dir of its own, listed a few rounds at a time: every
+    readable mark in path order with its lock holder, the unreadable one handed over by key,
+    and a few dozen requests where one at a time took three per mark."""
+    monkeypatch.setattr(underreplication, "LISTINGS_PER_ROUND", 64)
+    ids = [*range(1, 301), 70000, 4294967296]
+    urm.mark_many({lid: ["a:1", f"b{lid % 3}:1"] for lid in ids})
+    corrupt = "/ledgers/underreplication/ledgers/0000/0000/0000/0096/urL0000000150"
+    zk.set(corrupt, b"replica: {{{")
+    other_client = connect(zk_chroot)
+    try:
+        assert UnderReplicationManager(other_client, worker_id="w-b").try_acquire(7) is not None
+        unreadable: list[str] = []
+        before = _requests(zk_server, zk)
+        listed = list(urm.list_underreplicated(on_unreadable=lambda key, _: unreadable.append(key)))
+        sent = _requests(zk_server, zk) - before
+        bulk = urm.meta._bulk  # the store's pipelined session, if the walk opened it
+        if bulk is not None and bulk.sock is not None:
+            sent += zk_server.requests_on({bulk.sock.getsockname()[1]})
+        with pytest.raises(CorruptMetadataError, match="under-replicated ledger"):
+            list(urm.list_underreplicated())  # without a handler the walk stops there
+    finally:
+        other_client.stop()
+        other_client.close()
+    assert unreadable == [corrupt]
+    assert [u.ledger_id for u in listed] == [lid for lid in ids if lid != 150]
+    by_id = {u.ledger_id: u for u in listed}
+    assert by_id[299].missing_replicas == ("a:1", "b2:1") and by_id[299].version == 0
+    assert by_id[7].lock_holder == "w-b"
+    assert [u.ledger_id for u in listed if u.lock_holder is not None] == [7]
+    # Five levels of listings (306 dirs) and 604 reads, fifty to a multiRead, a few rounds:
+    # some twenty requests. One at a time it was 906 and more.
+    assert sent <= 40, sent
 
 
 def test_lock_excludes_second_worker_and_dies_with_session(zk_chroot, zk, urm):

@@ -70,3 +70,43 @@ def test_multiread_answers_as_one_getdata_each(
     assert by_path["/m/n007"].data == b"" and by_path["/m/n006"].data == b"x" * 600
     # 124 reads in three multiRead requests (a ping at most besides).
     assert sent <= 3 + 1, sent
+
+
+def test_multiread_lists_children_as_one_getchildren_each(
+    zk: KazooClient, zk_chroot: str, zk_server: ZooKeeperServer
+) -> None:
+    zk.ensure_path("/c")
+    dirs = []
+    for i in range(READS_PER_MULTI + 17):
+        path = f"/c/d{i:03d}"
+        dirs.append(path)
+        if i == READS_PER_MULTI:
+            continue  # missing, just past the first batch
+        zk.create(path)
+        for j in range(i % 4):  # none to three children
+            zk.create(f"{path}/k{j}", b"v")
+    zk.create("/c/closed", acl=[make_digest_acl("bk", "pw", all=True)])
+    dirs.insert(3, "/c/closed")
+
+    try:
+        with BulkReader(zk_chroot) as multi:
+            before = _received_from(zk_server, multi)
+            got = list(multi.children_many(dirs, max_in_flight=40))
+            sent = _received_from(zk_server, multi) - before
+        with BulkReader(zk_chroot) as each:
+            each.multi_read = False
+            expected = list(each.children_many(dirs, max_in_flight=5))
+    finally:
+        zk.add_auth("digest", "bk:pw")
+        zk.delete("/c/closed")
+
+    assert got == expected
+    assert [g.path for g in got] == dirs
+    by_path = {g.path: g for g in got}
+    assert by_path["/c/closed"].err == ZNOAUTH and by_path["/c/closed"].children is None
+    assert by_path[f"/c/d{READS_PER_MULTI:03d}"].err == ZNONODE
+    for i in (0, 3, 7):
+        names = by_path[f"/c/d{i:03d}"].children
+        assert names is not None and sorted(names) == sorted(zk.get_children(f"/c/d{i:03d}"))
+        assert len(names) == i % 4
+    assert sent <= 2 + 1, sent  # 68 listings in two multiRead requests (a ping at most)

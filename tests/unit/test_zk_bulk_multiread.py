@@ -17,6 +17,7 @@ import pytest
 
 from bklib.errors import ZKError
 from bklib.meta.stores.zookeeper.bulk import (
+    GET_DATA,
     OP_GET_DATA,
     OP_MULTI_READ,
     ZNONODE,
@@ -43,7 +44,7 @@ def test_a_reply_answers_each_path_with_its_data_or_its_own_error() -> None:
         _header(OP_GET_DATA, False, 0), struct.pack(">i", -1), _STAT,
         _header(-1, True, -1),
     )  # fmt: skip
-    got = list(_multi_results(["/a", "/b", "/c"], frame))
+    got = list(_multi_results(["/a", "/b", "/c"], frame, GET_DATA))
     assert [(g.path, g.err, g.data) for g in got] == [("/a", 0, b"abc"), ("/b", ZNONODE, None),
                                                       ("/c", 0, b"")]  # fmt: skip
     assert got[0].stat is not None and got[0].stat.version == 5 and got[0].stat.ctime == 3
@@ -53,10 +54,10 @@ def test_a_reply_short_of_a_path_fails_naming_it() -> None:
     frame = _reply(_header(OP_GET_DATA, False, 0), struct.pack(">i", 1), b"a", _STAT,
                    _header(-1, True, -1))  # fmt: skip
     with pytest.raises(ZKError, match="/b") as caught:
-        list(_multi_results(["/a", "/b"], frame))
+        list(_multi_results(["/a", "/b"], frame, GET_DATA))
     assert caught.value.path == "/b"
     with pytest.raises(ZKError, match="/a"):
-        list(_multi_results(["/a"], _reply()))  # cut off before any answer
+        list(_multi_results(["/a"], _reply(), GET_DATA))  # cut off before any answer
 
 
 class OldServer(threading.Thread):

@@ -29,6 +29,7 @@ __all__ = [
     "BadVersion",
     "ChangeFeed",
     "ChangeListener",
+    "ChildrenRead",
     "GapListener",
     "KeyExists",
     "KeyNotFound",
@@ -98,6 +99,16 @@ class ValueRead:
     @property
     def missing(self) -> bool:
         return self.data is None and self.error is None
+
+
+@dataclass(frozen=True)
+class ChildrenRead:
+    """One key of a bulk listing: its children's names, sorted, or ``error`` (both None when
+    the key is gone)."""
+
+    path: str
+    children: list[str] | None
+    error: str | None = None
 
 
 class SessionState(enum.Enum):
@@ -243,6 +254,19 @@ class MetadataStore(ABC):
         """Read many keys with up to ``max_in_flight`` requests outstanding; results in input
         order. A per-key failure comes back in :attr:`ValueRead.error`; a failed session
         raises :class:`StoreUnavailable`."""
+
+    def children_many(
+        self, paths: Iterable[str], max_in_flight: int = 500
+    ) -> Iterator[ChildrenRead]:
+        """:meth:`children` of many keys, in input order, with up to ``max_in_flight``
+        listings outstanding where the store pipelines them (here: one at a time). A per-key
+        failure comes back in :attr:`ChildrenRead.error`; a failed session raises
+        :class:`StoreUnavailable`."""
+        for path in paths:
+            try:
+                yield ChildrenRead(path, self.children(path))
+            except KeyNotFound:
+                yield ChildrenRead(path, None)
 
     def scan_children(self, path: str, max_in_flight: int = 500) -> Iterator[ValueRead]:
         """Every child of ``path`` with its value, in name order ([] when ``path`` is gone).

@@ -41,6 +41,7 @@ from bklib.meta.stores.base import (
     ChangeFeed,
     ChangeListener,
     ChildrenListener,
+    ChildrenRead,
     GapListener,
     KeyExists,
     KeyNotFound,
@@ -503,9 +504,18 @@ class OxiaStore(MetadataStore):
                 return ValueRead(path, None, None)
             return ValueRead(path, data, stat)
 
-        # The client is synchronous and thread-safe: a few threads keep requests in flight.
-        with ThreadPoolExecutor(max_workers=max(1, min(16, max_in_flight))) as pool:
-            yield from pool.map(one, paths_)
+        return _in_threads(one, paths_, max_in_flight)
+
+    def children_many(
+        self, paths_: Iterable[str], max_in_flight: int = 500
+    ) -> Iterator[ChildrenRead]:
+        def one(path: str) -> ChildrenRead:
+            try:
+                return ChildrenRead(path, self.children(path))
+            except KeyNotFound:
+                return ChildrenRead(path, None)
+
+        return _in_threads(one, paths_, max_in_flight)
 
     def scan_children(self, path: str, max_in_flight: int = 500) -> Iterator[ValueRead]:
         """Every child of ``path`` with its value: one range scan per shard, in key order
@@ -688,3 +698,10 @@ def connect_oxia(
     _check_reachable(address, timeout)  # before the client is imported: said in a second
     store = OxiaStore(address, namespace, session_timeout_ms=session_timeout_ms, access=access)
     return store.open(timeout)
+
+
+def _in_threads(one: Callable[[str], T], keys: Iterable[str], max_in_flight: int) -> Iterator[T]:
+    """``one`` of every key, in order. The client is synchronous and thread-safe: a few
+    threads keep requests in flight."""
+    with ThreadPoolExecutor(max_workers=max(1, min(16, max_in_flight))) as pool:
+        yield from pool.map(one, keys)

@@ -1,19 +1,20 @@
-"""Pipelined bulk reads (getData), and creates for the scale harness, on a dedicated
-ZooKeeper session.
+"""Pipelined bulk reads (getData, getChildren), and creates for the scale harness, on a
+dedicated ZooKeeper session.
 
 kazoo does everything else in bklib. Its transport, though, costs ~250 µs per request (a fresh
 epoll selector per select call, two selects per reply), which caps a metadata scan near 3k
 ledgers/s; aiozk measured ~4.5k/s. A scan only needs getData, so this speaks just that part of
-the ZooKeeper client protocol (connect, digest auth, SASL, getData, ping) over one blocking
-socket, TLS-wrapped for a secure port, with many requests in flight, and reaches several times
-that rate. See docs/benchmarks.md. The scale harness seeds a million ledger znodes through the
-same pipeline (create).
+the ZooKeeper client protocol (connect, digest auth, SASL, getData, getChildren, ping) over
+one blocking socket, TLS-wrapped for a secure port, with many requests in flight, and reaches
+several times that rate. See docs/benchmarks.md. Listings of many znodes (the
+under-replication marks' hex dirs, one per marked ledger) go the same way with getChildren.
+The scale harness seeds a million ledger znodes through the same pipeline (create).
 
 On ZooKeeper 3.6 and later the reads go :data:`READS_PER_MULTI` to a ``multiRead`` request
-(``OpCode.multiRead``, ``ZooKeeper.multi`` of ``Op.getData``): one request instead of fifty
-costs the server, which shares the cores with everything else, far less CPU per read
-(docs/benchmarks.md). A server that does not know the opcode answers UNIMPLEMENTED and closes
-the session; the reader then reconnects and reads znode by znode.
+(``OpCode.multiRead``, ``ZooKeeper.multi`` of ``Op.getData`` or ``Op.getChildren``): one
+request instead of fifty costs the server, which shares the cores with everything else, far
+less CPU per read (docs/benchmarks.md). A server that does not know the opcode answers
+UNIMPLEMENTED and closes the session; the reader then reconnects and reads znode by znode.
 
 The servers and chroot come from :mod:`~bklib.meta.stores.zookeeper.connect_string`, the
 parser kazoo's sessions use too (``[::1]:2181`` connects to ``::1``).
@@ -27,10 +28,10 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain, islice
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from bklib.errors import ZKError
 from bklib.meta.stores.zookeeper.budget import request_budget
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 OP_CREATE = 1
 OP_GET_DATA = 4
+OP_GET_CHILDREN = 8
 OP_PING = 11
 OP_MULTI_READ = 22
 OP_ERROR = -1
@@ -89,6 +91,7 @@ READS_PER_MULTI = 50
 far under any server's buffer limits; ten such requests fill the scan's default window."""
 
 K = TypeVar("K")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,17 @@ class GetResult:
     path: str
     data: bytes | None
     stat: Stat | None
+    err: int  # 0, or a ZooKeeper error code (NONODE = -101, ...)
+
+    @property
+    def error_name(self) -> str:
+        return ERROR_NAMES.get(self.err, str(self.err))
+
+
+@dataclass(frozen=True)
+class ChildrenResult:
+    path: str
+    children: list[str] | None
     err: int  # 0, or a ZooKeeper error code (NONODE = -101, ...)
 
     @property
@@ -312,50 +326,68 @@ class BulkReader:
     def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[GetResult]:
         """getData for every path, in order, with up to ``max_in_flight`` reads outstanding.
         Connection problems raise ZKError; per-znode errors (NONODE...) come back in ``err``."""
+        return self._read_many(paths, GET_DATA, max_in_flight)
+
+    def children_many(
+        self, paths: Iterable[str], max_in_flight: int = 500
+    ) -> Iterator[ChildrenResult]:
+        """getChildren for every path, in order, as :meth:`get_many` reads data; the names
+        come back unsorted, as the server lists them."""
+        return self._read_many(paths, GET_CHILDREN, max_in_flight)
+
+    def _read_many(self, paths: Iterable[str], op: ReadOp[R], max_in_flight: int) -> Iterator[R]:
         if self.multi_read is False:
-            yield from self._get_each(paths, max_in_flight)
+            yield from self._read_each(paths, op, max_in_flight)
             return
         batches = _batches(paths, READS_PER_MULTI)
         if self.multi_read is None:
             first = next(batches, None)
             if first is None:
                 return
-            answered = self._probe_multi_read(first)
-            if answered is None:  # an older server: one getData per znode from now on
-                yield from self._get_each(chain(first, chain.from_iterable(batches)), max_in_flight)
+            answered = self._probe_multi_read(first, op)
+            if answered is None:  # an older server: one read per znode from now on
+                yield from self._read_each(
+                    chain(first, chain.from_iterable(batches)), op, max_in_flight
+                )
                 return
             yield from answered
-        yield from self._get_batched(batches, max_in_flight)
+        yield from self._read_batched(batches, op, max_in_flight)
 
-    def _get_each(self, paths: Iterable[str], max_in_flight: int) -> Iterator[GetResult]:
+    def _read_each(self, paths: Iterable[str], op: ReadOp[R], max_in_flight: int) -> Iterator[R]:
         requests = (
-            (path, OP_GET_DATA, zk_string(self.chroot + path) + b"\x00", 1) for path in paths
-        )
+            (path, op.opcode, zk_string(self.chroot + path) + b"\x00", 1) for path in paths
+        )  # getData and getChildren requests alike: the path, then no watch
         for path, err, frame in self._pipeline(requests, max_in_flight):
-            yield GetResult(path, None, None, err) if err != ZOK else _get_result(path, frame)
+            if err != ZOK:
+                yield op.failed(path, err)
+            else:
+                yield op.parse(path, frame, REPLY_HEADER.size)[0]
 
-    def _multi_request(self, batch: list[str]) -> tuple[list[str], int, bytes, int]:
-        body = b"".join(_GET_DATA_OP + zk_string(self.chroot + p) + b"\x00" for p in batch)
+    def _multi_request(self, batch: list[str], op: ReadOp[R]) -> tuple[list[str], int, bytes, int]:
+        head = _MULTI_HEADER.pack(op.opcode, False, -1)
+        body = b"".join(head + zk_string(self.chroot + p) + b"\x00" for p in batch)
         return batch, OP_MULTI_READ, body + _MULTI_END, len(batch)
 
-    def _get_batched(self, batches: Iterable[list[str]], max_in_flight: int) -> Iterator[GetResult]:
-        requests = (self._multi_request(batch) for batch in batches)
+    def _read_batched(
+        self, batches: Iterable[list[str]], op: ReadOp[R], max_in_flight: int
+    ) -> Iterator[R]:
+        requests = (self._multi_request(batch, op) for batch in batches)
         for batch, err, frame in self._pipeline(requests, max_in_flight):
             if err != ZOK:  # the request as a whole (NOAUTH on none of them: per read)
-                yield from (GetResult(p, None, None, err) for p in batch)
+                yield from (op.failed(p, err) for p in batch)
             else:
-                yield from _multi_results(batch, frame)
+                yield from _multi_results(batch, frame, op)
 
-    def _probe_multi_read(self, batch: list[str]) -> list[GetResult] | None:
+    def _probe_multi_read(self, batch: list[str], op: ReadOp[R]) -> list[R] | None:
         """Read ``batch`` in one multiRead; None when the server does not take the request
         (it answers UNIMPLEMENTED and closes the session), after reconnecting."""
         try:
-            results = list(self._get_batched([batch], len(batch)))
+            results = list(self._read_batched([batch], op, len(batch)))
         except ZKError as exc:
             log.info("ZooKeeper %s dropped a multiRead (%s); reading znode by znode", self.hosts,
                      exc.reason)  # fmt: skip
             results = []
-        if results and results[0].err != ZUNIMPLEMENTED:
+        if results and op.error_of(results[0]) != ZUNIMPLEMENTED:
             self.multi_read = True
             return results
         if results:
@@ -483,8 +515,7 @@ _OPEN_ACL = INT32.pack(1) + INT32.pack(31) + zk_string("world") + zk_string("any
 _PERSISTENT = INT32.pack(0)
 
 
-# A multiRead's operation header (MultiHeader: getData, not done, no error) and its end marker.
-_GET_DATA_OP = _MULTI_HEADER.pack(OP_GET_DATA, False, -1)
+# A multiRead's end marker (MultiHeader: none, done, no error).
 _MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
 
 
@@ -492,11 +523,6 @@ def _batches(paths: Iterable[str], n: int) -> Iterator[list[str]]:
     it = iter(paths)
     while batch := list(islice(it, n)):
         yield batch
-
-
-def _get_result(path: str, frame: bytes) -> GetResult:
-    """A successful getData reply: the data, then the Stat."""
-    return _get_data_at(path, frame, REPLY_HEADER.size)[0]
 
 
 def _get_data_at(path: str, frame: bytes, off: int) -> tuple[GetResult, int]:
@@ -516,24 +542,58 @@ def _get_data_at(path: str, frame: bytes, off: int) -> tuple[GetResult, int]:
     return got, off + _STAT.size
 
 
-def _multi_results(batch: list[str], frame: bytes) -> Iterator[GetResult]:
-    """A multiRead reply (MultiResponse): for each read, a header and then its GetDataResponse,
-    or an error code for that znode alone; a done header ends it. A reply that does not
-    answer every path of ``batch`` raises ZKError: no read is taken as missing."""
+def _children_at(path: str, frame: bytes, off: int) -> tuple[ChildrenResult, int]:
+    """The GetChildrenResponse at ``off`` of ``frame`` (a vector of names), and the offset
+    after it."""
+    count = INT32.unpack_from(frame, off)[0]
+    off += 4
+    names: list[str] = []
+    for _ in range(max(count, 0)):
+        n = INT32.unpack_from(frame, off)[0]
+        off += 4
+        names.append(frame[off : off + n].decode())
+        off += n
+    return ChildrenResult(path, names, 0), off
+
+
+@dataclass(frozen=True)
+class ReadOp(Generic[R]):
+    """One kind of read the reader pipelines: its opcode (alone, or inside a multiRead), how
+    its answer is parsed, and what a znode's error reads as."""
+
+    opcode: int
+    parse: Callable[[str, bytes, int], tuple[R, int]]
+    failed: Callable[[str, int], R]
+    error_of: Callable[[R], int]
+
+
+GET_DATA: ReadOp[GetResult] = ReadOp(
+    OP_GET_DATA, _get_data_at, lambda p, err: GetResult(p, None, None, err), lambda r: r.err
+)
+GET_CHILDREN: ReadOp[ChildrenResult] = ReadOp(
+    OP_GET_CHILDREN, _children_at, lambda p, err: ChildrenResult(p, None, err), lambda r: r.err
+)
+
+
+def _multi_results(batch: list[str], frame: bytes, op: ReadOp[R]) -> Iterator[R]:
+    """A multiRead reply (MultiResponse): for each read, a header and then its answer
+    (GetDataResponse, GetChildrenResponse), or an error code for that znode alone; a done
+    header ends it. A reply that does not answer every path of ``batch`` raises ZKError: no
+    read is taken as missing."""
     off = REPLY_HEADER.size
     for path in batch:
         if len(frame) < off + _MULTI_HEADER.size:
             raise ZKError(f"ZooKeeper multiRead reply ended before {path}", path=path)
-        op, done, err = _MULTI_HEADER.unpack_from(frame, off)
+        kind, done, err = _MULTI_HEADER.unpack_from(frame, off)
         off += _MULTI_HEADER.size
         if done:
             raise ZKError(f"ZooKeeper multiRead reply ended before {path}", path=path)
-        if op == OP_GET_DATA:
-            got, off = _get_data_at(path, frame, off)
+        if kind == op.opcode:
+            got, off = op.parse(path, frame, off)
             yield got
-        elif op == OP_ERROR:
+        elif kind == OP_ERROR:
             code = INT32.unpack_from(frame, off)[0]
             off += 4
-            yield GetResult(path, None, None, code or err)
+            yield op.failed(path, code or err)
         else:
-            raise ZKError(f"ZooKeeper multiRead answered {path} with opcode {op}", path=path)
+            raise ZKError(f"ZooKeeper multiRead answered {path} with opcode {kind}", path=path)

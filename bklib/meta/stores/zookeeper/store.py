@@ -33,6 +33,7 @@ from bklib.meta.stores.base import (
     ChangeFeed,
     ChangeListener,
     ChildrenListener,
+    ChildrenRead,
     GapListener,
     KeyExists,
     KeyNotFound,
@@ -243,17 +244,33 @@ class ZooKeeperStore(MetadataStore):
         self._call(path, self.client.ensure_path, path, retry=True)
 
     def get_many(self, paths: Iterable[str], max_in_flight: int = 500) -> Iterator[ValueRead]:
-        # One pipelined session for the store's life (a scan calls this once per directory).
-        # A call made while another one is still being consumed (nested, or from another
-        # thread) gets a session of its own: one pipeline cannot serve two streams.
+        for got in self._bulk_read(lambda reader: reader.get_many(paths, max_in_flight)):
+            yield _value_read(got)
+
+    def children_many(
+        self, paths: Iterable[str], max_in_flight: int = 500
+    ) -> Iterator[ChildrenRead]:
+        for got in self._bulk_read(lambda reader: reader.children_many(paths, max_in_flight)):
+            if got.err == ZNONODE:
+                yield ChildrenRead(got.path, None)
+            elif got.err != 0 or got.children is None:
+                yield ChildrenRead(got.path, None, got.error_name)
+            else:
+                yield ChildrenRead(got.path, sorted(got.children))
+
+    def _bulk_read(self, read: Callable[[BulkReader], Iterator[T]]) -> Iterator[T]:
+        """What ``read`` pipelines on the store's bulk session.
+
+        One pipelined session for the store's life (a scan calls this once per directory).
+        A call made while another one is still being consumed (nested, or from another
+        thread) gets a session of its own: one pipeline cannot serve two streams."""
         taken = self._bulk_lock.acquire(blocking=False)
         if not taken and self._pinging:  # only a ping: wait for it, not a session of our own
             taken = self._bulk_lock.acquire(timeout=self.session_timeout)
         if not taken:
             own = self._open_bulk()
             try:
-                for got in own.get_many(paths, max_in_flight):
-                    yield _value_read(got)
+                yield from read(own)
             finally:
                 own.close()
             return
@@ -268,8 +285,7 @@ class ZooKeeperStore(MetadataStore):
                 reader = self._bulk = self._open_bulk()
                 self._keep_bulk_alive()
             try:
-                for got in reader.get_many(paths, max_in_flight):
-                    yield _value_read(got)
+                yield from read(reader)
             except ZKError:
                 reader.close()  # a failed session is not reused
                 if self._bulk is reader:
