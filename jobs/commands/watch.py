@@ -19,7 +19,13 @@ from bklib.audit.index_keeper import DEFAULT_BARRIER_TIMEOUT
 from bklib.meta.model import DigestType
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from jobs.options.bookie_protocol import add_bookie_protocol_argument
-from jobs.options.units import parse_duration, parse_percentage, parse_rate, parse_size
+from jobs.options.units import (
+    parse_count,
+    parse_duration,
+    parse_percentage,
+    parse_rate,
+    parse_size,
+)
 from jobs.options.warehouse import WAREHOUSE_HELP
 from jobs.options.zookeeper import add_session_timeout_argument
 from jobs.runs.audit_run import DEFAULT_READ_RATE
@@ -27,6 +33,7 @@ from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 from jobs.tables.object_store import is_s3, set_retry_budget
 from jobs.tables.warehouse_probe import WarehouseUnreachable, WarehouseUnusable, probe_warehouse
+from jobs.watch.repair_workers import MIN_LEDGERS_PER_PROCESS
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -110,7 +117,17 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--rate", type=parse_rate, default=50e6, help="bytes/s the repair may copy (0: unlimited)"
     )
     parser.add_argument("--window", type=int, default=64, help="entries in flight per copy")
-    parser.add_argument("--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once")
+    parser.add_argument(
+        "--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once per process"
+    )
+    parser.add_argument(
+        "--repair-processes",
+        type=parse_count,
+        default=0,
+        help="processes a repair runs in, the watch's own included, each with its own "
+        f"session and its share of --rate (0: one per core once each share has "
+        f"{MIN_LEDGERS_PER_PROCESS} ledgers)",
+    )
     add_bookie_protocol_argument(
         parser, what="the scheduled audits' entry reads and the repairs' copies"
     )
@@ -227,6 +244,7 @@ def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -
         rate=args.rate,
         window=args.window,
         ledgers_in_flight=args.ledgers_in_flight,
+        repair_processes=args.repair_processes,
         bookie_protocol=args.bookie_protocol,
         read_timeout=args.read_timeout,
         connect_timeout=args.connect_timeout,

@@ -58,6 +58,7 @@ from jobs.runs.placement import (
 from jobs.runtime import interrupts
 from jobs.runtime.cores import usable_cores
 from jobs.runtime.gc_pause import paused_gc
+from jobs.runtime.logs import logging_settings
 from jobs.runtime.progress import track
 from jobs.tables import delta
 from jobs.tables.ledgers_arrow import ledgers_table
@@ -142,7 +143,7 @@ class LocalAudit:
             if helper_dirs:
                 self.shard = ScanShard(
                     ShardJob(cfg.zk, helper_dirs, cfg.zk_auth, cfg.scan_in_flight, rate,
-                             self.run.run_id, ShardJob.current_logs(),
+                             self.run.run_id, logging_settings(),
                              probe_candidates=learns_capabilities(cfg.check))
                 )  # fmt: skip
             self.ledgers = list(

@@ -52,7 +52,7 @@ from bklib.meta.stores.zookeeper.budget import set_request_rate
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.tls import TlsSettings
 from jobs.runtime import interrupts
-from jobs.runtime.logs import is_verbose, log_format, setup_logging
+from jobs.runtime.logs import setup_logging
 from jobs.runtime.progress import MODE_ENV as PROGRESS_MODE_ENV
 from jobs.runtime.progress import mode as progress_mode
 from jobs.runtime.progress import track
@@ -161,12 +161,6 @@ class ShardJob:
     """Whether round 1 carries the helper's :class:`ProbeCandidates`: the run asks every bookie
     what it answers on a ledger it holds (:func:`~bklib.audit.engine.learns_capabilities`), and
     picks from every view, the helper's half included."""
-
-    @staticmethod
-    def current_logs() -> tuple[str, bool, str]:
-        """This process's logging, for a helper to copy."""
-        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-        return str(level), is_verbose(), log_format()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import re
 
-__all__ = ["parse_duration", "parse_percentage", "parse_rate", "parse_request_rate", "parse_size"]
+__all__ = [
+    "parse_count",
+    "parse_duration",
+    "parse_percentage",
+    "parse_rate",
+    "parse_request_rate",
+    "parse_size",
+]
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9}
 _SIZE_UNITS |= {"GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -61,4 +68,15 @@ def parse_percentage(text: str) -> float:
         value = -1.0
     if not 0.0 <= value <= 100.0:
         raise argparse.ArgumentTypeError(f"bad percentage {text!r} (use 0 to 100)")
+    return value
+
+
+def parse_count(text: str) -> int:
+    """A whole number, 0 or more, from ``0``, ``4``."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"bad count {text!r} (use 0 or a positive whole number)")
     return value

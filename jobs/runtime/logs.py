@@ -23,6 +23,7 @@ __all__ = [
     "JsonFormatter",
     "is_verbose",
     "log_format",
+    "logging_settings",
     "setup_logging",
 ]
 
@@ -73,6 +74,13 @@ def is_verbose() -> bool:
 def log_format() -> str:
     """``text`` or ``json``: what :func:`setup_logging` installed last."""
     return str(_state["format"])
+
+
+def logging_settings() -> tuple[str, bool, str]:
+    """This process's logging (level, verbose, format): what a child process it starts passes
+    to :func:`setup_logging` to log as it does."""
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    return str(level), is_verbose(), log_format()
 
 
 class JsonFormatter(logging.Formatter):

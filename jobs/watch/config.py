@@ -42,6 +42,9 @@ class WatchConfig:
     rate: float | None = 50e6
     window: int = 64
     ledgers_in_flight: int = 8
+    repair_processes: int = 0
+    """``--repair-processes``: processes a repair runs in, the watch's own included (0: one
+    per core for a large repair, :func:`jobs.watch.repair_workers.repair_processes`)."""
     bookie_protocol: WireProtocol = DEFAULT_BOOKIE_PROTOCOL
     """``--bookie-protocol``: the scheduled audits' entry reads and the repairs' copies."""
     read_timeout: float = 10.0
@@ -96,9 +99,12 @@ def audit_config(cfg: WatchConfig, check: str) -> AuditConfig:
     return config
 
 
-def repair_config(cfg: WatchConfig, audit_run_id: str | None) -> RepairConfig:
-    """The configuration of the watch's repair of the findings of ``audit_run_id``, in this
-    process: a stop or a lost leadership waits only for the ledgers in flight."""
+def repair_config(cfg: WatchConfig, audit_run_id: str | None, processes: int = 1) -> RepairConfig:
+    """The configuration of the watch's repair of the findings of ``audit_run_id``: each
+    process's share repaired there (``local_processes`` 1; the watch splits the shares
+    itself, :mod:`jobs.watch.repair_workers`), so a stop or a lost leadership waits only for
+    the ledgers in flight. ``--rate`` bounds the whole repair: each of ``processes`` copies
+    at its share."""
     return RepairConfig(
         zk=cfg.zk,
         warehouse=cfg.warehouse,
@@ -109,7 +115,7 @@ def repair_config(cfg: WatchConfig, audit_run_id: str | None) -> RepairConfig:
         zk_session_timeout=cfg.zk_session_timeout,
         settings=RepairSettings(
             grace_period=cfg.grace_period,
-            rate=cfg.rate,
+            rate=cfg.rate / processes if cfg.rate else cfg.rate,
             window=cfg.window,
             bookie_protocol=cfg.bookie_protocol,
             password=cfg.password,

@@ -27,6 +27,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bklib.meta import paths
@@ -36,7 +37,14 @@ from jobs.watch.http_server import Health
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.watcher import ClusterWatcher
 
-__all__ = ["LeaderElection", "Leadership", "Stopped", "election_path", "read_leader"]
+__all__ = [
+    "LeaderElection",
+    "LeaderFence",
+    "Leadership",
+    "Stopped",
+    "election_path",
+    "read_leader",
+]
 
 log = logging.getLogger("jobs.watch")
 
@@ -80,6 +88,31 @@ def read_leader(zk: MetadataStore, ledgers_root: str) -> tuple[dict[str, Any] | 
     return None, 0
 
 
+@dataclass(frozen=True)
+class LeaderFence:
+    """A leader's member of the election, as any session can check it: it exists, belongs
+    to the session that created it (``owner``, that session's
+    :attr:`~bklib.meta.stores.MetadataStore.session_owner`) and has the lowest sequence. The
+    leader asks it of its own session; a repair worker process asks it of its own before
+    each ledger (:mod:`jobs.watch.repair_workers`), so a worker never acts for a leader
+    whose session is gone."""
+
+    path: str
+    node: str
+    owner: str | None
+
+    def holds(self, session: MetadataStore) -> bool:
+        """Whether the member still leads; unknown (the store cannot be read) is False."""
+        try:
+            stat = session.exists(paths.join(self.path, self.node))
+            if stat is None or stat.ephemeral_owner != self.owner:
+                return False
+            members = _members(session, self.path)
+        except StoreUnavailable:
+            return False
+        return bool(members) and members[0] == self.node
+
+
 class LeaderElection:
     """One instance's member. ``identity`` is stored as JSON in the member znode."""
 
@@ -112,12 +145,16 @@ class LeaderElection:
             return False
         return stat is not None and stat.ephemeral_owner == self.zk.session_owner
 
+    def fence(self) -> LeaderFence | None:
+        """Our member as a :class:`LeaderFence` (None before we joined)."""
+        if self.node is None:
+            return None
+        return LeaderFence(self.path, self.node, self.zk.session_owner)
+
     def is_leader(self) -> bool:
         """Ask ZooKeeper: our member exists in this session and has the lowest sequence."""
-        if not self.in_current_session():
-            return False
-        members = _members(self.zk, self.path)
-        return bool(members) and members[0] == self.node
+        fence = self.fence()
+        return fence is not None and fence.holds(self.zk)
 
     def leader(self) -> dict[str, Any] | None:
         return read_leader(self.zk, self.root)[0]

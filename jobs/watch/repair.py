@@ -1,7 +1,8 @@
 """The watch's repair of what an audit found: BookKeeper's marks first (as the Auditor
 publishes them), then ``rereplicate``'s engine (:func:`jobs.runs.repair_partition.
 repair_partition`, the :class:`~bklib.repair.worker.LedgerRepairer` with its locks, grace
-period and compare-and-set) in this process, its actions written to ``replication_actions``,
+period and compare-and-set) in this process, and for a large repair also in worker processes
+(:mod:`jobs.watch.repair_workers`), its actions written to ``replication_actions``,
 then the Pulsar topics whose ledgers changed unloaded (docs/watch.md, docs/repair.md).
 Leadership is confirmed before the marks and before each ledger starts."""
 
@@ -20,6 +21,7 @@ from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import Leadership
 from jobs.watch.metrics import WatchMetrics
+from jobs.watch.repair_workers import RepairWorkers, repair_processes, split_shares
 from jobs.watch.warehouse import WatchWarehouse
 from jobs.watch.watcher import ClusterWatcher
 
@@ -103,29 +105,50 @@ class WatchRepair:
     ) -> list[dict[str, Any]]:
         from jobs.runs.repair_partition import repair_partition
 
-        config = repair_config(self.cfg, audit_run_id)
+        procs = repair_processes(self.cfg.repair_processes, len(reqs))
+        config = repair_config(self.cfg, audit_run_id, procs)
         run_id = new_run_id()
         why = f"audit {audit_run_id}" if audit_run_id else "marks verified"
-        log.info("watch: repair %s: %d ledgers (%s)", run_id, len(reqs), why)
+        where = f", in {procs} processes" if procs > 1 else ""
+        log.info("watch: repair %s: %d ledgers (%s%s)", run_id, len(reqs), why, where)
         out: list[dict[str, Any]] = []
+        workers: RepairWorkers | None = None
 
         def proceed() -> bool:
-            return self.leadership.may_proceed() and not (changed is not None and changed())
+            go = self.leadership.may_proceed() and not (changed is not None and changed())
+            if not go and workers is not None:
+                workers.stop.set()  # they start no ledger either
+            return go
 
-        # One session and one bookie client for the whole repair; leadership is asked before
+        def take(actions: list[dict[str, Any]]) -> None:
+            nonlocal first_done
+            out.extend(actions)
+            if first_done is not None and any(a["status"] == ActionStatus.DONE for a in actions):
+                first_done()
+                first_done = None
+
+        # The leader's share over its own session and bookie client, at once; the other
+        # shares in worker processes (jobs/watch/repair_workers.py). Leadership is asked before
         # each ledger starts, so a stop or a lost leadership waits only for those in flight.
         try:
             self.leadership.confirm()
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
-            for actions in repair_partition(config, session, reqs, proceed):
-                out.extend(actions)
-                if first_done is not None and any(
-                    a["status"] == ActionStatus.DONE for a in actions
-                ):
-                    first_done()
-                    first_done = None
+            shares = split_shares(reqs, procs)
+            if procs > 1:
+                fence = self.leadership.election.fence()
+                assert fence is not None  # confirmed: the member exists
+                workers = RepairWorkers(config, shares[1:], fence)
+            for actions in repair_partition(config, session, shares[0], proceed):
+                take(actions)
+                for sent in workers.ready() if workers is not None else ():
+                    take(sent)
+            if workers is not None:
+                for sent in workers.finish(proceed, self.cfg.stop_timeout):
+                    take(sent)
             self.leadership.confirm()  # the ledgers not started were abandoned: say so
         finally:
+            if workers is not None:
+                workers.close()
             self._record(out, config, run_id)
         self._unload(out, config, run_id)
         return out

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from bklib.meta.stores import MetadataStore, StoreUnavailable, open_store
 from bklib.meta.stores.oxia import OxiaStore
 from bklib.meta.stores.zookeeper import ZooKeeperStore
-from jobs.watch.election import LeaderElection, election_path, read_leader
+from jobs.watch.election import LeaderElection, LeaderFence, election_path, read_leader
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +81,29 @@ def test_session_expiry_ends_the_term_and_the_standby_leads(store_locator: str) 
     finally:
         for c in (a, b):
             c.close()
+
+
+def test_a_fence_checked_over_another_session_ends_with_the_term(store_locator: str) -> None:
+    """What a repair worker process asks before each ledger, over its own session: the
+    leader's member still leads. Not once the leader's session expired, even after the old
+    leader rejoined (a new member), and never for a standby's member."""
+    a, b = open_store(store_locator, timeout=3), open_store(store_locator, timeout=3)
+    worker = open_store(store_locator, timeout=3)
+    try:
+        ea = LeaderElection(a, "/ledgers", {"id": "a"})
+        eb = LeaderElection(b, "/ledgers", {"id": "b"})
+        assert ea.fence() is None  # not joined: nothing to fence on
+        ea.join()
+        eb.join()
+        fence, standby = ea.fence(), eb.fence()
+        assert fence is not None and standby is not None
+        assert fence.holds(worker) and not standby.holds(worker)
+        assert not LeaderFence(fence.path, fence.node, "another session").holds(worker)
+        expire(a)
+        assert not fence.holds(worker)
+        join_when_ready(ea)
+        assert not fence.holds(worker)
+        assert standby.holds(worker)  # the standby leads now
+    finally:
+        for s in (a, b, worker):
+            s.close()
