@@ -144,6 +144,7 @@ class Cycle:
         self.audits.first_seen = history.first_seen
         if history.no_replica is not None:
             self.repair.no_replica = history.no_replica
+        self.repair.workers_failed = False  # a new term tries worker processes again
         self.watcher.watch_registrations()
         snap = self.watcher.snapshot()
         self.index.open()  # before the scan: what changes during it is announced

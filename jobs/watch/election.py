@@ -102,14 +102,16 @@ class LeaderFence:
     owner: str | None
 
     def holds(self, session: MetadataStore) -> bool:
-        """Whether the member still leads; unknown (the store cannot be read) is False."""
+        """Whether the member still leads. A member that cannot be read is not ours (False);
+        a listing of the members that fails raises :class:`StoreUnavailable` (the election is
+        unavailable: the caller steps down or starts nothing)."""
         try:
             stat = session.exists(paths.join(self.path, self.node))
-            if stat is None or stat.ephemeral_owner != self.owner:
-                return False
-            members = _members(session, self.path)
         except StoreUnavailable:
             return False
+        if stat is None or stat.ephemeral_owner != self.owner:
+            return False
+        members = _members(session, self.path)
         return bool(members) and members[0] == self.node
 
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from bklib.meta.stores.zookeeper.budget import shared_budget
 from bklib.repair.requests import LedgerRequest, mark_requests, requests_from_findings
 from bklib.states import ActionStatus, Executor, RepairMode
 from jobs.runs.repair_run import RepairConfig, stamp
@@ -48,6 +49,8 @@ class WatchRepair:
         self.watcher = watcher
         self.no_replica: list[dict[str, Any]] = []
         """NO_REPLICA actions of earlier runs: reported again, not copied again."""
+        self.workers_failed = False
+        """A repair worker process failed in this term: repairs run in this process only."""
 
     def paused(self) -> bool:
         """``underreplication/disable`` exists: mark, but repair nothing."""
@@ -106,6 +109,8 @@ class WatchRepair:
         from jobs.runs.repair_partition import repair_partition
 
         procs = repair_processes(self.cfg.repair_processes, len(reqs))
+        if procs > 1 and self.workers_failed:
+            procs = 1
         config = repair_config(self.cfg, audit_run_id, procs)
         run_id = new_run_id()
         why = f"audit {audit_run_id}" if audit_run_id else "marks verified"
@@ -115,10 +120,7 @@ class WatchRepair:
         workers: RepairWorkers | None = None
 
         def proceed() -> bool:
-            go = self.leadership.may_proceed() and not (changed is not None and changed())
-            if not go and workers is not None:
-                workers.stop.set()  # they start no ledger either
-            return go
+            return self.leadership.may_proceed() and not (changed is not None and changed())
 
         def take(actions: list[dict[str, Any]]) -> None:
             nonlocal first_done
@@ -128,27 +130,36 @@ class WatchRepair:
                 first_done = None
 
         # The leader's share over its own session and bookie client, at once; the other
-        # shares in worker processes (jobs/watch/repair_workers.py). Leadership is asked before
-        # each ledger starts, so a stop or a lost leadership waits only for those in flight.
+        # shares in worker processes (jobs/watch/repair_workers.py), each within its share of
+        # the ZooKeeper budget. Leadership is asked before each ledger starts, so a stop or a
+        # lost leadership waits only for those in flight.
         try:
             self.leadership.confirm()
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
             shares = split_shares(reqs, procs)
-            if procs > 1:
-                fence = self.leadership.election.fence()
-                assert fence is not None  # confirmed: the member exists
-                workers = RepairWorkers(config, shares[1:], fence)
-            for actions in repair_partition(config, session, shares[0], proceed):
-                take(actions)
-                for sent in workers.ready() if workers is not None else ():
-                    take(sent)
-            if workers is not None:
-                for sent in workers.finish(proceed, self.cfg.stop_timeout):
+            with shared_budget(procs) as zk_rate:
+                if procs > 1:
+                    fence = self.leadership.election.fence()
+                    assert fence is not None  # confirmed: the member exists
+                    workers = RepairWorkers(
+                        config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate
+                    )
+                for actions in repair_partition(config, session, shares[0], proceed):
+                    take(actions)
+                    for sent in workers.ready() if workers is not None else ():
+                        take(sent)
+                for sent in workers.finish() if workers is not None else ():
                     take(sent)
             self.leadership.confirm()  # the ledgers not started were abandoned: say so
         finally:
             if workers is not None:
-                workers.close()
+                for sent in workers.close():  # rows sent before the leader's share failed
+                    take(sent)
+                if workers.failed:
+                    # Each cycle would split the same ledgers the same way: repair them here.
+                    self.workers_failed = True
+                    log.error("watch: repair worker failed; repairs run in this process only "
+                              "until the next take-over")  # fmt: skip
             self._record(out, config, run_id)
         self._unload(out, config, run_id)
         return out

@@ -13,17 +13,19 @@ import psutil
 import pytest
 
 from bklib.meta.stores import open_store
+from bklib.meta.underreplication import UnderReplicationManager
 from bklib.repair.requests import mark_requests
 from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import LeaderElection, LeaderFence
 from jobs.watch.repair_workers import RepairWorkers
-from tests.audit_helpers import audit_cluster
+from tests.audit_helpers import AuditCluster, audit_cluster
 from tests.integration.test_watch import (
     SLOW_COPY,
+    Watch,
     assert_clean,
     ledgers,
-    locked,
+    naming,
     repaired,
     rows,
     wait_for,
@@ -33,7 +35,23 @@ from tests.integration.test_watch import (
 pytestmark = pytest.mark.integration
 
 
-def test_a_worker_starts_no_ledger_once_the_leaders_fence_fails(
+def locked_ids(c: AuditCluster) -> list[int]:
+    """The ledgers whose under-replication lock someone holds (a repair is copying them)."""
+    path = UnderReplicationManager(c.store.zk).base + "/locks"
+    if not c.store.meta.exists(path):
+        return []
+    return [int(name.removeprefix("urL")) for name in c.store.meta.children(path)]
+
+
+def _workers(config, reqs, fence, proceed=lambda: True):  # type: ignore[no-untyped-def]
+    """Workers for ``reqs`` in one share; their rows once done, and their failures."""
+    workers = RepairWorkers(config, [reqs], fence, proceed, stop_timeout=10)
+    answered = [r for rows_ in workers.finish() for r in rows_]
+    assert list(workers.close()) == []
+    return answered, workers.failed
+
+
+def test_a_worker_starts_no_ledger_once_the_leaders_fence_fails_or_it_says_stop(
     tmp_path: Path, zk_chroot: str
 ) -> None:
     config = repair_config(WatchConfig(zk=zk_chroot, warehouse=str(tmp_path / "wh")), None)
@@ -45,32 +63,28 @@ def test_a_worker_starts_no_ledger_once_the_leaders_fence_fails(
         fence = election.fence()
         assert fence is not None
         # While the fence holds, the worker answers every request it was given...
-        live = RepairWorkers(config, [reqs], fence)
-        try:
-            answered = [r for rows_ in live.finish(lambda: True, 10) for r in rows_]
-        finally:
-            live.close()
-        assert {r["ledger_id"] for r in answered} == {11, 12, 13}
-        # ...and once the leader's member is gone, none.
+        answered, failed = _workers(config, reqs, fence)
+        assert {r["ledger_id"] for r in answered} == {11, 12, 13} and failed == []
+        # ...once the leader's member is gone, none, and it fails nowhere...
         election.leave()
-        dead = RepairWorkers(config, [reqs], fence)
-        try:
-            assert list(dead.finish(lambda: True, 10)) == []
-        finally:
-            dead.close()
-        # Nor when the leader says stop before the first ledger (fence intact).
+        assert _workers(config, reqs, fence) == ([], [])
+        # ...nor when the leader's check says no (its member intact).
         election.join()
         fence = election.fence()
         assert fence is not None
-        told = RepairWorkers(config, [reqs], fence)
-        told.stop.set()
-        try:
-            assert list(told.finish(lambda: True, 10)) == []
-        finally:
-            told.close()
-        assert LeaderFence(fence.path, fence.node, leader.session_owner).holds(leader)
+        assert _workers(config, reqs, fence, proceed=lambda: False) == ([], [])
     finally:
         leader.close()
+
+
+def test_a_worker_that_cannot_open_its_session_is_reported(tmp_path: Path) -> None:
+    unreachable = WatchConfig(zk="127.0.0.1:1", warehouse=str(tmp_path / "wh"),
+                              zk_session_timeout=2)  # fmt: skip
+    config = repair_config(unreachable, None)
+    fence = LeaderFence("/bkaudit/ledgers/watch-leader", "member-0000000000", None)
+    answered, failed = _workers(config, mark_requests([1], ()), fence)
+    assert answered == []
+    assert len(failed) == 1 and "repair worker 1" in failed[0] and "failed" in failed[0], failed
 
 
 def test_a_repair_in_two_processes_moves_every_ledger_once(tmp_path: Path, zk_chroot: str) -> None:
@@ -112,8 +126,10 @@ def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chr
                 assert match is not None
                 worker = psutil.Process(int(match.group(1)))
                 assert worker.ppid() == a.proc.pid
-                wait_for(lambda: locked(c), 60, "a repair lock", a, b)
+                odd = [lid for lid in ids if lid % 2 == 1]  # the worker's share
+                wait_for(lambda: set(locked_ids(c)) & set(odd), 60, "a worker's lock", a, b)
                 a.kill9()
+                assert naming(c, odd, victim), "the worker finished before the leader died"
                 # Within the leader's session (3 s): the fence still holds, so only the death
                 # signal can have ended the worker this soon.
                 deadline = time.monotonic() + 2
@@ -127,3 +143,33 @@ def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chr
     updates = [(a["ledger_id"], a["segment_first_entry_id"]) for a in rows(wh, ACTIONS)
                if a["action"] == "METADATA_UPDATE" and a["status"] == "DONE"]  # fmt: skip
     assert len(updates) == len(set(updates))
+
+
+def test_sigterm_stops_the_workers_too_and_leaves_no_lock(tmp_path: Path, zk_chroot: str) -> None:
+    wh = str(tmp_path / "wh")
+    with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
+        victim = c.bookie_ids[3]
+        ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
+        odd = [lid for lid in ids if lid % 2 == 1]
+        slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "2KB", "--ledgers-in-flight",
+                "1", "--repair-processes", "2")  # fmt: skip
+        w = Watch(c.zk, wh, tmp_path / "w1.log", *slow)
+        try:
+            w.wait_role("leader")
+            c.sandbox.kill_bookie(victim)
+            wait_for(lambda: set(locked_ids(c)) & set(odd), 60, "a worker's lock", w)
+            match = re.search(r"repair worker processes started: pid (\d+)", w.log.read_text())
+            assert match is not None, w.tail()
+            worker = psutil.Process(int(match.group(1)))
+            t0 = time.monotonic()
+            assert w.stop() == 0, w.tail()
+            assert time.monotonic() - t0 < 30
+        finally:
+            w.stop()
+        # The worker finished its ledger in flight, started no other, and went with its locks.
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+        assert locked_ids(c) == []
+        assert naming(c, odd, victim), "the worker finished its share before the SIGTERM"
+        with watching(c.zk, wh, tmp_path, "w2", "--lost-bookie-recovery-delay", "0s") as w2:
+            wait_for(lambda: repaired(c, ids, victim), 90, "the next run's repair", w2)
+        assert_clean(c, ids, victim)
