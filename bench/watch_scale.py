@@ -77,11 +77,22 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def cpu(pid: int) -> float:
+    """CPU-seconds of the process and of its children: those it waited for (the scan's
+    helper, a repair's worker processes once joined) and those alive now."""
     try:
-        t = psutil.Process(pid).cpu_times()
+        proc = psutil.Process(pid)
+        t = proc.cpu_times()
+        live = proc.children(recursive=True)
     except psutil.NoSuchProcess:
         return 0.0
-    return float(t.user + t.system)
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in live:
+        try:
+            c = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += c.user + c.system
+    return float(total)
 
 
 class RssSampler(threading.Thread):
