@@ -193,7 +193,10 @@ class RepairWorkers:
                     assert isinstance(conn, Connection)
                     self._receive(next(w for w in self._workers if w.conn is conn))
         except Exception as exc:  # noqa: BLE001 - the workers go; the leader records what came
-            log.error("watch: repair workers' supervisor failed: %s", one_line(exc))
+            # Counted as a failure: the ledgers not reported stay marked, and the term's
+            # later repairs run in the leader's process.
+            self.failed.append(f"the repair workers' supervisor failed: {one_line(exc)}")
+            log.error("watch: %s; killing the workers", self.failed[-1])
             self._kill()
         finally:
             for w in self._workers:

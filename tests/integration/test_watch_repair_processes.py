@@ -43,6 +43,23 @@ def locked_ids(c: AuditCluster) -> list[int]:
     return [int(name.removeprefix("urL")) for name in c.store.meta.children(path)]
 
 
+STARTED = re.compile(r"repair worker processes started: pid (\d+)")
+
+
+def first_worker(w: Watch) -> psutil.Process:
+    """The first repair worker process the watch's log names."""
+    match = STARTED.search(w.log.read_text())
+    assert match is not None, w.tail()
+    return psutil.Process(int(match.group(1)))
+
+
+def assert_swapped_once(wh: str) -> None:
+    """No segment's metadata swapped twice: one METADATA_UPDATE DONE per segment moved."""
+    done = [(a["ledger_id"], a["segment_first_entry_id"]) for a in rows(wh, ACTIONS)
+            if a["action"] == "METADATA_UPDATE" and a["status"] == "DONE"]  # fmt: skip
+    assert len(done) == len(set(done))
+
+
 def _workers(config, reqs, fence, proceed=lambda: True):  # type: ignore[no-untyped-def]
     """Workers for ``reqs`` in one share; their rows once done, and their failures."""
     workers = RepairWorkers(config, [reqs], fence, proceed, stop_timeout=10)
@@ -105,9 +122,7 @@ def test_a_repair_in_two_processes_moves_every_ledger_once(tmp_path: Path, zk_ch
     actions = rows(wh, ACTIONS)
     copies = [a for a in actions if a["action"] == "COPY" and a["status"] == "DONE"]
     assert {a["ledger_id"] for a in copies} == set(ids)
-    updates = [(a["ledger_id"], a["segment_first_entry_id"]) for a in actions
-               if a["action"] == "METADATA_UPDATE" and a["status"] == "DONE"]  # fmt: skip
-    assert len(updates) == len(set(updates))
+    assert_swapped_once(wh)
 
 
 def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chroot: str) -> None:
@@ -120,11 +135,8 @@ def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chr
             with watching(c.zk, wh, tmp_path, "b", "--lost-bookie-recovery-delay", "0s") as b:
                 b.wait_role("standby")
                 c.sandbox.kill_bookie(victim)
-                started = re.compile(r"repair worker processes started: pid (\d+)")
-                wait_for(lambda: started.search(a.log.read_text()), 60, "a worker", a, b)
-                match = started.search(a.log.read_text())
-                assert match is not None
-                worker = psutil.Process(int(match.group(1)))
+                wait_for(lambda: STARTED.search(a.log.read_text()), 60, "a worker", a, b)
+                worker = first_worker(a)
                 assert worker.ppid() == a.proc.pid
                 odd = [lid for lid in ids if lid % 2 == 1]  # the worker's share
                 wait_for(lambda: set(locked_ids(c)) & set(odd), 60, "a worker's lock", a, b)
@@ -140,9 +152,7 @@ def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chr
                 wait_for(lambda: repaired(c, ids, victim), 120, "the standby's repair", b)
         assert b.proc.returncode == 0, b.tail()
         assert_clean(c, ids, victim)
-    updates = [(a["ledger_id"], a["segment_first_entry_id"]) for a in rows(wh, ACTIONS)
-               if a["action"] == "METADATA_UPDATE" and a["status"] == "DONE"]  # fmt: skip
-    assert len(updates) == len(set(updates))
+    assert_swapped_once(wh)
 
 
 def test_sigterm_stops_the_workers_too_and_leaves_no_lock(tmp_path: Path, zk_chroot: str) -> None:
@@ -158,9 +168,7 @@ def test_sigterm_stops_the_workers_too_and_leaves_no_lock(tmp_path: Path, zk_chr
             w.wait_role("leader")
             c.sandbox.kill_bookie(victim)
             wait_for(lambda: set(locked_ids(c)) & set(odd), 60, "a worker's lock", w)
-            match = re.search(r"repair worker processes started: pid (\d+)", w.log.read_text())
-            assert match is not None, w.tail()
-            worker = psutil.Process(int(match.group(1)))
+            worker = first_worker(w)
             t0 = time.monotonic()
             assert w.stop() == 0, w.tail()
             assert time.monotonic() - t0 < 30
