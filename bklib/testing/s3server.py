@@ -139,8 +139,18 @@ class S3Server:
         props.chmod(0o600)  # the secret key
         out = (self.base_dir / "s3proxy.log").open("ab")
         try:
+            # -XX:-UsePerfData: no hsperfdata file mapped in /tmp, whose filling up would
+            # crash the JVM (SIGBUS) in the middle of a run.
             self.proc = subprocess.Popen(
-                [java, "-Xmx256m", "-jar", str(jar), "--properties", str(props)],
+                [
+                    java,
+                    "-Xmx256m",
+                    "-XX:-UsePerfData",
+                    "-jar",
+                    str(jar),
+                    "--properties",
+                    str(props),
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -159,13 +169,35 @@ class S3Server:
             try:
                 with socket.create_connection((self.host, self.port), timeout=1) as s:
                     s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-                    if s.recv(12).startswith(b"HTTP/"):
+                    # Ours only: another process's HTTP server that took the port between its
+                    # choice and the JVM's bind would answer too, and s3proxy would then exit.
+                    if s.recv(12).startswith(b"HTTP/") and self._listening():
                         return
             except OSError:
                 pass
             time.sleep(0.2)
         self.stop()
         raise S3Unavailable(f"s3proxy did not answer in {timeout:g}s: {self._tail()}")
+
+    def _listening(self) -> bool:
+        """Whether the server's own process listens on its port."""
+        import psutil  # the test tools' (pyproject's dev extra), not bkaudit's
+
+        assert self.proc is not None
+        try:
+            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in conns)
+
+    def check_running(self) -> None:
+        """Raise :class:`S3Unavailable` with the exit status and the log's end if the server
+        has stopped (a test that finds its store gone says why, not only "refused")."""
+        if self.proc is None:
+            raise S3Unavailable(f"s3proxy at {self.endpoint} is not started")
+        code = self.proc.poll()
+        if code is not None:
+            raise S3Unavailable(f"s3proxy at {self.endpoint} exited ({code}): {self._tail()}")
 
     def _tail(self) -> str:
         path = self.base_dir / "s3proxy.log"

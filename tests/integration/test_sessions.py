@@ -143,6 +143,9 @@ class DriverSessions:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+        # A last look: a session opened after the last poll (the test's own helper reading
+        # the marks at the end of the work) is still open, and is told apart here.
+        self._look()
 
     @property
     def new(self) -> set[str]:
@@ -184,13 +187,16 @@ class OtherSessions:
             if c.raddr and c.raddr.port == self.server.port and c.pid is not None
         }
 
+    def _look(self) -> None:
+        owners = self._owners()
+        for c in self.server.connections():
+            pid = owners.get(c["address"])
+            if c["sid"] and pid not in (None, self.pid):
+                self.others.add(int(c["sid"], 16))
+
     def _poll(self) -> None:
         while not self._stop.is_set():
-            owners = self._owners()
-            for c in self.server.connections():
-                pid = owners.get(c["address"])
-                if c["sid"] and pid not in (None, self.pid):
-                    self.others.add(int(c["sid"], 16))
+            self._look()
             time.sleep(0.1)
 
     def __enter__(self) -> OtherSessions:
@@ -200,6 +206,9 @@ class OtherSessions:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+        # A last look: a session opened after the last poll (the test's own helper reading
+        # the marks at the end of the work) is still open, and is told apart here.
+        self._look()
 
 
 SessionCount = Callable[["Watch", Callable[[], Any]], int]

@@ -54,6 +54,9 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
 
 
 @pytest.fixture
-def bucket(s3: S3Server) -> str:
-    """A fresh bucket's ``s3://`` URI."""
-    return s3.make_bucket(f"t-{uuid.uuid4().hex[:12]}")
+def bucket(s3: S3Server) -> Iterator[str]:
+    """A fresh bucket's ``s3://`` URI. The shared server is checked before and after the test:
+    one that stopped is reported with its exit status and log, where it stopped."""
+    s3.check_running()
+    yield s3.make_bucket(f"t-{uuid.uuid4().hex[:12]}")
+    s3.check_running()
