@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from bklib.errors import BKError
 from bklib.meta.pulsar import decode_pulsar_metadata
+from bklib.meta.scan import read_ledgers_by_id
 from bklib.meta.store import LedgerStore
 from bklib.meta.stores import MetadataStore
 from bklib.pulsar.admin import AdminSettings, PulsarAdmin
@@ -43,17 +43,17 @@ log = logging.getLogger("jobs.commands.repair")
 def topics_of(
     session: MetadataStore, ledgers_root: str, ledger_ids: Iterable[int]
 ) -> dict[int, str | None]:
-    """Each ledger's Pulsar topic, from its custom metadata (None: untagged, or deleted)."""
-    out: dict[int, str | None] = {}
-    store = LedgerStore(session, ledgers_root)
-    for lid in sorted(set(ledger_ids)):
-        try:
-            md = store.read_ledger(lid).value
-        except BKError as exc:  # deleted since, or unreadable: no handle to refresh
-            log.info("ledger %d: no topic to unload (%s)", lid, exc)
-            out[lid] = None
+    """Each ledger's Pulsar topic, from its custom metadata (None: untagged, or deleted). Read
+    pipelined (a loss of a bookie changes tens of thousands of ledgers; one read at a time took
+    a quarter of a minute for 44,000)."""
+    ids = sorted(set(ledger_ids))
+    out: dict[int, str | None] = dict.fromkeys(ids)  # deleted since: no handle to refresh
+    kind = LedgerStore(session, ledgers_root).kind
+    for read in read_ledgers_by_id(session, ids, root=ledgers_root, kind=kind):
+        if read.metadata is None:  # unreadable: named, and no topic to unload
+            log.info("ledger %d: no topic to unload (%s)", read.ledger_id, read.error)
             continue
-        out[lid] = decode_pulsar_metadata(md.custom_metadata).topic
+        out[read.ledger_id] = decode_pulsar_metadata(read.metadata.custom_metadata).topic
     return out
 
 
