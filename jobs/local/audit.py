@@ -277,15 +277,21 @@ class LocalAudit:
         (by ``(ledger_id, segment_first_entry_id, bookie_id)``), else this run's start."""
         return [(table, list(rows)) for table, rows in self.row_sources(first_seen)]
 
+    def settle(self) -> None:
+        """Settle the run's counts and status from its findings (again at each call: the
+        same answer until the findings change)."""
+        run = self.run
+        run.counts.update(summarize(under_replication(self.findings)))
+        run.counts.update(final_placement_counts(self.findings, run.counts))
+        run.status = run_status(run.counts)
+
     def row_sources(
         self, first_seen: Mapping[tuple[int, int, str], datetime]
     ) -> list[tuple[str, Iterable[dict[str, Any]]]]:
         """:meth:`rows`, with the ledgers table's rows made as they are consumed: one row per
         ledger, so a million of them are never held as dicts at once (:meth:`load`)."""
         run = self.run
-        run.counts.update(summarize(under_replication(self.findings)))
-        run.counts.update(final_placement_counts(self.findings, run.counts))
-        run.status = run_status(run.counts)
+        self.settle()
         fragments = [
             {
                 "run_id": run.run_id,

@@ -12,8 +12,9 @@ fails, as a cycle that raises does (:meth:`jobs.watch.cycle.Cycle.run`, docs/wat
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -70,13 +71,14 @@ class WatchAudits:
         """When each finding was first detected (grace period of open ledgers)."""
         self.incomplete: list[AuditIncomplete] = []
         """This cycle's audits that did not complete (cleared as each cycle starts)."""
+        self._recording: threading.Thread | None = None
+        self._record_error: BaseException | None = None
 
     def run(
         self,
         check: str,
         ledger_ids: Sequence[int] | None = None,
         kind: LayoutKind | None = None,
-        before_record: Callable[[Any], None] | None = None,
     ) -> Any:
         """One audit run of ``check`` in this process, written to the tables (a warehouse
         failure is logged and counted: the findings still drive the repair). None if it
@@ -84,11 +86,13 @@ class WatchAudits:
 
         With ``ledger_ids`` (and their layout ``kind``), a ``lost`` audit of those ledgers
         only (:class:`~jobs.watch.indexed_audit.IndexedLostAudit`): it does not count as the
-        schedule's run of the check. ``before_record`` is called with the finished job before
-        its rows are written (a loss's marks need not wait for the tables)."""
+        schedule's run of the check, and its rows are written by a thread of their own while
+        the caller marks and repairs what it found (a loss's reaction need not wait for the
+        tables); :meth:`wait_recorded` waits for them."""
         from jobs.local.audit import LocalAudit
         from jobs.watch.indexed_audit import IndexedLostAudit
 
+        self.wait_recorded()  # one run's rows after another's, never interleaved
         cfg = self.cfg
         config = audit_config(cfg, check)
         started = time.time()
@@ -118,37 +122,68 @@ class WatchAudits:
         self.health.heartbeat()
         checked = time.time()
         self._first_detected(job, None if ledger_ids is None else set(ledger_ids))
-        if before_record is not None:
-            before_record(job)
+        if ledger_ids is None:
+            self._write(job, check, started, checked, full=True)
+            self._count(job, check, started, full=True)
+        else:
+            self._count(job, check, started, full=False)
+            self._recording = threading.Thread(
+                target=self._record_later, args=(job, check, started, checked),
+                name="audit-rows",
+            )  # fmt: skip
+            self._recording.start()
+        return job
+
+    def wait_recorded(self) -> None:
+        """Wait for the rows of the audit being recorded by its thread, if any; raise what
+        writing them raised (a spool past its bound stops the watch, as in this thread)."""
+        thread, self._recording = self._recording, None
+        if thread is not None:
+            thread.join()
+        error, self._record_error = self._record_error, None
+        if error is not None:
+            raise error
+
+    def _record_later(self, job: Any, check: str, started: float, checked: float) -> None:
+        try:
+            self._write(job, check, started, checked, full=False)
+        except BaseException as exc:  # noqa: BLE001 - raised in the cycle's thread instead
+            self._record_error = exc
+
+    def _write(self, job: Any, check: str, started: float, checked: float, full: bool) -> None:
+        """Write ``job``'s rows (through the spool) and log the run."""
         run = self._load(job)
-        recorded = time.time()
-        if ledger_ids is None:
-            self.schedule.ran(check, started)
-        self.metrics.audits.labels(check, run.status).inc()
-        # The run's own finished_at, so the gauge is the audit_runs row's figure (as the
-        # take-over's reading of the table sets it). A run of the index's ledgers is no run of
-        # the schedule: the overdue alert watches full scans.
-        if ledger_ids is None:
-            self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
-        frags, ledgers = finding_counts(f.as_row() for f in job.findings)
-        self.metrics.set_findings(check, frags, ledgers)
-        self.metrics.set_unknown(check, job.findings, run.counts)
         log.info(
             "watch: %s audit %s: %d ledgers%s, %d under-replicated fragments (%.1fs, its rows "
             "%.1fs)",
             check,
             run.run_id,
             job.run.counts[CountKey.LEDGERS],
-            "" if ledger_ids is None else " (those the index names)",
+            "" if full else " (those the index names)",
             len(job.findings),
             checked - started,
-            recorded - checked,
+            time.time() - checked,
         )
+
+    def _count(self, job: Any, check: str, started: float, full: bool) -> None:
+        """Count ``job`` in the metrics (at once, whether or not its rows are written yet:
+        they are what the cycle acts on), and note it if it did not complete."""
+        job.settle()
+        run = job.run
+        if full:
+            self.schedule.ran(check, started)
+            # The run's own finished_at, so the gauge is the audit_runs row's figure (as the
+            # take-over's reading of the table sets it). A run of the index's ledgers is no
+            # run of the schedule: the overdue alert watches full scans.
+            self.metrics.last_audit.labels(check).set(run.finished_at.timestamp())
+        self.metrics.audits.labels(check, run.status).inc()
+        frags, ledgers = finding_counts(f.as_row() for f in job.findings)
+        self.metrics.set_findings(check, frags, ledgers)
+        self.metrics.set_unknown(check, job.findings, run.counts)
         if run.status != RunStatus.COMPLETED:
             # Its findings are still acted on (the cluster comes first); the cycle fails.
             why = incomplete_reasons(run.counts)
             self._incomplete(AuditIncomplete(check, run.run_id, run.status, why))
-        return job
 
     def _incomplete(self, failure: AuditIncomplete) -> None:
         log.error("watch: %s", failure)

@@ -78,8 +78,6 @@ class Cycle:
         self.known_marks: dict[int, tuple[str, ...]] = {}
         """The marks the current response's cycle read: those already standing are not
         written again (:meth:`UnderReplicationManager.mark_many`)."""
-        self.marked: Any = None
-        """The last audit whose marks were published."""
         self.reacted: dict[str, set[str]] = {stage: set() for stage in REACTION_STAGES}
         """The due bookies whose reaction was timed, per stage (once per loss)."""
         metrics.set_schedule(self.schedule.every)
@@ -112,6 +110,7 @@ class Cycle:
                 wait = 0.0
             else:
                 wait = self._lead(as_of)
+            self.audits.wait_recorded()  # a loss's audit rows, written beside its repair
             if self.audits.incomplete:
                 # The work went on with what the audit found; the cycle still failed.
                 raise self.audits.incomplete[0]
@@ -286,20 +285,23 @@ class Cycle:
         if not rows:
             self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
             return
-        if job is not self.marked:
-            self._mark(job, rows)
+        copying = {r["bookie_id"] for r in rows}
         if self.repair.paused():
+            self.repair.mark(rows, self.known_marks)  # published for whoever resumes it
+            self._reacted("marked", copying)
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
             )
             self.retry_at = now + self.cfg.retry_interval
             return
-        copying = {r["bookie_id"] for r in rows}
         repairing = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
         changes = self._changes(repairing, self._delay(snap))
-        actions = self.repair.repair(
+        # The marks go out while the first ledgers are repaired (jobs/watch/marking.py).
+        actions = self.repair.mark_and_repair(
             rows,
             job.run.run_id,
+            known=self.known_marks,
+            marked=lambda: self._reacted("marked", copying),
             first_done=lambda: self._reacted("first_copy", copying),
             changed=changes,
         )
@@ -325,7 +327,7 @@ class Cycle:
             # as a full scan's are (:meth:`_actionable`).
             ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
             if not isinstance(ids, IndexStale):
-                return self.audits.run(check, ids, self.index.kind, before_record=self._mark)
+                return self.audits.run(check, ids, self.index.kind)
         stale = self.index.keeper.stale
         if stale is not None:
             self.index.open()  # a new feed before the scan that rebuilds
@@ -338,17 +340,6 @@ class Cycle:
             if job is not None:
                 self.index.reconcile(job, window)
         return job
-
-    def _mark(self, job: Any, rows: list[dict[str, Any]] | None = None) -> None:
-        """Publish the marks of ``job``'s actionable findings (``rows``, when known). Given to
-        a loss's audit as its ``before_record``: the marks go out before the run's rows are
-        written."""
-        if rows is None:
-            rows = [self._row(f) for f in job.findings if self._actionable(f)]
-        if rows:
-            self.repair.mark(rows, self.known_marks)
-            self._reacted("marked", {r["bookie_id"] for r in rows})
-        self.marked = job
 
     def _reacted(self, stage: str, bookies: set[str]) -> None:
         """Time a stage of the reaction to each due bookie in ``bookies``, once per loss."""

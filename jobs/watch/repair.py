@@ -9,6 +9,7 @@ Leadership is confirmed before the marks and before each ledger starts."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import Leadership
+from jobs.watch.marking import MarksInFlight
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.repair_workers import RepairWorkers, repair_processes, split_shares
 from jobs.watch.warehouse import WatchWarehouse
@@ -63,29 +65,42 @@ class WatchRepair:
         ``listunderreplicated`` and Java ReplicationWorkers see the work. ``known``: the marks
         this cycle read (a second loss's marks beside the first's still standing)."""
         self.leadership.confirm()
-        missing: dict[int, set[str]] = {}
-        for r in rows:
-            missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
         # Many marks per request, many requests in flight: one round trip per mark was most
         # of the reaction time to a lost bookie.
-        marks = {lid: sorted(b) for lid, b in missing.items()}
+        marks = _missing(rows)
         written = self.watcher.urm.mark_many(marks, known=known)
         log.info("watch: %d ledgers marked under-replicated (%d marks new)", len(marks), written)
 
-    def repair(
+    def mark_and_repair(
         self,
         rows: list[dict[str, Any]],
         audit_run_id: str,
+        known: Mapping[int, Sequence[str]] | None = None,
+        marked: Callable[[], None] | None = None,
         first_done: Callable[[], None] | None = None,
         changed: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
-        """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
-        or a lost leadership waits only for the ledgers in flight); the actions it wrote.
-        ``first_done`` is called once, when the first ledger's copy is done. Once
-        ``changed`` says the lost bookies changed (:class:`~jobs.watch.loss_changes.
-        LossChanges`), no more ledgers start either."""
-        reqs = requests_from_findings(rows, self.no_replica)
-        return self._run(reqs, audit_run_id, first_done, changed)
+        """:meth:`mark` and the rereplicate engine over ``rows`` at once: the marks go out a
+        chunk at a time in the repair's order while the first ledgers are repaired, each
+        ledger only once its mark is out (:mod:`jobs.watch.marking`). ``ledgers_in_flight``
+        ledgers at a time (a stop or a lost leadership waits only for the ledgers in flight);
+        the actions it wrote. ``marked`` is called once every mark is out, ``first_done``
+        once, when the first ledger's copy is done. Once ``changed`` says the lost bookies
+        changed (:class:`~jobs.watch.loss_changes.LossChanges`), no more ledgers start
+        either. Raises :class:`~jobs.watch.marking.MarksFailed` after the repair when the
+        marks could not all be published (the ledgers not marked were not started)."""
+        self.leadership.confirm()
+        shares = self._shares(requests_from_findings(rows, self.no_replica))
+        order = [r.ledger_id for share in shares for r in share]
+        on_done = None if marked is None else (lambda _n: marked())
+        marks = MarksInFlight(self.watcher.urm, _missing(rows), order, known, on_done)
+        try:
+            actions = self._run(shares, audit_run_id, first_done, changed, marks)
+        except BaseException:
+            marks.wait_all()  # the repair's own failure is the one to report
+            raise
+        marks.join()
+        return actions
 
     def verify_marks(
         self, ledger_ids: Iterable[int], changed: Callable[[], bool] | None = None
@@ -97,37 +112,42 @@ class WatchRepair:
         a repair cut off, end here."""
         reqs = mark_requests(ledger_ids, ())
         log.info("watch: %d marked ledgers that no lost bookie explains: checking each", len(reqs))
-        return self._run(reqs, None, None, changed)
+        return self._run(self._shares(reqs), None, None, changed)
 
-    def _run(
-        self,
-        reqs: list[LedgerRequest],
-        audit_run_id: str | None,
-        first_done: Callable[[], None] | None,
-        changed: Callable[[], bool] | None,
-    ) -> list[dict[str, Any]]:
-        from jobs.runs.repair_partition import repair_partition
-
+    def _shares(self, reqs: list[LedgerRequest]) -> list[list[LedgerRequest]]:
+        """``reqs`` split among the repair's processes; the first share is the leader's."""
         procs = repair_processes(self.cfg.repair_processes, len(reqs))
         if procs > 1 and self.workers_failed:
             procs = 1
+        return split_shares(reqs, procs)
+
+    def _run(
+        self,
+        shares: list[list[LedgerRequest]],
+        audit_run_id: str | None,
+        first_done: Callable[[], None] | None,
+        changed: Callable[[], bool] | None,
+        marks: MarksInFlight | None = None,
+    ) -> list[dict[str, Any]]:
+        from jobs.runs.repair_partition import repair_partition
+
+        procs = len(shares)
         config = repair_config(self.cfg, audit_run_id, procs)
         run_id = new_run_id()
         why = f"audit {audit_run_id}" if audit_run_id else "marks verified"
         where = f", in {procs} processes" if procs > 1 else ""
-        log.info("watch: repair %s: %d ledgers (%s%s)", run_id, len(reqs), why, where)
+        total = sum(len(share) for share in shares)
+        log.info("watch: repair %s: %d ledgers (%s%s)", run_id, total, why, where)
         out: list[dict[str, Any]] = []
         workers: RepairWorkers | None = None
+        finished = _FirstCopy(first_done)
 
         def proceed() -> bool:
             return self.leadership.may_proceed() and not (changed is not None and changed())
 
         def take(actions: list[dict[str, Any]]) -> None:
-            nonlocal first_done
             out.extend(actions)
-            if first_done is not None and any(a["status"] == ActionStatus.DONE for a in actions):
-                first_done()
-                first_done = None
+            finished(actions)
 
         # The leader's share over its own session and bookie client, at once; the other
         # shares in worker processes (jobs/watch/repair_workers.py), each within its share of
@@ -136,15 +156,18 @@ class WatchRepair:
         try:
             self.leadership.confirm()
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
-            shares = split_shares(reqs, procs)
             with shared_budget(procs) as zk_rate:
                 if procs > 1:
                     fence = self.leadership.election.fence()
                     assert fence is not None  # confirmed: the member exists
                     workers = RepairWorkers(
-                        config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate
-                    )
-                for actions in repair_partition(config, session, shares[0], proceed):
+                        config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate,
+                        shares_when=None if marks is None else marks.wait_all,
+                    )  # fmt: skip
+                gate = None if marks is None else marks.wait_for
+                for actions in repair_partition(
+                    config, session, shares[0], proceed, gate=gate, finished=finished
+                ):
                     take(actions)
                     for sent in workers.ready() if workers is not None else ():
                         take(sent)
@@ -213,3 +236,28 @@ class WatchRepair:
         self.warehouse.write([(ACTIONS, rows)])
         done = sum(1 for r in rows if r["status"] == ActionStatus.DONE)
         log.info("watch: repair %s: %d actions, %d done", run_id, len(rows), done)
+
+
+class _FirstCopy:
+    """Calls ``then`` once, at the first ledger with a copy done, from whichever thread
+    finished it: the first copy of any process, not the first in a share's order."""
+
+    def __init__(self, then: Callable[[], None] | None) -> None:
+        self._then = then
+        self._lock = threading.Lock()
+
+    def __call__(self, actions: list[dict[str, Any]]) -> None:
+        if self._then is None or not any(a["status"] == ActionStatus.DONE for a in actions):
+            return
+        with self._lock:
+            call, self._then = self._then, None
+        if call is not None:
+            call()
+
+
+def _missing(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
+    """Each ledger's missing bookies, as its mark lists them."""
+    missing: dict[int, set[str]] = {}
+    for r in rows:
+        missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
+    return {lid: sorted(b) for lid, b in missing.items()}

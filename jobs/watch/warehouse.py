@@ -7,6 +7,7 @@ of ``/readyz``. Also the history a new term reads from the tables (docs/watch.md
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,6 +67,9 @@ class WatchWarehouse:
         self.flush_error: str | None = None
         self.spooled = False
         """Something waits in the spool (the warehouse is not writable, for /readyz)."""
+        self._writing = threading.Lock()
+        """One write at a time, in the order they come: a loss's audit rows are written by a
+        thread of their own beside its repair (:meth:`jobs.watch.audits.WatchAudits.run`)."""
 
     @property
     def ready_reason(self) -> str | None:
@@ -95,6 +99,10 @@ class WatchWarehouse:
         are of runs already done)."""
         if not self.spooled:
             return
+        with self._writing:
+            self._flush()
+
+    def _flush(self) -> None:
         files, rows, _ = self.spool.stats()
         ok = self.spool.flush()
         self.refresh()
@@ -131,11 +139,12 @@ class WatchWarehouse:
         """Append, or spool when the warehouse does not take the rows (nothing is dropped);
         raises :class:`~jobs.watch.spool.SpoolError` past the bound or when the spool
         cannot be written either."""
-        try:
-            results = self.spool.write_many(batches, run_date, bound)
-        finally:
-            self.refresh()
-        self.outcome(all(results))
+        with self._writing:
+            try:
+                results = self.spool.write_many(batches, run_date, bound)
+            finally:
+                self.refresh()
+            self.outcome(all(results))
 
     def history(self, schedule: Schedule) -> History:
         """Last run of each check (into ``schedule``), first detections of the latest run and

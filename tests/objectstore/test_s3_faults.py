@@ -86,8 +86,15 @@ def test_the_watch_spools_through_a_minute_without_s3_and_writes_later_in_order(
                 wait_for(lambda: settled(w.metrics()), 90, "the clean re-audit", w)
                 code, body = w.get("/readyz")
                 assert (code, json.loads(body)["detail"]) == (503, "warehouse unreachable")
-                files = sorted(n for n in os.listdir(spool) if n.endswith(".jsonl"))
-                tables = Counter(n.split("-", 2)[2].removesuffix(".jsonl") for n in files)
+
+                def spooled() -> Counter[str]:
+                    files = sorted(n for n in os.listdir(spool) if n.endswith(".jsonl"))
+                    return Counter(n.split("-", 2)[2].removesuffix(".jsonl") for n in files)
+
+                # The clean re-audit's rows are written beside the cycle (a loss's audit rows
+                # never hold up its repair): spooled a moment after the metrics say settled.
+                wait_for(lambda: spooled()[AUDIT_RUNS] >= 2, 30, "the re-audit's rows", w)
+                tables = spooled()
                 assert tables[AUDIT_RUNS] >= 2 and tables[ACTIONS] >= 1, tables
                 time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_at)))
                 m = w.metrics()

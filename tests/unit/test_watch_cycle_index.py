@@ -68,9 +68,7 @@ class Audits:
     def __init__(self) -> None:
         self.asked: list[list[int] | None] = []
 
-    def __call__(
-        self, check: str, ledger_ids: Any = None, kind: Any = None, before_record: Any = None
-    ) -> Any:
+    def __call__(self, check: str, ledger_ids: Any = None, kind: Any = None) -> Any:
         assert check == Check.LOST
         self.asked.append(None if ledger_ids is None else list(ledger_ids))
         counts = {CountKey.METADATA_ERRORS: 0, CountKey.LEDGERS: len(LEDGERS)}
@@ -81,8 +79,6 @@ class Audits:
             run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=ledgers,
             shard_ledgers=None,
         )  # fmt: skip
-        if before_record is not None:
-            before_record(job)
         return job
 
 
