@@ -73,6 +73,8 @@ class WatchAudits:
         """This cycle's audits that did not complete (cleared as each cycle starts)."""
         self._recording: threading.Thread | None = None
         self._record_error: BaseException | None = None
+        self._may_record = threading.Event()
+        """Set once the loss's rows may be written (:meth:`record_now`)."""
 
     def run(
         self,
@@ -86,9 +88,10 @@ class WatchAudits:
 
         With ``ledger_ids`` (and their layout ``kind``), a ``lost`` audit of those ledgers
         only (:class:`~jobs.watch.indexed_audit.IndexedLostAudit`): it does not count as the
-        schedule's run of the check, and its rows are written by a thread of their own while
-        the caller marks and repairs what it found (a loss's reaction need not wait for the
-        tables); :meth:`wait_recorded` waits for them."""
+        schedule's run of the check, and its rows are written by a thread of their own once
+        :meth:`record_now` lets it, while the caller marks and repairs what it found (a
+        loss's reaction need not wait for the tables); :meth:`wait_recorded` waits for
+        them."""
         from jobs.local.audit import LocalAudit
         from jobs.watch.indexed_audit import IndexedLostAudit
 
@@ -127,6 +130,7 @@ class WatchAudits:
             self._count(job, check, started, full=True)
         else:
             self._count(job, check, started, full=False)
+            self._may_record.clear()
             self._recording = threading.Thread(
                 target=self._record_later, args=(job, check, started, checked),
                 name="audit-rows",
@@ -134,9 +138,17 @@ class WatchAudits:
             self._recording.start()
         return job
 
+    def record_now(self) -> None:
+        """Let the thread of a loss's audit write its rows. It waits for this (a second or
+        three of one core at 44,000 ledgers) so that the marks and the repair's start have
+        the process first; the cycle says when: once every mark is out."""
+        self._may_record.set()
+
     def wait_recorded(self) -> None:
-        """Wait for the rows of the audit being recorded by its thread, if any; raise what
-        writing them raised (a spool past its bound stops the watch, as in this thread)."""
+        """Wait for the rows of the audit being recorded by its thread, if any (letting it
+        write them now); raise what writing them raised (a spool past its bound stops the
+        watch, as in this thread)."""
+        self.record_now()
         thread, self._recording = self._recording, None
         if thread is not None:
             thread.join()
@@ -145,6 +157,7 @@ class WatchAudits:
             raise error
 
     def _record_later(self, job: Any, check: str, started: float, checked: float) -> None:
+        self._may_record.wait()
         try:
             self._write(job, check, started, checked, full=False)
         except BaseException as exc:  # noqa: BLE001 - raised in the cycle's thread instead

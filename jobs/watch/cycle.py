@@ -130,6 +130,8 @@ class Cycle:
                 exc_info=not isinstance(exc, AuditIncomplete),  # its line says it all
             )
             return self.cfg.retry_interval
+        finally:
+            self.audits.record_now()  # however the cycle ended, its audit's rows are written
         self.health.cycle_ok()
         return wait
 
@@ -301,7 +303,7 @@ class Cycle:
             rows,
             job.run.run_id,
             known=self.known_marks,
-            marked=lambda: self._reacted("marked", copying),
+            marked=lambda: self._marked(copying),
             first_done=lambda: self._reacted("first_copy", copying),
             changed=changes,
         )
@@ -340,6 +342,11 @@ class Cycle:
             if job is not None:
                 self.index.reconcile(job, window)
         return job
+
+    def _marked(self, bookies: set[str]) -> None:
+        """Every mark of a loss is out: time it, and let the audit's rows be written."""
+        self._reacted("marked", bookies)
+        self.audits.record_now()
 
     def _reacted(self, stage: str, bookies: set[str]) -> None:
         """Time a stage of the reaction to each due bookie in ``bookies``, once per loss."""

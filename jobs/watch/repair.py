@@ -90,11 +90,16 @@ class WatchRepair:
         either. Raises :class:`~jobs.watch.marking.MarksFailed` after the repair when the
         marks could not all be published (the ledgers not marked were not started)."""
         self.leadership.confirm()
-        shares = self._shares(requests_from_findings(rows, self.no_replica))
-        order = [r.ledger_id for share in shares for r in share]
+        missing = _missing(rows)
+        procs = self._processes(len(missing))
+        # The marks start before the requests are built, in the order the shares will take
+        # the ledgers (split_shares: by id, each share in id order, the leader's first).
+        ids = sorted(missing)
+        order = [lid for k in range(procs) for lid in ids if lid % procs == k]
         on_done = None if marked is None else (lambda _n: marked())
-        marks = MarksInFlight(self.watcher.urm, _missing(rows), order, known, on_done)
+        marks = MarksInFlight(self.watcher.urm, missing, order, known, on_done)
         try:
+            shares = split_shares(requests_from_findings(rows, self.no_replica), procs)
             actions = self._run(shares, audit_run_id, first_done, changed, marks)
         except BaseException:
             marks.wait_all()  # the repair's own failure is the one to report
@@ -112,14 +117,12 @@ class WatchRepair:
         a repair cut off, end here."""
         reqs = mark_requests(ledger_ids, ())
         log.info("watch: %d marked ledgers that no lost bookie explains: checking each", len(reqs))
-        return self._run(self._shares(reqs), None, None, changed)
+        return self._run(split_shares(reqs, self._processes(len(reqs))), None, None, changed)
 
-    def _shares(self, reqs: list[LedgerRequest]) -> list[list[LedgerRequest]]:
-        """``reqs`` split among the repair's processes; the first share is the leader's."""
-        procs = repair_processes(self.cfg.repair_processes, len(reqs))
-        if procs > 1 and self.workers_failed:
-            procs = 1
-        return split_shares(reqs, procs)
+    def _processes(self, ledgers: int) -> int:
+        """How many processes repair ``ledgers`` ledgers (one after a worker failed)."""
+        procs = repair_processes(self.cfg.repair_processes, ledgers)
+        return 1 if self.workers_failed else procs
 
     def _run(
         self,
