@@ -26,7 +26,6 @@ def repair_partition(
     session: MetadataStore,
     requests: Iterable[LedgerRequest],
     proceed: Callable[[], bool] | None = None,
-    gate: Callable[[int], bool] | None = None,
     finished: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """Repair ``requests`` over the process's store ``session`` with
@@ -37,8 +36,6 @@ def repair_partition(
     the process to stop (:mod:`jobs.runtime.interrupts`): once either says no, the ledgers
     not yet started yield no rows (those in flight finish). A ledger starts as soon as any
     other finishes, so one slow ledger (an open one being fenced) holds up no batch.
-    ``gate``, if given, is waited on with each ledger's id before it starts (the watch's
-    marks: :class:`~jobs.watch.marking.MarksInFlight`); False, and the ledger does not start.
     ``finished`` is called with each ledger's rows from the thread that repaired it, as
     soon as it is done (in the order they finish)."""
     from bklib.client.operations import run_client_config
@@ -75,8 +72,6 @@ def repair_partition(
 
             def one(req: LedgerRequest) -> list[dict[str, Any]]:
                 # After SIGINT or SIGTERM no ledger starts; those in flight finish.
-                if gate is not None and not gate(req.ledger_id):
-                    return []
                 if interrupts.stop_requested() or (proceed is not None and not proceed()):
                     return []
                 rows = [a.as_row() for a in repairer.repair(req)]

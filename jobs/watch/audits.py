@@ -141,7 +141,7 @@ class WatchAudits:
     def record_now(self) -> None:
         """Let the thread of a loss's audit write its rows. It waits for this (a second or
         three of one core at 44,000 ledgers) so that the marks and the repair's start have
-        the process first; the cycle says when: once every mark is out."""
+        the process first; the cycle says when: at the first copy, or at its end."""
         self._may_record.set()
 
     def wait_recorded(self) -> None:

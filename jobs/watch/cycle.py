@@ -288,9 +288,11 @@ class Cycle:
             self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
             return
         copying = {r["bookie_id"] for r in rows}
+        # The marks first, paused or not (the Auditor's are published for whoever repairs);
+        # the audit's rows are written after the first copy (WatchAudits.record_now).
+        self.repair.mark(rows, self.known_marks)
+        self._reacted("marked", copying)
         if self.repair.paused():
-            self.repair.mark(rows, self.known_marks)  # published for whoever resumes it
-            self._reacted("marked", copying)
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
             )
@@ -298,14 +300,8 @@ class Cycle:
             return
         repairing = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
         changes = self._changes(repairing, self._delay(snap))
-        # The marks go out while the first ledgers are repaired (jobs/watch/marking.py).
-        actions = self.repair.mark_and_repair(
-            rows,
-            job.run.run_id,
-            known=self.known_marks,
-            marked=lambda: self._marked(copying),
-            first_done=lambda: self._reacted("first_copy", copying),
-            changed=changes,
+        actions = self.repair.repair(
+            rows, job.run.run_id, first_done=lambda: self._first_copy(copying), changed=changes
         )
         progressed = any(a["status"] == ActionStatus.DONE for a in actions)
         pending = any(a["status"] not in ActionStatus.FINAL for a in actions)
@@ -343,9 +339,10 @@ class Cycle:
                 self.index.reconcile(job, window)
         return job
 
-    def _marked(self, bookies: set[str]) -> None:
-        """Every mark of a loss is out: time it, and let the audit's rows be written."""
-        self._reacted("marked", bookies)
+    def _first_copy(self, bookies: set[str]) -> None:
+        """A loss's first ledger is copied: time it, and let its audit's rows be written
+        (they wait so that the marks and the repair's start have the process first)."""
+        self._reacted("first_copy", bookies)
         self.audits.record_now()
 
     def _reacted(self, stage: str, bookies: set[str]) -> None:

@@ -22,7 +22,6 @@ from jobs.tables.runs import new_run_id
 from jobs.tables.schema import ACTIONS
 from jobs.watch.config import WatchConfig, repair_config
 from jobs.watch.election import Leadership
-from jobs.watch.marking import MarksInFlight
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.repair_workers import RepairWorkers, repair_processes, split_shares
 from jobs.watch.warehouse import WatchWarehouse
@@ -71,41 +70,21 @@ class WatchRepair:
         written = self.watcher.urm.mark_many(marks, known=known)
         log.info("watch: %d ledgers marked under-replicated (%d marks new)", len(marks), written)
 
-    def mark_and_repair(
+    def repair(
         self,
         rows: list[dict[str, Any]],
         audit_run_id: str,
-        known: Mapping[int, Sequence[str]] | None = None,
-        marked: Callable[[], None] | None = None,
         first_done: Callable[[], None] | None = None,
         changed: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
-        """:meth:`mark` and the rereplicate engine over ``rows`` at once: the marks go out a
-        chunk at a time in the repair's order while the first ledgers are repaired, each
-        ledger only once its mark is out (:mod:`jobs.watch.marking`). ``ledgers_in_flight``
-        ledgers at a time (a stop or a lost leadership waits only for the ledgers in flight);
-        the actions it wrote. ``marked`` is called once every mark is out, ``first_done``
-        once, when the first ledger's copy is done. Once ``changed`` says the lost bookies
-        changed (:class:`~jobs.watch.loss_changes.LossChanges`), no more ledgers start
-        either. Raises :class:`~jobs.watch.marking.MarksFailed` after the repair when the
-        marks could not all be published (the ledgers not marked were not started)."""
-        self.leadership.confirm()
-        missing = _missing(rows)
-        procs = self._processes(len(missing))
-        # The marks start before the requests are built, in the order the shares will take
-        # the ledgers (split_shares: by id, each share in id order, the leader's first).
-        ids = sorted(missing)
-        order = [lid for k in range(procs) for lid in ids if lid % procs == k]
-        on_done = None if marked is None else (lambda _n: marked())
-        marks = MarksInFlight(self.watcher.urm, missing, order, known, on_done)
-        try:
-            shares = split_shares(requests_from_findings(rows, self.no_replica), procs)
-            actions = self._run(shares, audit_run_id, first_done, changed, marks)
-        except BaseException:
-            marks.wait_all()  # the repair's own failure is the one to report
-            raise
-        marks.join()
-        return actions
+        """The rereplicate engine over ``rows``, ``ledgers_in_flight`` ledgers at a time (a stop
+        or a lost leadership waits only for the ledgers in flight); the actions it wrote.
+        ``first_done`` is called once, when the first ledger with a copy done finishes, in
+        whichever thread or process. Once ``changed`` says the lost bookies changed
+        (:class:`~jobs.watch.loss_changes.LossChanges`), no more ledgers start either."""
+        reqs = requests_from_findings(rows, self.no_replica)
+        return self._run(split_shares(reqs, self._processes(len(reqs))), audit_run_id,
+                         first_done, changed)  # fmt: skip
 
     def verify_marks(
         self, ledger_ids: Iterable[int], changed: Callable[[], bool] | None = None
@@ -130,7 +109,6 @@ class WatchRepair:
         audit_run_id: str | None,
         first_done: Callable[[], None] | None,
         changed: Callable[[], bool] | None,
-        marks: MarksInFlight | None = None,
     ) -> list[dict[str, Any]]:
         from jobs.runs.repair_partition import repair_partition
 
@@ -164,12 +142,10 @@ class WatchRepair:
                     fence = self.leadership.election.fence()
                     assert fence is not None  # confirmed: the member exists
                     workers = RepairWorkers(
-                        config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate,
-                        shares_when=None if marks is None else marks.wait_all,
-                    )  # fmt: skip
-                gate = None if marks is None else marks.wait_for
+                        config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate
+                    )
                 for actions in repair_partition(
-                    config, session, shares[0], proceed, gate=gate, finished=finished
+                    config, session, shares[0], proceed, finished=finished
                 ):
                     take(actions)
                     for sent in workers.ready() if workers is not None else ():

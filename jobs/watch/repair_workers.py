@@ -101,7 +101,7 @@ class RepairWorkers:
     ``proceed`` is the leader's own check (asked from the supervising thread, as it is from
     the repair's threads); ``stop_timeout``: how long workers told to stop may take before
     they are killed (their ledgers in flight abandoned: locks go with their sessions, marks
-    stay). ``shares_when``: see the attribute."""
+    stay)."""
 
     def __init__(
         self,
@@ -111,12 +111,8 @@ class RepairWorkers:
         proceed: Callable[[], bool],
         stop_timeout: float,
         zk_rate: float | None = None,
-        shares_when: Callable[[], bool] | None = None,
     ) -> None:
         self.proceed = proceed
-        self.shares_when = shares_when
-        """Asked by the supervising thread before it hands out the shares: waits until they
-        may start (their ledgers' marks are out); False, and they get none."""
         self.stop_timeout = stop_timeout
         self.failed: list[str] = []
         """Why a worker failed or died, one line each (its ledgers not done stay marked)."""
@@ -181,8 +177,6 @@ class RepairWorkers:
 
     def _supervise(self) -> None:
         try:
-            if self.shares_when is not None and not self.shares_when():
-                self.stop()
             if not self._may_go_on():
                 self.stop()
             for w in self._workers:
