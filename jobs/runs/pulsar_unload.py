@@ -48,6 +48,8 @@ def topics_of(
     a quarter of a minute for 44,000)."""
     ids = sorted(set(ledger_ids))
     out: dict[int, str | None] = dict.fromkeys(ids)  # deleted since: no handle to refresh
+    if not ids:
+        return out
     kind = LedgerStore(session, ledgers_root).kind
     for read in read_ledgers_by_id(session, ids, root=ledgers_root, kind=kind):
         if read.metadata is None:  # unreadable: named, and no topic to unload

@@ -33,9 +33,12 @@ from jobs.watch.http_server import Health
 from jobs.watch.metrics import WatchMetrics
 from jobs.watch.warehouse import WatchWarehouse
 
-__all__ = ["AuditIncomplete", "WatchAudits"]
+__all__ = ["RECORD_WITHIN", "AuditIncomplete", "WatchAudits"]
 
 log = logging.getLogger("jobs.watch")
+
+RECORD_WITHIN = 10.0
+"""Seconds a loss's audit rows wait at most for the first copy before they are written."""
 
 
 class AuditIncomplete(Exception):
@@ -141,7 +144,8 @@ class WatchAudits:
     def record_now(self) -> None:
         """Let the thread of a loss's audit write its rows. It waits for this (a second or
         three of one core at 44,000 ledgers) so that the marks and the repair's start have
-        the process first; the cycle says when: at the first copy, or at its end."""
+        the process first; the cycle says when: at the first copy, or at its end (and the
+        thread waits :data:`RECORD_WITHIN` seconds at most)."""
         self._may_record.set()
 
     def wait_recorded(self) -> None:
@@ -157,15 +161,21 @@ class WatchAudits:
             raise error
 
     def _record_later(self, job: Any, check: str, started: float, checked: float) -> None:
-        self._may_record.wait()
+        # Not longer than RECORD_WITHIN: a repair that copies nothing for long (every ledger
+        # locked elsewhere, or with no replica) must not leave its audit unrecorded meanwhile.
+        self._may_record.wait(RECORD_WITHIN)
         try:
             self._write(job, check, started, checked, full=False)
         except BaseException as exc:  # noqa: BLE001 - raised in the cycle's thread instead
+            log.error("watch: %s audit %s: its rows not written: %s", check, job.run.run_id,
+                      one_line(exc))  # fmt: skip
             self._record_error = exc
 
     def _write(self, job: Any, check: str, started: float, checked: float, full: bool) -> None:
-        """Write ``job``'s rows (through the spool) and log the run."""
-        run = self._load(job)
+        """Write ``job``'s rows (through the spool) and log the run. A run written later by
+        its thread finished when it was checked, not when its rows went out."""
+        done = None if full else datetime.fromtimestamp(checked, timezone.utc)
+        run = self._load(job, done)
         log.info(
             "watch: %s audit %s: %d ledgers%s, %d under-replicated fragments (%.1fs, its rows "
             "%.1fs)",
@@ -202,7 +212,7 @@ class WatchAudits:
         log.error("watch: %s", failure)
         self.incomplete.append(failure)
 
-    def _load(self, job: Any) -> Any:
+    def _load(self, job: Any, finished_at: datetime | None = None) -> Any:
         """The run's rows as :meth:`jobs.local.audit.LocalAudit.load` writes them (per-run
         tables first, ``audit_runs`` last), through the spool. first_detected_at comes from
         this instance's memory (seeded from the tables at take-over), which needs no read of
@@ -216,7 +226,7 @@ class WatchAudits:
         day = run_day(run.started_at)
         # The bound is checked with the audit_runs row: a run is spooled whole, or not at all.
         self.warehouse.write(tables, day, False)
-        run.finished_at = datetime.now(timezone.utc)
+        run.finished_at = finished_at or datetime.now(timezone.utc)
         self.warehouse.write([(AUDIT_RUNS, [run.as_row()])])
         return run
 

@@ -116,6 +116,7 @@ class Cycle:
                 raise self.audits.incomplete[0]
         except Stopped as exc:
             log.info("watch: %s", exc)
+            self.audits.wait_recorded()  # before the watch stops: a spool error still says so
             return 0.0
         except SpoolError:
             raise  # the service stops (run_watch prints it and exits 2)
@@ -138,6 +139,7 @@ class Cycle:
     def _take_over(self) -> None:
         """A new term: read the cluster afresh, the schedule and history from the tables,
         and audit the lost bookies now (as the Auditor's bookie check does at start)."""
+        self.audits.wait_recorded()  # the last term's audit is in the history read below
         self.leadership.begin_term(self.cfg.instance_id)
         self.tracker = LossTracker()
         self.retry_at = self.verify_marks_at = 0.0
