@@ -64,9 +64,12 @@ class WatchRepair:
         ``listunderreplicated`` and Java ReplicationWorkers see the work. ``known``: the marks
         this cycle read (a second loss's marks beside the first's still standing)."""
         self.leadership.confirm()
+        missing: dict[int, set[str]] = {}
+        for r in rows:
+            missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
         # Many marks per request, many requests in flight: one round trip per mark was most
         # of the reaction time to a lost bookie.
-        marks = _missing(rows)
+        marks = {lid: sorted(b) for lid, b in missing.items()}
         written = self.watcher.urm.mark_many(marks, known=known)
         log.info("watch: %d ledgers marked under-replicated (%d marks new)", len(marks), written)
 
@@ -83,8 +86,7 @@ class WatchRepair:
         whichever thread or process. Once ``changed`` says the lost bookies changed
         (:class:`~jobs.watch.loss_changes.LossChanges`), no more ledgers start either."""
         reqs = requests_from_findings(rows, self.no_replica)
-        return self._run(split_shares(reqs, self._processes(len(reqs))), audit_run_id,
-                         first_done, changed)  # fmt: skip
+        return self._run(reqs, audit_run_id, first_done, changed)
 
     def verify_marks(
         self, ledger_ids: Iterable[int], changed: Callable[[], bool] | None = None
@@ -96,29 +98,25 @@ class WatchRepair:
         a repair cut off, end here."""
         reqs = mark_requests(ledger_ids, ())
         log.info("watch: %d marked ledgers that no lost bookie explains: checking each", len(reqs))
-        return self._run(split_shares(reqs, self._processes(len(reqs))), None, None, changed)
-
-    def _processes(self, ledgers: int) -> int:
-        """How many processes repair ``ledgers`` ledgers (one after a worker failed)."""
-        procs = repair_processes(self.cfg.repair_processes, ledgers)
-        return 1 if self.workers_failed else procs
+        return self._run(reqs, None, None, changed)
 
     def _run(
         self,
-        shares: list[list[LedgerRequest]],
+        reqs: list[LedgerRequest],
         audit_run_id: str | None,
         first_done: Callable[[], None] | None,
         changed: Callable[[], bool] | None,
     ) -> list[dict[str, Any]]:
         from jobs.runs.repair_partition import repair_partition
 
-        procs = len(shares)
+        procs = repair_processes(self.cfg.repair_processes, len(reqs))
+        if procs > 1 and self.workers_failed:
+            procs = 1
         config = repair_config(self.cfg, audit_run_id, procs)
         run_id = new_run_id()
         why = f"audit {audit_run_id}" if audit_run_id else "marks verified"
         where = f", in {procs} processes" if procs > 1 else ""
-        total = sum(len(share) for share in shares)
-        log.info("watch: repair %s: %d ledgers (%s%s)", run_id, total, why, where)
+        log.info("watch: repair %s: %d ledgers (%s%s)", run_id, len(reqs), why, where)
         out: list[dict[str, Any]] = []
         workers: RepairWorkers | None = None
         finished = _FirstCopy(first_done)
@@ -126,7 +124,7 @@ class WatchRepair:
         def proceed() -> bool:
             return self.leadership.may_proceed() and not (changed is not None and changed())
 
-        def take(actions: list[dict[str, Any]]) -> None:
+        def take(actions: list[dict[str, Any]]) -> None:  # a worker's: timed when it comes
             out.extend(actions)
             finished(actions)
 
@@ -137,6 +135,7 @@ class WatchRepair:
         try:
             self.leadership.confirm()
             session = self.watcher.zk  # the watch's own: its locks go with its leadership
+            shares = split_shares(reqs, procs)
             with shared_budget(procs) as zk_rate:
                 if procs > 1:
                     fence = self.leadership.election.fence()
@@ -144,10 +143,11 @@ class WatchRepair:
                     workers = RepairWorkers(
                         config, shares[1:], fence, proceed, self.cfg.stop_timeout, zk_rate
                     )
+                # The leader's own ledgers are timed in the thread that repaired each.
                 for actions in repair_partition(
                     config, session, shares[0], proceed, finished=finished
                 ):
-                    take(actions)
+                    out.extend(actions)
                     for sent in workers.ready() if workers is not None else ():
                         take(sent)
                 for sent in workers.finish() if workers is not None else ():
@@ -232,11 +232,3 @@ class _FirstCopy:
             call, self._then = self._then, None
         if call is not None:
             call()
-
-
-def _missing(rows: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
-    """Each ledger's missing bookies, as its mark lists them."""
-    missing: dict[int, set[str]] = {}
-    for r in rows:
-        missing.setdefault(int(r["ledger_id"]), set()).add(r["bookie_id"])
-    return {lid: sorted(b) for lid, b in missing.items()}
