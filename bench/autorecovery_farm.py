@@ -46,7 +46,7 @@ adds each side's figures scaled to that many ledgers at the measured rates (proj
 
     .venv/bin/python bench/autorecovery_farm.py [--ledgers 100000] [--bookies 100] \\
         [--java-budget 3600] [--check-rounds 1] [--only java|watch] [--java-set KEY=VALUE] \\
-        [--json FILE] [--dir DIR] [--project-to 1000000]
+        [--java-heap 256m] [--json FILE] [--dir DIR] [--project-to 1000000]
 """
 
 from __future__ import annotations
@@ -304,13 +304,25 @@ def sample_round(hosts: str, wh: Path, log: Path) -> SampleRun:
     return SampleRun(span, wall, children_cpu() - c0, str(run.get("status", res.returncode)))
 
 
+def java_options(heap: str) -> list[str]:
+    """The JVMs' options: the bookies' (bench/time_to_replicated.py), with the heap's ceiling
+    ``heap`` (256 MB there; the Auditor reads every ledger's metadata into it)."""
+    return [f"-Xmx{heap}" if o.startswith("-Xmx") else o for o in JVM]
+
+
 def compare_checks(
-    hosts: str, base: Path, classpath: str, cpu: CpuGroups, rounds: int, rows: list[dict[str, Any]]
+    hosts: str,
+    base: Path,
+    classpath: str,
+    cpu: CpuGroups,
+    rounds: int,
+    rows: list[dict[str, Any]],
+    jvm: list[str],
 ) -> None:
     """Java's checkAllLedgers against ``audit --check sample``, alternating, on a healthy farm
     (both should find nothing)."""
     recovery = harness.AutoRecovery(
-        classpath, harness.metadata_uri(hosts), base / "auditor", AUDITOR_CONF, JVM
+        classpath, harness.metadata_uri(hosts), base / "auditor", AUDITOR_CONF, jvm
     )
     recovery.dir.mkdir(parents=True, exist_ok=True)
     with session(hosts) as zk, contextlib.ExitStack() as stop:
@@ -368,6 +380,7 @@ def run_java(
     cpu: CpuGroups,
     budget: float,
     conf: dict[str, object],
+    jvm: list[str],
 ) -> Repair:
     """Three AutoRecoveryMain: an Auditor elected, its bookie audit done, then the loss."""
     uri = harness.metadata_uri(hosts)
@@ -375,7 +388,7 @@ def run_java(
         urm = UnderReplicationManager(zk)
         urm.ensure_layout()
         urm.set_lost_bookie_recovery_delay(0)
-        workers = [harness.AutoRecovery(classpath, uri, base / f"ar{i}", conf, JVM)
+        workers = [harness.AutoRecovery(classpath, uri, base / f"ar{i}", conf, jvm)
                    for i in range(3)]  # fmt: skip
         try:
             for w in workers:
@@ -466,10 +479,14 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="an AutoRecoveryMain setting, e.g. rwRereplicateBackoffMs=500",
     )
+    ap.add_argument("--java-heap", default="256m",
+                    help="the JVMs' -Xmx (256m: the bookies'; the Auditor's checkAllLedgers "
+                         "ran out of it at a million ledgers)")  # fmt: skip
     ap.add_argument("--json", help="append the results to this file")
     ap.add_argument("--dir", help="keep farms, logs and warehouses here (default: temporary)")
     ap.add_argument("--project-to", type=int, help="also project each side to this many ledgers")
     args = ap.parse_args()
+    jvm = java_options(args.java_heap)
     java_conf = {**JAVA_CONF, **dict(kv.split("=", 1) for kv in args.java_set)}
     byte_compile()  # as an installed package is
     classpath = harness.install()
@@ -487,12 +504,12 @@ def main() -> None:
             with seeded_farm(zks, base, side, args, rows) as (hosts, farm, farm_pid):
                 cpu = CpuGroups({"repairer": [], "farm": [farm_pid], "zookeeper": [zks.proc.pid]})
                 if n == 0 and args.check_rounds:
-                    compare_checks(hosts, base / side, classpath, cpu, args.check_rounds, rows)
+                    compare_checks(hosts, base / side, classpath, cpu, args.check_rounds, rows, jvm)
                 if side == "watch":
                     rep = run_watch(hosts, farm, base / side, cpu, args.java_budget)
                 else:
                     rep = run_java(
-                        hosts, farm, base / side, classpath, cpu, args.java_budget, java_conf
+                        hosts, farm, base / side, classpath, cpu, args.java_budget, java_conf, jvm
                     )
                 emit({"kind": "repair", **asdict(rep)}, rows)
     append_json(args.json, rows)
