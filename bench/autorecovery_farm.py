@@ -503,6 +503,7 @@ def main() -> None:
         for n, side in enumerate(sides):
             with seeded_farm(zks, base, side, args, rows) as (hosts, farm, farm_pid):
                 cpu = CpuGroups({"repairer": [], "farm": [farm_pid], "zookeeper": [zks.proc.pid]})
+                (base / side).mkdir(parents=True, exist_ok=True)  # its logs, with no checks too
                 if n == 0 and args.check_rounds:
                     compare_checks(hosts, base / side, classpath, cpu, args.check_rounds, rows, jvm)
                 if side == "watch":
