@@ -123,7 +123,8 @@ def emit(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 class CpuGroups:
     """CPU seconds (user + system) of named groups of process trees, from psutil. A process
     seen once keeps its last reading after it exits, so a child that ends between two samples
-    loses at most one sample's CPU."""
+    loses at most one sample's CPU; one never seen is not counted, so the repair samples on
+    every pass."""
 
     def __init__(self, groups: dict[str, list[int]]) -> None:
         self.groups = {k: [psutil.Process(p) for p in pids] for k, pids in groups.items()}
@@ -199,6 +200,7 @@ def measure_repair(
     shown = 0.0
     while True:
         t = time.monotonic()
+        cpu.sample()  # each pass: a child that lives between two (a repair worker) is counted
         pending = named.sample()
         repaired = len(naming) - len(pending)
         if first is None and repaired:
