@@ -17,7 +17,8 @@ period 0, no periodic audit). Measured:
   marks (a repair stops once the lost bookies change, so the second loss need not wait for
   it). The run then ends at the second loss's first copy: ledgers naming both may have
   entries on those two only, lost for good, so neither loss is ever resolved;
-- the watch's peak RSS over the whole run (sampled every second) and its CPU-seconds, and the
+- the watch's peak RSS over the whole run (sampled every second), alone and with its child
+  processes (the full scan's helper, the repair's worker), and its CPU-seconds, and the
   farm's and ZooKeeper's CPU-seconds (they share the machine's cores).
 
     .venv/bin/python bench/watch_scale.py --ledgers 1000000 [--bookies 100] [--idle 60]
@@ -29,6 +30,7 @@ Figures go to docs/benchmarks.md with the command that produced them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -96,22 +98,30 @@ def cpu(pid: int) -> float:
 
 
 class RssSampler(threading.Thread):
-    """The peak RSS of one process, sampled every second, by phase."""
+    """The peak RSS of one process (``peak``) and of it with its children (``tree_peak``: the
+    scan's helper, the repair's worker), sampled every second, by phase."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
         self.phase = "take-over"
         self.peak: dict[str, float] = {}
+        self.tree_peak: dict[str, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
             try:
                 mb = self.proc.memory_info().rss / 2**20
+                children = self.proc.children(recursive=True)
             except psutil.NoSuchProcess:
                 return
+            tree = mb
+            for child in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    tree += child.memory_info().rss / 2**20
             self.peak[self.phase] = max(self.peak.get(self.phase, 0.0), mb)
+            self.tree_peak[self.phase] = max(self.tree_peak.get(self.phase, 0.0), tree)
 
 
 def wait(cond: Any, timeout: float, what: str) -> float:
@@ -245,6 +255,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 watch.kill()
         out["watch_peak_rss_mb"] = {k: round(v) for k, v in rss.peak.items()}
+        out["watch_tree_peak_rss_mb"] = {k: round(v) for k, v in rss.tree_peak.items()}
         text = Path(log_path).read_text(errors="replace")
         for bookie, what, seconds in _AFTER.findall(text):
             if bookie == victim:

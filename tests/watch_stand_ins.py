@@ -21,6 +21,15 @@ from jobs.watch.watcher import ClusterSnapshot
 FULL_SCAN_PLAN = SimpleNamespace(kind=LayoutKind.HIERARCHICAL)
 """The plan a stand-in full audit reports (the index is built from its ``ledgers``)."""
 
+
+def audit_job(run: Any, ledgers: list[Any]) -> SimpleNamespace:
+    """A stand-in audit job of ``run`` that read ``ledgers`` (views), as the cycle uses one."""
+    job = SimpleNamespace(run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=ledgers)
+    job.column_halves = lambda: []
+    job.forget_ledgers = lambda: setattr(job, "ledgers", [])
+    return job
+
+
 VICTIM = "10.0.0.3:3181"
 OTHERS = frozenset({"10.0.0.1:3181", "10.0.0.2:3181"})
 

@@ -209,7 +209,7 @@ def _from_proto(
         # BookKeeper ignores what an unclosed ledger stores here.
         last_entry_id, length = INVALID_ENTRY_ID, 0
     if msg.HasField("password"):
-        password: bytes | None = msg.password
+        password: bytes | None = _password(msg.password)
         # An absent digestType reads as proto2's default, the first value: CRC32.
         digest: DigestType | None = _DIGEST_TYPES.get(msg.digestType)
         if digest is None:
@@ -256,14 +256,39 @@ def _from_proto(
     )
 
 
+_SHARED_MAX = 1 << 16
+"""Distinct values a table of shared values holds before it starts again (so a cluster of
+garbage names or per-ledger passwords cannot grow it without bound)."""
+
+_BOOKIE_IDS: dict[str, str] = {}
+_PASSWORDS: dict[bytes, bytes] = {}
+
+
+def _shared_table(table: dict[str, str] | dict[bytes, bytes]) -> None:
+    """Empty ``table`` once it is full: what was shared stays valid, new values start over."""
+    if len(table) > _SHARED_MAX:
+        table.clear()
+
+
 def _members(members: Iterable[str | bytes]) -> tuple[str, ...]:
-    """An ensemble's bookie ids; the per-member fix-up only when one is not text."""
+    """An ensemble's bookie ids, each the one shared object for its id: a scan holds every
+    ledger's ensembles at once, and a few hundred bookies named by a million ledgers would
+    otherwise be millions of equal strings (most of a view's memory, docs/benchmarks.md).
+    The per-member fix-up only when one is not text."""
     ids = tuple(members)
     try:
         "".join(ids)  # type: ignore[arg-type]  # the cheapest test that every one is text
     except TypeError:
-        return tuple(_pb_str(m) for m in ids)
-    return ids  # type: ignore[return-value]
+        ids = tuple(_pb_str(m) for m in ids)
+    _shared_table(_BOOKIE_IDS)
+    return tuple(map(_BOOKIE_IDS.setdefault, ids, ids))  # type: ignore[arg-type]
+
+
+def _password(value: bytes) -> bytes:
+    """``value``, shared with every equal password decoded before (Pulsar gives all of a
+    cluster's ledgers the same one)."""
+    _shared_table(_PASSWORDS)
+    return _PASSWORDS.setdefault(value, value)
 
 
 def _pb_str(value: str | bytes) -> str:

@@ -37,6 +37,7 @@ from bklib.meta.store import LeafDir
 from bklib.meta.stores import MetadataStore
 from bklib.meta.stores.zookeeper.budget import shared_budget
 from bklib.states import BookieState, CountKey, Executor
+from jobs.local.ledger_columns import LedgerColumns, views_naming
 from jobs.local.scan_shard import (
     SPLIT_MIN_LEDGERS,
     SPLIT_MIN_PROBED_LEDGERS,
@@ -44,10 +45,10 @@ from jobs.local.scan_shard import (
     ShardCheck,
     ShardJob,
     ShardReads,
-    ShardScan,
     split_bounds,
     split_dirs,
 )
+from jobs.local.scan_summary import ShardScan
 from jobs.runs.audit_run import log_metadata, record_interrupted
 from jobs.runs.placement import (
     PlacementPass,
@@ -102,7 +103,11 @@ class LocalAudit:
         self.shard_ledgers: pa.Table | None = None
         """The helper's rows of the ``ledgers`` table, once it has checked its half."""
         self.own_ledgers: pa.Table | None = None
-        """This process's rows of the ``ledgers`` table, when built while the helper works."""
+        """This process's rows of the ``ledgers`` table: built while the helper works, or
+        by a columnar scan."""
+        self.columnar = False
+        """Whether the scan kept its ledgers as rows only (:mod:`jobs.local.ledger_columns`):
+        :attr:`ledgers` stays empty and :attr:`own_ledgers` holds them."""
         self.plan = plan
         self.store = store
         started = datetime.now(timezone.utc)
@@ -132,6 +137,12 @@ class LocalAudit:
         parts = split_dirs(list(self.plan.dirs), 2)
         return parts[1] if len(parts) == 2 else []
 
+    def _columns_only(self) -> bool:
+        """Whether the scan may keep its ledgers as rows only: the check reads metadata only
+        and no placement pass walks the views."""
+        cfg = self.config
+        return not check_kind(cfg.check).reads_entries and cfg.rack_document is None
+
     def scan(self) -> None:
         """Read every ledger's metadata and the bookie registrations."""
         cfg, counts = self.config, self.run.counts
@@ -139,25 +150,31 @@ class LocalAudit:
         helper_dirs = self._helper_dirs()
         own = list(self.plan.dirs)[: len(self.plan.dirs) - len(helper_dirs)]
         helper: ShardScan | None = None
+        self.columnar = self._columns_only()
         with shared_budget(2 if helper_dirs else 1) as rate:
             if helper_dirs:
                 self.shard = ScanShard(
                     ShardJob(cfg.zk, helper_dirs, cfg.zk_auth, cfg.scan_in_flight, rate,
                              self.run.run_id, logging_settings(),
-                             probe_candidates=learns_capabilities(cfg.check))
+                             probe_candidates=learns_capabilities(cfg.check),
+                             columnar=self.columnar)
                 )  # fmt: skip
-            self.ledgers = list(
-                track(
-                    checkpointed(scan_dirs(self.store, own, max_in_flight=cfg.scan_in_flight)),
-                    sum(d.count for d in own),
-                    "metadata scan",
-                    logger=log,
-                )
+            views = track(
+                checkpointed(scan_dirs(self.store, own, max_in_flight=cfg.scan_in_flight)),
+                sum(d.count for d in own),
+                "metadata scan",
+                logger=log,
             )
+            if self.columnar:
+                columns = LedgerColumns(self.run.run_id)
+                scanned = columns.take(views)
+                self.own_ledgers = columns.table()
+            else:
+                self.ledgers = list(views)
+                scanned = ShardScan.of(self.ledgers)
             if self.shard is not None:
                 helper = self.shard.scanned()
         registry = list_bookies(self.store, cfg.ledgers_root)
-        scanned = ShardScan.of(self.ledgers)
         if helper is not None:
             scanned = scanned.plus(helper)
             self.helper_probe = helper.probe
@@ -185,7 +202,11 @@ class LocalAudit:
         if not check_kind(cfg.check).reads_entries:
             if self.shard is not None:
                 self.shard.request_check(ShardCheck(lost, cfg.check))  # its half, meanwhile
-            for _, _, f in checkpointed(check_ledgers(self.ledgers, lost, cfg.check)):
+            views: Iterable[LedgerView] = self.ledgers
+            if self.columnar:
+                assert self.own_ledgers is not None
+                views = views_naming(self.own_ledgers, lost)
+            for _, _, f in checkpointed(check_ledgers(views, lost, cfg.check)):
                 found.extend(f)
             self._helper_checked(found, pairs)
         else:
@@ -238,8 +259,8 @@ class LocalAudit:
         keep its ``ledgers`` rows; nothing when the run has no helper."""
         if self.shard is None:
             return
-        # This half's ledgers table is built while the helper builds its own.
-        self.own_ledgers = ledgers_table(self.run.run_id, self.ledgers)
+        if self.own_ledgers is None:  # built while the helper builds its own
+            self.own_ledgers = ledgers_table(self.run.run_id, self.ledgers)
         helper_found, helper_pairs, self.shard_ledgers = self.shard.checked()
         found.extend(helper_found)
         pairs.update(helper_pairs)
@@ -303,11 +324,25 @@ class LocalAudit:
             for f in self.findings
         ]
         ledgers = itertools.chain(
-            ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers),
+            _shard_rows(self.own_ledgers)
+            if self.columnar
+            else ({"run_id": run.run_id, **v.as_row()} for v in self.ledgers),
             _shard_rows(self.shard_ledgers),
         )
         bookies = [{"run_id": run.run_id, **b.as_row()} for b in self.bookies]
         return [(FRAGMENTS, fragments), (LEDGERS, ledgers), (BOOKIES, bookies)]
+
+    def column_halves(self) -> list[pa.Table]:
+        """The scanned ledgers that are rows only, not in :attr:`ledgers` (this process's
+        after a columnar scan, then the helper's), in the scan's order."""
+        halves = [self.own_ledgers] if self.columnar else []
+        return [t for t in [*halves, self.shard_ledgers] if t is not None]
+
+    def forget_ledgers(self) -> None:
+        """Drop the scanned ledgers (views and rows) once they are written and indexed: the
+        findings, bookies and counts stay for whoever acts on them."""
+        self.ledgers = []
+        self.own_ledgers = self.shard_ledgers = None
 
     def ledgers_arrow(self) -> pa.Table:
         """The run's ``ledgers`` rows as one Arrow table (this process's half, then the
@@ -390,8 +425,8 @@ class LocalAudit:
             assert run is not None
             # Recorded: the run's state goes before the collector's one pass at the end of
             # paused_gc, which would otherwise walk every ledger (seconds at a million).
-            self.ledgers, self.findings, self.bookies = [], [], []
-            self.shard_ledgers = self.own_ledgers = None
+            self.forget_ledgers()
+            self.findings, self.bookies = [], []
         # The span Java's Auditor times in "Completed checkAllLedgers in N milliSeconds"
         # (its client's start to the last mark), for comparisons without start-up.
         log.info(
@@ -422,8 +457,9 @@ class LocalAudit:
 
 
 def _shard_rows(table: pa.Table | None) -> Iterator[dict[str, Any]]:
-    """The helper's ``ledgers`` rows as dicts, made only when consumed: :meth:`LocalAudit.load`
-    writes that table as Arrow and never asks (at a million ledgers, half a million dicts)."""
+    """``ledgers`` rows kept as Arrow (the helper's, or a columnar scan's) as dicts, made only
+    when consumed: :meth:`LocalAudit.load` writes them as Arrow and never asks (at a million
+    ledgers, that many dicts)."""
     if table is None:
         return
     for row in delta.arrow_rows(table):

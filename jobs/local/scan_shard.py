@@ -9,8 +9,9 @@ first. The halves are contiguous in the plan's order, so the
 helper's findings and ``ledgers`` rows follow the run's own and every table comes out in the
 single process's order.
 
-The views stay in the helper: pickling a view back costs over a third of decoding it. The
-helper answers in two rounds instead:
+The views stay in the helper: pickling a view back costs over a third of decoding it (for the
+lost check it keeps none, only its rows: :mod:`jobs.local.ledger_columns`). The helper answers
+in two rounds instead:
 
 1. after its scan, :class:`ShardScan`: what the run needs of every view (the bookies they
    name, the ledgers per directory, the counts, the first unreadable znodes);
@@ -34,23 +35,23 @@ import logging
 import multiprocessing
 import os
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 import pyarrow as pa
 
-from bklib.audit.accounting import scanned_per_directory
-from bklib.audit.capabilities import ProbeCandidates
 from bklib.audit.checker import CheckSettings
 from bklib.audit.engine import check_client, check_ledgers, scan_dirs
-from bklib.audit.model import Finding, LedgerView, named_bookies
+from bklib.audit.model import Finding, LedgerView
 from bklib.errors import MetaStoreError
 from bklib.meta.store import LeafDir
 from bklib.meta.stores import MetadataStore, open_store
 from bklib.meta.stores.zookeeper.budget import set_request_rate
 from bklib.meta.stores.zookeeper.security import ZkAuth
 from bklib.tls import TlsSettings
+from jobs.local.ledger_columns import LedgerColumns, views_naming
+from jobs.local.scan_summary import ShardScan
 from jobs.runtime import interrupts
 from jobs.runtime.logs import setup_logging
 from jobs.runtime.progress import MODE_ENV as PROGRESS_MODE_ENV
@@ -61,13 +62,11 @@ from jobs.tables.ledgers_arrow import ledgers_table
 __all__ = [
     "SPLIT_MIN_LEDGERS",
     "SPLIT_MIN_PROBED_LEDGERS",
-    "UNREADABLE_SHOWN",
     "ScanHelperError",
     "ScanShard",
     "ShardCheck",
     "ShardJob",
     "ShardReads",
-    "ShardScan",
     "split_bounds",
     "split_dirs",
 ]
@@ -83,9 +82,6 @@ SPLIT_MIN_PROBED_LEDGERS = 20_000
 splits its scan and its check. Each ledger's reads cost about a hundred times its decoding, so
 the helper pays for itself far below the lost check's threshold (docs/benchmarks.md, "The
 sample check on two cores")."""
-
-UNREADABLE_SHOWN = 20
-"""Unreadable znodes the run logs by name (as the single process does)."""
 
 
 class ScanHelperError(MetaStoreError):
@@ -161,48 +157,9 @@ class ShardJob:
     """Whether round 1 carries the helper's :class:`ProbeCandidates`: the run asks every bookie
     what it answers on a ledger it holds (:func:`~bklib.audit.engine.learns_capabilities`), and
     picks from every view, the helper's half included."""
-
-
-@dataclass(frozen=True)
-class ShardScan:
-    """What a run needs of a scanned half's views: the first round's answer, and this
-    process's own half, merged with :meth:`plus`."""
-
-    named: set[str]
-    per_directory: Counter[str]
-    ledgers: int
-    metadata_errors: int
-    not_closed: int
-    unreadable: list[tuple[int, str | None]] = field(default_factory=list)
-    probe: ProbeCandidates | None = None
-    """The ledgers the capability probe may ask each bookie about (when the run asks)."""
-
-    @classmethod
-    def of(cls, views: list[LedgerView], *, probe: bool = False) -> ShardScan:
-        """The summary of ``views`` (with their probe candidates if ``probe``)."""
-        return cls(
-            named=named_bookies(views),
-            per_directory=scanned_per_directory(v.znode_path for v in views),
-            ledgers=len(views),
-            metadata_errors=sum(1 for v in views if not v.ok),
-            not_closed=sum(1 for v in views if v.ok and not v.is_closed),
-            unreadable=[(v.ledger_id, v.error) for v in views if not v.ok][:UNREADABLE_SHOWN],
-            probe=ProbeCandidates.of(views) if probe else None,
-        )
-
-    def plus(self, other: ShardScan) -> ShardScan:
-        """Both halves, this one first (the scan's order)."""
-        return ShardScan(
-            named=self.named | other.named,
-            per_directory=self.per_directory + other.per_directory,
-            ledgers=self.ledgers + other.ledgers,
-            metadata_errors=self.metadata_errors + other.metadata_errors,
-            not_closed=self.not_closed + other.not_closed,
-            unreadable=(self.unreadable + other.unreadable)[:UNREADABLE_SHOWN],
-            probe=other.probe
-            if self.probe is None
-            else (self.probe if other.probe is None else self.probe.plus(other.probe)),
-        )
+    columnar: bool = False
+    """Whether the helper keeps its half as rows only (:mod:`jobs.local.ledger_columns`), as
+    the run does its own: the check reads metadata only."""
 
 
 def _serve(conn: Connection, job: ShardJob) -> None:
@@ -219,13 +176,24 @@ def _serve(conn: Connection, job: ShardJob) -> None:
         set_request_rate(job.rate)
         # The helper process's one store session, for its scan and its check.
         with open_store(job.locator, auth=job.auth) as session:
-            views = list(scan_dirs(session, job.dirs, max_in_flight=job.max_in_flight))
-            conn.send(("scan", ShardScan.of(views, probe=job.probe_candidates)))
+            scanned = scan_dirs(session, job.dirs, max_in_flight=job.max_in_flight)
+            table: pa.Table | None = None
+            if job.columnar:
+                columns = LedgerColumns(job.run_id)
+                conn.send(("scan", columns.take(scanned)))
+                table = columns.table()
+                views: list[LedgerView] = []
+            else:
+                views = list(scanned)
+                conn.send(("scan", ShardScan.of(views, probe=job.probe_candidates)))
             request = conn.recv()
             if request[0] != "check":
                 return
+            if table is not None:
+                views = views_naming(table, request[1].lost)
             found, pairs = _check(session, views, request[1])
-        table = ledgers_table(job.run_id, views)
+        if table is None:
+            table = ledgers_table(job.run_id, views)
         views.clear()
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:

@@ -319,15 +319,25 @@ class Cycle:
     def _audit(self, check: str, scheduled: bool) -> Any:
         """The audit a response starts from. A loss reads only the ledgers the bookie index
         names for the due bookies; a stale index is rebuilt from a full scan instead; a full
-        ``lost`` audit (the schedule's) reconciles the index (:mod:`jobs.watch.index`)."""
-        if check != Check.LOST:
-            return self.audits.run(check)
-        if not scheduled:
+        ``lost`` audit (the schedule's) reconciles the index (:mod:`jobs.watch.index`). A full
+        scan's ledgers are dropped once written and indexed: the repair that follows may be
+        long, and needs its findings only."""
+        if check == Check.LOST and not scheduled:
             # The bookies within the delay too: their findings are reported, not acted on,
             # as a full scan's are (:meth:`_actionable`).
             ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
             if not isinstance(ids, IndexStale):
                 return self.audits.run(check, ids, self.index.kind)
+        job = self._full_audit(check)
+        if job is not None:
+            job.forget_ledgers()
+            release_heap()
+        return job
+
+    def _full_audit(self, check: str) -> Any:
+        """A full audit of ``check``; a ``lost`` one rebuilds a stale index or reconciles it."""
+        if check != Check.LOST:
+            return self.audits.run(check)
         stale = self.index.keeper.stale
         if stale is not None:
             self.index.open()  # a new feed before the scan that rebuilds

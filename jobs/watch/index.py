@@ -16,56 +16,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from bklib.audit.index_keeper import ChangeWindow, IndexKeeper, IndexStale, RebuildCause
 from bklib.meta.paths import LayoutKind
 from bklib.meta.stores import MetadataStore, StoreUnavailable
+from jobs.local import ledger_columns
 from jobs.runtime.messages import one_line
 from jobs.watch.metrics import WatchMetrics
 
-__all__ = ["ScannedLedger", "WatchIndex", "scanned_ledgers"]
+__all__ = ["WatchIndex", "scanned_ledgers"]
 
 log = logging.getLogger("jobs.watch")
 
 
-@dataclass(frozen=True)
-class ScannedLedger:
-    """A ledger of a helper process's half of a scan, as the index reads it."""
-
-    ledger_id: int
-    names: frozenset[str]
-    ok: bool
-
-    def bookies(self) -> Iterable[str]:
-        return self.names
-
-
-def _arrow_ledgers(table: pa.Table) -> Iterator[ScannedLedger]:
-    """The ``ledgers`` rows a helper process returned, without a dict per segment: the
-    ensembles are flattened by Arrow, then grouped per row."""
-    ids = table.column("ledger_id").to_pylist()
-    errors = table.column("error").to_pylist()
-    segments = table.column("segments").combine_chunks()
-    seg_rows = pc.list_parent_indices(segments).to_numpy()
-    ensembles = segments.flatten().field("ensemble")
-    name_rows = seg_rows[pc.list_parent_indices(ensembles).to_numpy()]
-    names: list[set[str]] = [set() for _ in ids]
-    for row, name in zip(name_rows.tolist(), ensembles.flatten().to_pylist(), strict=True):
-        names[row].add(name)
-    for i, ledger_id in enumerate(ids):
-        yield ScannedLedger(ledger_id, frozenset(names[i]), errors[i] is None)
-
-
 def scanned_ledgers(job: Any) -> Iterator[Any]:
-    """Every ledger a full local audit read: its own views, then its helper's rows."""
+    """Every ledger a full local audit read: its views, then what it kept as rows only (its
+    own half after a columnar scan, then its helper's)."""
     yield from job.ledgers
-    if job.shard_ledgers is not None:
-        yield from _arrow_ledgers(job.shard_ledgers)
+    for table in job.column_halves():
+        yield from ledger_columns.scanned_ledgers(table)
 
 
 REBUILD_EVERY = 300.0

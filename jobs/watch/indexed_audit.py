@@ -21,7 +21,7 @@ from bklib.meta.registration import list_bookies
 from bklib.meta.stores import MetadataStore
 from bklib.states import BookieState, CountKey
 from jobs.local.audit import LocalAudit
-from jobs.local.scan_shard import ShardScan
+from jobs.local.scan_summary import ShardScan
 from jobs.runs.audit_run import AuditConfig, log_metadata
 
 __all__ = ["IndexedLostAudit"]

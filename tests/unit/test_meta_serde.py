@@ -568,3 +568,39 @@ def test_mutated_input_only_ever_raises_corrupt_metadata() -> None:
             assert exc.ledger_id == LID
             outcomes["corrupt"] += 1
     assert outcomes["ok"] > 0 and outcomes["corrupt"] > 0
+
+
+def test_decoded_ledgers_share_their_bookie_ids_and_password() -> None:
+    """A scan holds a million decoded ensembles: equal bookie ids (and passwords) are one
+    object each, not a string per member per ledger."""
+    a = decode_metadata(H3 + V3_BODY, LID)
+    b = decode_metadata(H3 + V3_BODY, LID + 1)
+    assert a.segments[0].ensemble == (B1, B2, B3)
+    for x, y in zip(a.segments[0].ensemble, b.segments[0].ensemble, strict=True):
+        assert x is y
+    assert a.password is not None and a.password is b.password
+
+
+def test_the_shared_ids_table_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster naming ever new bookie ids (or garbage) cannot grow the table without bound;
+    what was decoded before it started over keeps its values."""
+    from bklib.meta import serde
+
+    monkeypatch.setattr(serde, "_SHARED_MAX", 4)
+    monkeypatch.setattr(serde, "_BOOKIE_IDS", {})
+    kept = decode_metadata(H3 + V3_BODY, LID)
+    for i in range(10):
+        md = LedgerMetadata(
+            ledger_id=LID,
+            ensemble_size=3,
+            write_quorum=2,
+            ack_quorum=2,
+            segments=[Segment(0, (f"10.0.0.{i}:3181", B2, B3))],
+            state=LedgerState.OPEN,
+            digest_type=DigestType.CRC32C,
+            password=b"",
+        )
+        again = decode_metadata(encode_metadata(md), LID)
+        assert again.segments[0].ensemble[0] == f"10.0.0.{i}:3181"
+        assert len(serde._BOOKIE_IDS) <= 4 + 3
+    assert kept.segments[0].ensemble == (B1, B2, B3)

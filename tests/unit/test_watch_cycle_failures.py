@@ -19,7 +19,7 @@ from bklib.states import CountKey, RunStatus
 from jobs.watch import cycle
 from jobs.watch.audits import AuditIncomplete
 from jobs.watch.cycle import Cycle
-from tests.watch_stand_ins import FULL_SCAN_PLAN, OTHERS, VICTIM, Clock, leader_cycle
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, audit_job, leader_cycle
 
 RETRY = 5.0
 
@@ -45,9 +45,7 @@ class _Audits:
             why = "1 unreadable znodes"
             self.c.audits.incomplete.append(AuditIncomplete(check, run_id, self.status, why))
         run = SimpleNamespace(run_id=run_id, counts=counts, status=self.status)
-        return SimpleNamespace(
-            run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=[], shard_ledgers=None
-        )
+        return audit_job(run, [])
 
 
 def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, _Audits]:

@@ -19,7 +19,7 @@ from bklib.states import Check, CountKey, RunStatus
 from jobs.watch import cycle
 from jobs.watch.cycle import Cycle
 from jobs.watch.index import REBUILD_EVERY
-from tests.watch_stand_ins import FULL_SCAN_PLAN, OTHERS, VICTIM, Clock, leader_cycle
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, audit_job, leader_cycle
 
 A, B = sorted(OTHERS)
 LEDGERS = {
@@ -75,11 +75,7 @@ class Audits:
         run = SimpleNamespace(run_id=f"run-{len(self.asked)}", counts=counts)
         run.status = RunStatus.COMPLETED
         ledgers = [view(i) for i in (LEDGERS if ledger_ids is None else ledger_ids)]
-        job = SimpleNamespace(
-            run=run, bookies=[], findings=[], plan=FULL_SCAN_PLAN, ledgers=ledgers,
-            shard_ledgers=None,
-        )  # fmt: skip
-        return job
+        return audit_job(run, ledgers)
 
 
 def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, Audits, FeedStore]:
