@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,10 @@ from jobs.watch.watcher import ClusterWatcher
 __all__ = ["WatchRepair"]
 
 log = logging.getLogger("jobs.watch")
+
+
+TOPICS_NAMED = 10
+"""Pulsar topics left to unload that a repair's log names one by one; the rest are counted."""
 
 
 class WatchRepair:
@@ -193,18 +198,32 @@ class WatchRepair:
             return
         self.metrics.count_actions(done.rows)
         self.warehouse.write([(ACTIONS, done.rows)])
+        left = []
         for o in done.outcomes:
             if o.status == ActionStatus.DONE:
                 log.info("watch: repair %s: unloaded Pulsar topic %s", run_id, o.topic)
             else:
-                log.warning(
-                    "watch: repair %s: Pulsar topic %s still holds stale ledger handles (%s); "
-                    "run: %s",
-                    run_id,
-                    o.topic,
-                    o.error,
-                    operator_command(o.topic),
-                )
+                left.append(o)
+        for o in left[:TOPICS_NAMED]:
+            log.warning(
+                "watch: repair %s: Pulsar topic %s still holds stale ledger handles (%s); run: %s",
+                run_id,
+                o.topic,
+                o.error,
+                operator_command(o.topic),
+            )
+        if len(left) > TOPICS_NAMED:
+            # A large repair touches thousands of topics: one line for the rest, not one each
+            # (each one's error names its own command).
+            rest = Counter(o.status for o in left[TOPICS_NAMED:])
+            log.warning(
+                "watch: repair %s: %d more Pulsar topics still hold stale ledger handles (%s); "
+                "replication_actions has a row for each, and `bkaudit listunderreplicated` "
+                "lists the commands that unload them",
+                run_id,
+                len(left) - TOPICS_NAMED,
+                ", ".join(f"{n} {status}" for status, n in sorted(rest.items())),
+            )
 
     def _record(self, rows: list[dict[str, Any]], config: RepairConfig, run_id: str) -> None:
         if not rows:
