@@ -11,6 +11,7 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,11 +58,22 @@ def test_unwritable_warehouse_repair_goes_on_and_rows_are_written_later(
             c.sandbox.kill_bookie(victim)
             wait_for(lambda: repaired(c, ids, victim), 60, "repair", w)
             wait_for(lambda: settled(w.metrics()), 30, "the clean re-audit", w)
-            m = w.metrics()
+            # The clean re-audit's rows are written by a thread after the time to repair is
+            # recorded: wait until the gauge and the spool agree, read on both sides of it.
+            seen: dict[str, Any] = {}
+
+            def spool_agrees() -> bool:
+                seen["m"], seen["files"] = w.metrics(), spooled(spool)
+                gauge = seen["m"]["bkaudit_spooled_files"]
+                runs = [n for n in seen["files"] if n.endswith(f"-{AUDIT_RUNS}.jsonl")]
+                agree = gauge == len(seen["files"]) == w.metrics()["bkaudit_spooled_files"]
+                return agree and len(runs) >= 2  # the loss's audit and the clean re-audit
+
+            wait_for(spool_agrees, 20, "both audits spooled and the gauge to match", w)
+            m, files = seen["m"], seen["files"]
             code, body = w.get("/readyz")
             assert (code, json.loads(body)["detail"]) == (503, "warehouse unreachable")
-            files = spooled(spool)
-            assert m["bkaudit_spooled_files"] == len(files) > 0
+            assert len(files) > 0
             tables = Counter(n.split("-", 2)[2].removesuffix(".jsonl") for n in files)
             # The loss's audit, the repair and the clean re-audit, all kept.
             assert tables[AUDIT_RUNS] >= 2 and tables[ACTIONS] >= 1 and tables[FRAGMENTS] >= 1
