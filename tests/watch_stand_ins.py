@@ -50,6 +50,10 @@ class NoFeedStore:
     def watch_tree(self, path: str, *_: object) -> None:
         raise StoreUnavailable("no persistent recursive watch here", path=path)
 
+    def get_many(self, paths: Any, *_: object) -> None:
+        # These cycles' audits and repairs are stand-ins: a loss's first ledgers are not read.
+        raise StoreUnavailable("no reads here", path=next(iter(paths), None))
+
 
 class Watcher:
     """The registrations as the cycle last saw them: the victim gone, no marks."""

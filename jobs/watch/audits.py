@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from bklib.audit.completeness import incomplete_reasons
 from bklib.audit.engine import ScanPlan
+from bklib.audit.model import LedgerView
 from bklib.meta.paths import LayoutKind
 from bklib.meta.stores import MetadataStore
 from bklib.states import Check, CountKey, RunStatus
@@ -84,6 +86,8 @@ class WatchAudits:
         check: str,
         ledger_ids: Sequence[int] | None = None,
         kind: LayoutKind | None = None,
+        run_id: str | None = None,
+        preread: Mapping[int, LedgerView | None] | None = None,
     ) -> Any:
         """One audit run of ``check`` in this process, written to the tables (a warehouse
         failure is logged and counted: the findings still drive the repair). None if it
@@ -94,13 +98,17 @@ class WatchAudits:
         schedule's run of the check, and its rows are written by a thread of their own once
         :meth:`record_now` lets it, while the caller marks and repairs what it found (a
         loss's reaction need not wait for the tables); :meth:`wait_recorded` waits for
-        them."""
+        them. ``run_id``: the run's id, chosen by a caller whose repair starts before the
+        audit ends; ``preread``: views of some of ``ledger_ids`` the caller read a moment
+        ago, before that repair could change them (:mod:`jobs.watch.first_ledgers`)."""
         from jobs.local.audit import LocalAudit
         from jobs.watch.indexed_audit import IndexedLostAudit
 
         self.wait_recorded()  # one run's rows after another's, never interleaved
         cfg = self.cfg
         config = audit_config(cfg, check)
+        if run_id is not None:
+            config = replace(config, run_id=run_id)
         started = time.time()
         job: Any = None
         try:
@@ -110,7 +118,9 @@ class WatchAudits:
                 self.metrics.full_scans.inc()
             else:
                 assert kind is not None and check == Check.LOST
-                job = IndexedLostAudit(config, ScanPlan((), kind), self.session, ledger_ids)
+                job = IndexedLostAudit(
+                    config, ScanPlan((), kind), self.session, ledger_ids, preread or {}
+                )
             job.run_steps()  # the audit's steps and its session guard, as `bkaudit audit`'s
         except Exception as exc:  # noqa: BLE001 - counted FAILED; the cycle fails; retried
             run_id = job.run.run_id if job is not None else None

@@ -16,14 +16,19 @@ import threading
 import time
 from typing import Any
 
+from bklib.audit.engine import read_ledgers
 from bklib.audit.index_keeper import IndexStale, RebuildCause
+from bklib.audit.model import LedgerView
+from bklib.errors import BKError
 from bklib.states import ActionStatus, BookieState, Check, CountKey, Reason
 from jobs.runtime.heap_release import release_heap
 from jobs.runtime.messages import one_line
+from jobs.tables.runs import new_run_id
 from jobs.watch.audits import AuditIncomplete, WatchAudits
 from jobs.watch.config import WatchConfig
 from jobs.watch.decide import LossTracker, Schedule
 from jobs.watch.election import Leadership, Stopped
+from jobs.watch.first_ledgers import CANDIDATES, FirstLedgers, FirstOutcome
 from jobs.watch.http_server import Health
 from jobs.watch.index import WatchIndex
 from jobs.watch.loss_changes import LossChanges
@@ -80,6 +85,7 @@ class Cycle:
         written again (:meth:`UnderReplicationManager.mark_many`)."""
         self.reacted: dict[str, set[str]] = {stage: set() for stage in REACTION_STAGES}
         """The due bookies whose reaction was timed, per stage (once per loss)."""
+        self.reacting = threading.Lock()
         metrics.set_schedule(self.schedule.every)
         self.repair = WatchRepair(config, metrics, leadership, warehouse, watcher)
 
@@ -265,7 +271,11 @@ class Cycle:
         with findings, audit again. Lost bookies waiting for the delay are left alone."""
         self.known_marks = snap.marked
         self.leadership.confirm()
-        job = self._audit(check, scheduled)
+        ids = self._loss_ledgers() if check == Check.LOST and not scheduled else None
+        audit_id = new_run_id()
+        first, preread = self._first_ledgers(snap, audit_id) if ids else (None, {})
+        job = self._audit(check, ids, audit_id, preread)
+        early = first.join() if first is not None else FirstOutcome()
         now = time.monotonic()
         if job is None:
             self.retry_at = now + self.cfg.retry_interval
@@ -285,7 +295,14 @@ class Cycle:
                     b,
                     now - t0,
                 )
-        rows = [self._row(f) for f in job.findings if self._actionable(f)]
+        # What the first ledgers' repair resolved is neither marked nor repaired again; the
+        # marks it left are merged with, not written whole (jobs/watch/first_ledgers.py).
+        rows = [
+            self._row(f)
+            for f in job.findings
+            if self._actionable(f) and f.ledger_id not in early.resolved
+        ]
+        self.known_marks = {**self.known_marks, **early.marks}
         if not rows:
             self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
             return
@@ -316,18 +333,66 @@ class Cycle:
             self.leadership.confirm()
             self.audits.run(check)
 
-    def _audit(self, check: str, scheduled: bool) -> Any:
-        """The audit a response starts from. A loss reads only the ledgers the bookie index
-        names for the due bookies; a stale index is rebuilt from a full scan instead; a full
-        ``lost`` audit (the schedule's) reconciles the index (:mod:`jobs.watch.index`). A full
-        scan's ledgers are dropped once written and indexed: the repair that follows may be
-        long, and needs its findings only."""
-        if check == Check.LOST and not scheduled:
-            # The bookies within the delay too: their findings are reported, not acted on,
-            # as a full scan's are (:meth:`_actionable`).
-            ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
-            if not isinstance(ids, IndexStale):
-                return self.audits.run(check, ids, self.index.kind)
+    def _loss_ledgers(self) -> list[int] | None:
+        """The ledgers a loss's audit reads: those the bookie index names for the lost
+        bookies, within the delay too (their findings are reported, not acted on, as a full
+        scan's are: :meth:`_actionable`); None when the index is stale (a full scan)."""
+        ids = self.index.ledgers_for({*self.tracker.due, *self.tracker.pending})
+        return None if isinstance(ids, IndexStale) else ids
+
+    def _first_ledgers(
+        self, snap: ClusterSnapshot, audit_id: str
+    ) -> tuple[FirstLedgers | None, dict[int, LedgerView | None]]:
+        """A new loss's first ledgers (:mod:`jobs.watch.first_ledgers`): read now, and
+        repaired at once in a thread while audit ``audit_id`` reads the rest; the views read,
+        which the audit takes as its own. Nothing when no due bookie awaits its first copy,
+        or repair is paused."""
+        fresh = set(self.tracker.due) - self.reacted["first_copy"]
+        if not fresh or snap.disabled:
+            return None, {}
+        try:
+            views = read_ledgers(
+                self.watcher.zk,
+                self.index.keeper.ledgers_of_any(fresh)[:CANDIDATES],
+                root=self.cfg.ledgers_root,
+                kind=self.index.kind,
+            )
+        except BKError as exc:  # the audit reads them, and says what failed
+            log.warning("watch: the loss's first ledgers not read: %s", one_line(exc))
+            return None, {}
+        changes = self._changes(frozenset(self.tracker.due), self._delay(snap))
+        first: FirstLedgers
+
+        def finished(rows: list[dict[str, Any]]) -> None:
+            self._reacted("first_copy", first.bookies_of(rows))
+
+        first = FirstLedgers(
+            views.values(),
+            frozenset(self.tracker.due),
+            repair=lambda reqs: self.repair.first_ledgers(reqs, audit_id, finished, changes),
+            read_mark=self._mark_of,
+        )
+        return first.start(), views
+
+    def _mark_of(self, ledger_id: int) -> tuple[str, ...] | None:
+        mark = self.watcher.urm.get(ledger_id)
+        return None if mark is None else tuple(mark.missing_replicas)
+
+    def _audit(
+        self,
+        check: str,
+        ids: list[int] | None,
+        run_id: str,
+        preread: dict[int, LedgerView | None],
+    ) -> Any:
+        """The audit a response starts from. A loss reads only the ledgers ``ids`` the bookie
+        index names (:meth:`_loss_ledgers`), recorded as ``run_id``, those in ``preread``
+        read already (:meth:`_first_ledgers`); a stale index is
+        rebuilt from a full scan instead; a full ``lost`` audit (the schedule's) reconciles
+        the index (:mod:`jobs.watch.index`). A full scan's ledgers are dropped once written
+        and indexed: the repair that follows may be long, and needs its findings only."""
+        if ids is not None:
+            return self.audits.run(check, ids, self.index.kind, run_id=run_id, preread=preread)
         job = self._full_audit(check)
         if job is not None:
             job.forget_ledgers()
@@ -362,6 +427,10 @@ class Cycle:
         now = time.monotonic()
         with self.tracker_lock:  # a repair's threads may be feeding the tracker (LossChanges)
             due = dict(self.tracker.due)
+        with self.reacting:  # the first ledgers' threads time their copies here at once
+            self._time_stage(stage, bookies, due, now)
+
+    def _time_stage(self, stage: str, bookies: set[str], due: dict[str, float], now: float) -> None:
         seen = self.reacted[stage]
         seen &= set(due)  # a bookie resolved or back is forgotten
         for b in sorted(bookies & set(due) - seen):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from bklib.audit.engine import ScanPlan, bookie_rows, read_ledgers
+from bklib.audit.model import LedgerView
 from bklib.meta.registration import list_bookies
 from bklib.meta.stores import MetadataStore
 from bklib.states import BookieState, CountKey
@@ -36,11 +37,15 @@ class IndexedLostAudit(LocalAudit):
         plan: ScanPlan,
         store: MetadataStore,
         ledger_ids: Sequence[int],
+        preread: Mapping[int, LedgerView | None] | None = None,
     ) -> None:
         # No re-read step: these ledgers were read a moment ago, not over a long scan, and
         # the marks merge and the repair re-reads and writes by compare-and-set anyway.
         super().__init__(replace(config, reread=False), plan, store, split=False)
         self.ledger_ids = ledger_ids
+        self.preread = dict(preread or {})
+        """Views of some of ``ledger_ids`` read already, taken as this audit's read of them:
+        the loss's first ledgers, read before their repair began (None: deleted)."""
 
     def scan(self) -> None:
         """Read the named ledgers (a deleted one is simply gone) and the registrations."""
@@ -48,11 +53,13 @@ class IndexedLostAudit(LocalAudit):
         t0 = time.monotonic()
         current = read_ledgers(
             self.store,
-            self.ledger_ids,
+            (lid for lid in self.ledger_ids if lid not in self.preread),
             root=cfg.ledgers_root,
             kind=self.plan.kind,
             max_in_flight=cfg.scan_in_flight,
         )
+        wanted = set(self.ledger_ids)
+        current.update((lid, v) for lid, v in self.preread.items() if lid in wanted)
         self.ledgers = [v for v in current.values() if v is not None]
         registry = list_bookies(self.store, cfg.ledgers_root)
         scanned = ShardScan.of(self.ledgers)

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from bklib.meta.stores.zookeeper.budget import shared_budget
@@ -92,6 +93,45 @@ class WatchRepair:
         (:class:`~jobs.watch.loss_changes.LossChanges`), no more ledgers start either."""
         reqs = requests_from_findings(rows, self.no_replica)
         return self._run(reqs, audit_run_id, first_done, changed)
+
+    def first_ledgers(
+        self,
+        reqs: list[LedgerRequest],
+        audit_run_id: str,
+        finished: Callable[[list[dict[str, Any]]], None],
+        changed: Callable[[], bool],
+    ) -> list[dict[str, Any]]:
+        """A loss's first ledgers (:mod:`jobs.watch.first_ledgers`), all at once in this
+        process while the audit ``audit_run_id`` reads: the repairer marks each ledger itself
+        (the audit's marks come later), and the actions are recorded, and the Pulsar topics
+        unloaded, as any repair's. ``finished`` gets each ledger's rows as it ends."""
+        from jobs.runs.repair_partition import repair_partition
+
+        base = repair_config(self.cfg, audit_run_id)
+        config = replace(
+            base,
+            ledgers_in_flight=len(reqs),
+            settings=replace(base.settings, marked_before=False),
+        )
+        run_id = new_run_id()
+        log.info(
+            "watch: repair %s: the loss's first %d ledgers, before audit %s is done",
+            run_id, len(reqs), audit_run_id,
+        )  # fmt: skip
+        out: list[dict[str, Any]] = []
+
+        def proceed() -> bool:
+            return self.leadership.may_proceed() and not changed()
+
+        try:
+            for actions in repair_partition(
+                config, self.watcher.zk, reqs, proceed, finished=finished
+            ):
+                out.extend(actions)
+        finally:
+            self._record(out, config, run_id)
+        self._unload(out, config, run_id)
+        return out
 
     def verify_marks(
         self, ledger_ids: Iterable[int], changed: Callable[[], bool] | None = None

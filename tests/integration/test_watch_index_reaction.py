@@ -7,6 +7,7 @@ more.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +21,16 @@ from bklib.testing.scale.harness import running_farm
 from bklib.testing.scale.seeder import seed_ledgers
 from bklib.testing.zkserver import ZooKeeperServer
 from jobs.tables import delta
-from jobs.tables.schema import AUDIT_RUNS, FRAGMENTS
+from jobs.tables.schema import ACTIONS, AUDIT_RUNS, FRAGMENTS
+from jobs.watch.first_ledgers import FIRST_LEDGERS
 from tests.integration.test_watch import Watch, wait_for
+from tests.integration.test_watch_repair_processes import assert_swapped_once
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 LEDGERS = 20_000
 BOOKIES = 24
+FIRST = re.compile(r"repair (\S+): the loss's first (\d+) ledgers, before audit (\S+) is done")
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +103,23 @@ def test_a_loss_is_marked_and_repaired_from_the_index_without_a_scan(
         if r["run_id"] == first["run_id"] and r["reason"] == Reason.BOOKIE_LOST
     }
     assert found == set(naming)
+
+    # The loss's first ledgers were repaired before the audit's marks, by a run of their own
+    # recorded under the loss's audit; the audit's repair left them out: no segment swapped
+    # twice, and only the first run touched them (jobs/watch/first_ledgers.py).
+    log = w.log.read_text()
+    early = FIRST.search(log)
+    assert early is not None, w.tail()
+    assert early.group(3) == first["run_id"] and int(early.group(2)) == FIRST_LEDGERS
+    actions = list(delta.read_rows(str(wh), ACTIONS))
+    assert_swapped_once(str(wh))
+    mine = [a for a in actions if a["run_id"] == early.group(1)]
+    assert {a["audit_run_id"] for a in mine} == {first["run_id"]}
+    repaired = {a["ledger_id"] for a in mine if a["action"] == "METADATA_UPDATE"}
+    assert len(repaired) == FIRST_LEDGERS and repaired <= ledgers
+    again = [a for a in actions if a["ledger_id"] in repaired and a["run_id"] != early.group(1)]
+    assert again == []
+    assert log.index(early.group(0)) < log.index("ledgers marked under-replicated")
 
     with open_store(zk, timeout=30) as store:
         meta = LedgerStore(store, DEFAULT_LEDGERS_ROOT)

@@ -68,7 +68,7 @@ class Audits:
     def __init__(self) -> None:
         self.asked: list[list[int] | None] = []
 
-    def __call__(self, check: str, ledger_ids: Any = None, kind: Any = None) -> Any:
+    def __call__(self, check: str, ledger_ids: Any = None, kind: Any = None, **_: Any) -> Any:
         assert check == Check.LOST
         self.asked.append(None if ledger_ids is None else list(ledger_ids))
         counts = {CountKey.METADATA_ERRORS: 0, CountKey.LEDGERS: len(LEDGERS)}
