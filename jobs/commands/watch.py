@@ -33,6 +33,7 @@ from jobs.runtime.exit_status import ExitStatus
 from jobs.runtime.messages import one_line
 from jobs.tables.object_store import is_s3, set_retry_budget
 from jobs.tables.warehouse_probe import WarehouseUnreachable, WarehouseUnusable, probe_warehouse
+from jobs.watch.first_ledgers import FIRST_LEDGERS
 from jobs.watch.repair_workers import MIN_LEDGERS_PER_PROCESS
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
@@ -119,6 +120,13 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--window", type=int, default=64, help="entries in flight per copy")
     parser.add_argument(
         "--ledgers-in-flight", type=int, default=8, help="ledgers repaired at once per process"
+    )
+    parser.add_argument(
+        "--first-ledgers",
+        type=parse_count,
+        default=FIRST_LEDGERS,
+        help="closed ledgers of a new loss marked and repaired at once, while its audit reads "
+        "the others (0: none; the audit's repair takes them all)",
     )
     parser.add_argument(
         "--repair-processes",
@@ -245,6 +253,7 @@ def watch_config(args: argparse.Namespace, pulsar_admin: AdminSettings | None) -
         window=args.window,
         ledgers_in_flight=args.ledgers_in_flight,
         repair_processes=args.repair_processes,
+        first_ledgers=args.first_ledgers,
         bookie_protocol=args.bookie_protocol,
         read_timeout=args.read_timeout,
         connect_timeout=args.connect_timeout,

@@ -21,6 +21,7 @@ from bklib.states import DEFAULT_LEDGERS_ROOT, RepairMode
 from bklib.tls import TlsSettings
 from jobs.runs.audit_run import DEFAULT_READ_RATE, AuditConfig
 from jobs.runs.repair_run import RepairConfig
+from jobs.watch.first_ledgers import FIRST_LEDGERS
 from jobs.watch.spool import DEFAULT_SPOOL_MAX_BYTES
 
 __all__ = ["WatchConfig", "audit_config", "repair_config"]
@@ -42,6 +43,9 @@ class WatchConfig:
     rate: float | None = 50e6
     window: int = 64
     ledgers_in_flight: int = 8
+    first_ledgers: int = FIRST_LEDGERS
+    """``--first-ledgers``: a new loss's closed ledgers repaired while its audit reads
+    (:mod:`jobs.watch.first_ledgers`; 0: none)."""
     repair_processes: int = 0
     """``--repair-processes``: processes a repair runs in, the watch's own included (0: one
     per core for a large repair, :func:`jobs.watch.repair_workers.repair_processes`)."""

@@ -28,7 +28,7 @@ from jobs.watch.audits import AuditIncomplete, WatchAudits
 from jobs.watch.config import WatchConfig
 from jobs.watch.decide import LossTracker, Schedule
 from jobs.watch.election import Leadership, Stopped
-from jobs.watch.first_ledgers import CANDIDATES, FirstLedgers, FirstOutcome
+from jobs.watch.first_ledgers import CANDIDATES_PER_LEDGER, FirstLedgers, FirstOutcome
 from jobs.watch.http_server import Health
 from jobs.watch.index import WatchIndex
 from jobs.watch.loss_changes import LossChanges
@@ -268,54 +268,79 @@ class Cycle:
 
     def respond(self, check: str, snap: ClusterSnapshot, scheduled: bool = False) -> None:
         """Audit ``check``; publish marks for what is due; repair it; for a scheduled check
-        with findings, audit again. Lost bookies waiting for the delay are left alone."""
+        with findings, audit again. Lost bookies waiting for the delay are left alone. A new
+        loss's first ledgers are repaired while its audit reads (:meth:`_first_ledgers`)."""
         self.known_marks = snap.marked
         self.leadership.confirm()
         ids = self._loss_ledgers() if check == Check.LOST and not scheduled else None
         audit_id = new_run_id()
         first, preread = self._first_ledgers(snap, audit_id) if ids else (None, {})
-        job = self._audit(check, ids, audit_id, preread)
-        early = first.join() if first is not None else FirstOutcome()
+        try:
+            job = self._audit(check, ids, audit_id, preread)
+            self._act(check, snap, scheduled, job, first)
+        finally:
+            if first is not None:
+                first.join()  # never left running into the next cycle
+
+    def _act(
+        self,
+        check: str,
+        snap: ClusterSnapshot,
+        scheduled: bool,
+        job: Any,
+        first: FirstLedgers | None,
+    ) -> None:
+        """What :meth:`respond` does with its audit ``job``'s findings."""
         now = time.monotonic()
         if job is None:
             self.retry_at = now + self.cfg.retry_interval
             return
-        lost = {b.bookie_id for b in job.bookies if b.state == BookieState.LOST}
-        self.tracker.add_lost(lost - set(self.tracker.due), now)
-        # Both halves' count, when a helper scanned half the ledgers (its views stay there).
-        unreadable = job.run.counts[CountKey.METADATA_ERRORS]
-        named = {f.bookie_id for f in job.findings if f.reason in Reason.WHOLE_BOOKIE}
-        # Fail closed: while a ledger is unreadable it may still name a due bookie.
-        for b in [] if unreadable else sorted(set(self.tracker.due) - named):
-            t0 = self.tracker.resolve(b)
-            if t0 is not None:
-                self.metrics.time_to_repair.observe(now - t0)
-                log.info(
-                    "watch: bookie %s: no ledger names it any more, %.1fs after its loss",
-                    b,
-                    now - t0,
-                )
-        # What the first ledgers' repair resolved is neither marked nor repaired again; the
-        # marks it left are merged with, not written whole (jobs/watch/first_ledgers.py).
-        rows = [
-            self._row(f)
-            for f in job.findings
-            if self._actionable(f) and f.ledger_id not in early.resolved
-        ]
-        self.known_marks = {**self.known_marks, **early.marks}
+        # The first ledgers' repair may be feeding the tracker from its threads meanwhile.
+        with self.tracker_lock:
+            lost = {b.bookie_id for b in job.bookies if b.state == BookieState.LOST}
+            self.tracker.add_lost(lost - set(self.tracker.due), now)
+            # Both halves' count, when a helper scanned half the ledgers (its views stay there).
+            unreadable = job.run.counts[CountKey.METADATA_ERRORS]
+            named = {f.bookie_id for f in job.findings if f.reason in Reason.WHOLE_BOOKIE}
+            # Fail closed: while a ledger is unreadable it may still name a due bookie.
+            for b in [] if unreadable else sorted(set(self.tracker.due) - named):
+                t0 = self.tracker.resolve(b)
+                if t0 is not None:
+                    self.metrics.time_to_repair.observe(now - t0)
+                    log.info(
+                        "watch: bookie %s: no ledger names it any more, %.1fs after its loss",
+                        b,
+                        now - t0,
+                    )
+            rows = [self._row(f) for f in job.findings if self._actionable(f)]
+            waiting = bool(self.tracker.due)
         if not rows:
-            self.retry_at = now + (self.cfg.retry_interval if self.tracker.due else 0)
+            self.retry_at = now + (self.cfg.retry_interval if waiting else 0)
             return
         copying = {r["bookie_id"] for r in rows}
         # The marks first, paused or not (the Auditor's are published for whoever repairs);
-        # the audit's rows are written after the first copy (WatchAudits.record_now).
-        self.repair.mark(rows, self.known_marks)
+        # the audit's rows are written after the first copy (WatchAudits.record_now). The
+        # first ledgers were marked by their repair: left out here (a mark written after
+        # their repair cleared its own would outlive it), and their repair not waited for.
+        taken = first.ledger_ids if first is not None else frozenset()
+        self.repair.mark([r for r in rows if r["ledger_id"] not in taken], self.known_marks)
         self._reacted("marked", copying)
+        if first is not None:
+            self.audits.record_now()  # the repair has started: the rows need wait no more
         if self.repair.paused():
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
             )
             self.retry_at = now + self.cfg.retry_interval
+            return
+        early = first.join() if first is not None else FirstOutcome()
+        if early.changed:  # decide again with the bookies as they are now
+            self.retry_at = 0.0
+            return
+        # Not repaired twice: what the first ledgers resolved; what they left is retried now.
+        rows = [r for r in rows if r["ledger_id"] not in early.resolved]
+        if not rows:
+            self.retry_at = 0.0  # all done: the next cycle's audit is the re-audit
             return
         repairing = frozenset(r["bookie_id"] for r in rows if r["reason"] == Reason.BOOKIE_LOST)
         changes = self._changes(repairing, self._delay(snap))
@@ -348,12 +373,13 @@ class Cycle:
         which the audit takes as its own. Nothing when no due bookie awaits its first copy,
         or repair is paused."""
         fresh = set(self.tracker.due) - self.reacted["first_copy"]
-        if not fresh or snap.disabled:
+        n = self.cfg.first_ledgers
+        if not fresh or snap.disabled or n == 0:
             return None, {}
         try:
             views = read_ledgers(
                 self.watcher.zk,
-                self.index.keeper.ledgers_of_any(fresh)[:CANDIDATES],
+                self.index.keeper.ledgers_of_any(fresh)[: n * CANDIDATES_PER_LEDGER],
                 root=self.cfg.ledgers_root,
                 kind=self.index.kind,
             )
@@ -369,14 +395,13 @@ class Cycle:
         first = FirstLedgers(
             views.values(),
             frozenset(self.tracker.due),
-            repair=lambda reqs: self.repair.first_ledgers(reqs, audit_id, finished, changes),
-            read_mark=self._mark_of,
+            changes,
+            repair=lambda reqs, changed: self.repair.first_ledgers(
+                reqs, audit_id, finished, changed, known=snap.marked
+            ),
+            n=n,
         )
         return first.start(), views
-
-    def _mark_of(self, ledger_id: int) -> tuple[str, ...] | None:
-        mark = self.watcher.urm.get(ledger_id)
-        return None if mark is None else tuple(mark.missing_replicas)
 
     def _audit(
         self,

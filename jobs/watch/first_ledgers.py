@@ -2,17 +2,17 @@
 
 The bookie index names a lost bookie's ledgers the moment the bookie is due, so the watch need
 not wait for the audit's read, check and marks (8 to 10 s at a million ledgers) before it
-copies anything. The cycle reads a few of those ledgers first (:data:`CANDIDATES`, one
-pipelined read), and a thread repairs the closed ones among them at once, with the same engine
-as every repair (:meth:`~jobs.watch.repair.WatchRepair.first_ledgers`: the repairer marks each
-ledger itself, locks it, copies and writes by compare-and-set). Open ledgers are left to the
-audit: they wait for their grace period anyway.
+copies anything. The cycle reads a few of those ledgers first (one pipelined read), and a
+thread marks the closed ones among them (``--first-ledgers`` of them) and repairs them at once,
+with the same engine as every repair (:meth:`~jobs.watch.repair.WatchRepair.first_ledgers`:
+lock, copy, compare-and-set, the mark cleared). Open ledgers are left to the audit: they wait
+for their grace period anyway.
 
 The audit takes those views as its own read of them (read before any of them was repaired,
-so its findings are the loss's whole), and its marks and repair leave out what this repair
-resolved: nothing is marked again or copied twice. A ledger it left unfinished (locked
-elsewhere, a failed copy) is the audit's like any other, its mark already standing
-(:attr:`FirstOutcome.marks`).
+so its findings are the loss's whole). Its marks leave these ledgers out, and do not wait for
+their repair; its repair waits for it (so ``--rate`` and ``--ledgers-in-flight`` bound the two
+together), and then takes every ledger it left unfinished (locked elsewhere, a failed copy),
+and none it resolved: nothing is marked twice or copied twice.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from bklib.audit.model import LedgerView
 from bklib.repair.outcome import RESOLVED, repair_status
@@ -32,8 +32,9 @@ from jobs.runtime.messages import one_line
 from jobs.watch.spool import SpoolError
 
 __all__ = [
-    "CANDIDATES",
+    "CANDIDATES_PER_LEDGER",
     "FIRST_LEDGERS",
+    "Changes",
     "FirstLedgers",
     "FirstOutcome",
     "first_requests",
@@ -43,11 +44,11 @@ __all__ = [
 log = logging.getLogger("jobs.watch")
 
 FIRST_LEDGERS = 8
-"""Ledgers repaired before the audit's marks: enough for a first copy whatever one of them
-meets, few enough that the audit sharing the process with them is hardly slowed."""
+"""``--first-ledgers``'s default: enough for a first copy whatever one of them meets, few
+enough that the audit sharing the process with them is hardly slowed."""
 
-CANDIDATES = 32
-"""Ledgers read to find :data:`FIRST_LEDGERS` closed ones (one pipelined read)."""
+CANDIDATES_PER_LEDGER = 4
+"""Ledgers read (one pipelined read) for each first ledger wanted: open ones are skipped."""
 
 
 def first_requests(
@@ -76,16 +77,25 @@ def resolved_ledgers(rows: Sequence[dict[str, Any]]) -> set[int]:
     }
 
 
+class Changes(Protocol):
+    """Asked before each ledger starts: have the lost bookies changed
+    (:class:`~jobs.watch.loss_changes.LossChanges`)?"""
+
+    def __call__(self) -> bool: ...
+
+    @property
+    def changed(self) -> bool: ...
+
+
 @dataclass
 class FirstOutcome:
-    """What the first ledgers' repair left for the audit's marks and repair."""
+    """What the first ledgers' repair left for the audit's repair."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     resolved: set[int] = field(default_factory=set)
-    """Left out of the audit's marks and repair: nothing to do."""
-    marks: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    """The marks the repairer left on the ledgers it did not finish: the audit's marks merge
-    with them instead of failing a whole request on them."""
+    """Left out of the audit's repair: nothing to do."""
+    changed: bool = False
+    """The lost bookies changed meanwhile: the cycle decides again before repairing more."""
     error: str | None = None
 
 
@@ -96,16 +106,22 @@ class FirstLedgers:
         self,
         views: Iterable[LedgerView | None],
         due: frozenset[str],
-        *,
-        repair: Callable[[list[LedgerRequest]], list[dict[str, Any]]],
-        read_mark: Callable[[int], tuple[str, ...] | None],
+        changes: Changes,
+        repair: Callable[[list[LedgerRequest], Changes], list[dict[str, Any]]],
+        n: int = FIRST_LEDGERS,
     ) -> None:
-        self.requests = first_requests(views, due)
+        self.requests = first_requests(views, due, n)
+        self.changes = changes
         self._repair = repair
-        self._read_mark = read_mark
         self.outcome = FirstOutcome()
         self._raised: Exception | None = None
         self._thread = threading.Thread(target=self._run, name="first-ledgers", daemon=True)
+
+    @property
+    def ledger_ids(self) -> frozenset[int]:
+        """The ledgers taken: marked by their repair, so the audit's marks leave them out (a
+        mark written after their repair cleared its own would outlive it)."""
+        return frozenset(q.ledger_id for q in self.requests)
 
     def start(self) -> FirstLedgers | None:
         """Start the repair; None (nothing started) when no view was a closed ledger naming a
@@ -122,9 +138,9 @@ class FirstLedgers:
         return {b for q in self.requests if q.ledger_id in ids for b in q.bad_bookies}
 
     def join(self) -> FirstOutcome:
-        """Wait for the repair; what it left for the audit. A failure is logged and leaves
-        every ledger to the audit (none resolved); a spool past its bound is raised here, as
-        the cycle's own writes raise it (the watch stops)."""
+        """Wait for the repair; what it left for the audit's. A failure is logged and leaves
+        every ledger to the audit's repair (none resolved); a spool past its bound is raised
+        here, as the cycle's own writes raise it (the watch stops)."""
         self._thread.join()
         if isinstance(self._raised, SpoolError):
             raise self._raised
@@ -133,15 +149,12 @@ class FirstLedgers:
     def _run(self) -> None:
         out = self.outcome
         try:
-            out.rows = self._repair(self.requests)
+            out.rows = self._repair(self.requests, self.changes)
             out.resolved = resolved_ledgers(out.rows)
-            for q in self.requests:
-                if q.ledger_id not in out.resolved:
-                    mark = self._read_mark(q.ledger_id)
-                    if mark is not None:
-                        out.marks[q.ledger_id] = mark
         except Exception as exc:  # noqa: BLE001 - the audit's repair covers every ledger then
             self._raised = exc
             out.error = one_line(exc)
             out.resolved = set()
             log.error("watch: the loss's first ledgers: %s; its audit repairs them", out.error)
+        finally:
+            out.changed = self.changes.changed

@@ -100,19 +100,21 @@ class WatchRepair:
         audit_run_id: str,
         finished: Callable[[list[dict[str, Any]]], None],
         changed: Callable[[], bool],
+        known: Mapping[int, Sequence[str]] | None = None,
     ) -> list[dict[str, Any]]:
-        """A loss's first ledgers (:mod:`jobs.watch.first_ledgers`), all at once in this
-        process while the audit ``audit_run_id`` reads: the repairer marks each ledger itself
-        (the audit's marks come later), and the actions are recorded, and the Pulsar topics
-        unloaded, as any repair's. ``finished`` gets each ledger's rows as it ends."""
+        """A loss's first ledgers (:mod:`jobs.watch.first_ledgers`), in this process while
+        the audit ``audit_run_id`` reads: marked first, all in one request (the audit's
+        marks leave them out), then repaired ``--ledgers-in-flight`` at a time at
+        ``--rate`` (the audit's repair waits for it), the actions recorded and the Pulsar
+        topics unloaded as any repair's. ``finished`` gets each ledger's rows as it ends."""
         from jobs.runs.repair_partition import repair_partition
 
+        if not self.leadership.may_proceed():
+            return []
+        marks = {q.ledger_id: sorted(q.bad_bookies) for q in reqs}
+        self.watcher.urm.mark_many(marks, known=known)
         base = repair_config(self.cfg, audit_run_id)
-        config = replace(
-            base,
-            ledgers_in_flight=len(reqs),
-            settings=replace(base.settings, marked_before=False),
-        )
+        config = replace(base, ledgers_in_flight=min(len(reqs), base.ledgers_in_flight))
         run_id = new_run_id()
         log.info(
             "watch: repair %s: the loss's first %d ledgers, before audit %s is done",

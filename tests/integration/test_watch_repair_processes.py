@@ -130,7 +130,9 @@ def test_a_killed_leader_takes_its_repair_workers_with_it(tmp_path: Path, zk_chr
     with audit_cluster(tmp_path / "sb", zk_chroot, bookies=4) as c:
         victim = c.bookie_ids[3]
         ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
-        with watching(c.zk, wh, tmp_path, "a", *SLOW_COPY, "--repair-processes", "2") as a:
+        # No first ledgers: at this pace they would hold the workers' start for minutes.
+        only_workers = ("--repair-processes", "2", "--first-ledgers", "0")
+        with watching(c.zk, wh, tmp_path, "a", *SLOW_COPY, *only_workers) as a:
             a.wait_role("leader")
             with watching(c.zk, wh, tmp_path, "b", "--lost-bookie-recovery-delay", "0s") as b:
                 b.wait_role("standby")
@@ -162,7 +164,7 @@ def test_sigterm_stops_the_workers_too_and_leaves_no_lock(tmp_path: Path, zk_chr
         ids = [md.ledger_id for md in ledgers(c, victim, n=8, entries=60)]
         odd = [lid for lid in ids if lid % 2 == 1]
         slow = ("--lost-bookie-recovery-delay", "0s", "--rate", "2KB", "--ledgers-in-flight",
-                "1", "--repair-processes", "2")  # fmt: skip
+                "1", "--repair-processes", "2", "--first-ledgers", "0")  # fmt: skip
         w = Watch(c.zk, wh, tmp_path / "w1.log", *slow)
         try:
             w.wait_role("leader")

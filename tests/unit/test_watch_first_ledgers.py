@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bklib.audit.model import LedgerView
-from bklib.meta.model import LedgerMetadata, LedgerState, Segment
+from bklib.meta.model import LedgerMetadata, Segment
 from bklib.repair.requests import LedgerRequest
 from bklib.states import ActionKind, ActionStatus
 from jobs.watch.first_ledgers import (
@@ -76,24 +76,34 @@ def test_resolved_means_repaired_or_nothing_to_do_and_never_unfinished() -> None
     assert resolved_ledgers(rows) == {1, 2}
 
 
+class Changes:
+    """The lost bookies as :class:`~jobs.watch.loss_changes.LossChanges` sees them."""
+
+    def __init__(self, changed: bool = False) -> None:
+        self._changed = changed
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self._changed
+
+    @property
+    def changed(self) -> bool:
+        return self._changed
+
+
 def _first(
-    views: list[LedgerView | None],
-    repair: Any,
-    marks: dict[int, tuple[str, ...]] | None = None,
+    views: list[LedgerView | None], repair: Any, changes: Changes | None = None
 ) -> FirstLedgers:
-    return FirstLedgers(
-        views,
-        frozenset({LOST}),
-        repair=repair,
-        read_mark=lambda lid: (marks or {}).get(lid),
-    )
+    return FirstLedgers(views, frozenset({LOST}), changes or Changes(), repair=repair)
 
 
-def test_what_the_repair_left_is_handed_to_the_audit_with_its_marks() -> None:
+def test_what_the_repair_left_is_handed_to_the_audits_repair() -> None:
     asked: list[list[LedgerRequest]] = []
 
-    def repair(reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
+    def repair(reqs: list[LedgerRequest], changed: Any) -> list[dict[str, Any]]:
         asked.append(reqs)
+        assert changed() is False  # the repair asks before each ledger
         return [
             row(7, ActionKind.COPY, ActionStatus.DONE, 0),
             row(7, ActionKind.METADATA_UPDATE, ActionStatus.DONE, 1),
@@ -102,31 +112,38 @@ def test_what_the_repair_left_is_handed_to_the_audit_with_its_marks() -> None:
         ]
 
     views: list[LedgerView | None] = [view(i, (LOST, "b:1")) for i in (7, 8, 9)]
-    # 9's repair failed before it marked: no mark to merge with, the audit writes one.
-    first = _first(views, repair, marks={8: (LOST,), 7: (LOST,)})
+    changes = Changes()
+    first = _first(views, repair, changes)
+    assert first.ledger_ids == {7, 8, 9}  # the audit's marks leave all three out
     assert first.start() is first
     out = first.join()
-    assert [q.ledger_id for q in asked[0]] == [7, 8, 9]
-    assert out.resolved == {7}
-    assert out.marks == {8: (LOST,)}  # only what is left: 7's mark was cleared by its repair
-    assert out.error is None and len(out.rows) == 4
+    assert [q.ledger_id for q in asked[0]] == [7, 8, 9] and changes.asked == 1
+    assert out.resolved == {7}  # 8 and 9 are the audit's repair's
+    assert out.error is None and len(out.rows) == 4 and not out.changed
     assert first.bookies_of(out.rows[:1]) == {LOST}
     assert first.bookies_of(out.rows[2:3]) == set()  # locked: nothing copied
 
 
+def test_lost_bookies_that_changed_meanwhile_are_reported() -> None:
+    first = _first([view(7, (LOST, "b:1"))], lambda reqs, changed: [], Changes(changed=True))
+    assert first.start() is first
+    out = first.join()
+    assert out.changed and out.resolved == set()
+
+
 def test_a_failed_repair_leaves_every_ledger_to_the_audit() -> None:
-    def repair(reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
+    def repair(reqs: list[LedgerRequest], changed: Any) -> list[dict[str, Any]]:
         raise ConnectionError("bookie client could not start")
 
     first = _first([view(7, (LOST, "b:1"))], repair)
     assert first.start() is first
     out = first.join()
-    assert out.resolved == set() and out.marks == {} and out.rows == []
+    assert out.resolved == set() and out.rows == []
     assert out.error == "ConnectionError: bookie client could not start"
 
 
 def test_a_full_spool_stops_the_watch_from_the_cycle_thread() -> None:
-    def repair(reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
+    def repair(reqs: list[LedgerRequest], changed: Any) -> list[dict[str, Any]]:
         raise SpoolFullError("spool /tmp/s is over --spool-max-bytes 1000")
 
     first = _first([view(7, (LOST, "b:1"))], repair)
@@ -136,9 +153,9 @@ def test_a_full_spool_stops_the_watch_from_the_cycle_thread() -> None:
 
 
 def test_nothing_starts_when_no_ledger_read_qualifies() -> None:
-    def repair(reqs: list[LedgerRequest]) -> list[dict[str, Any]]:
+    def repair(reqs: list[LedgerRequest], changed: Any) -> list[dict[str, Any]]:
         raise AssertionError("not to be called")
 
     views: list[LedgerView | None] = [view(3, (LOST, "a:1"), closed=False), None]
-    assert _first(views, repair).start() is None
-    assert LedgerState.CLOSED.name == view(1, (LOST,)).state
+    first = _first(views, repair)
+    assert first.start() is None and first.ledger_ids == frozenset()
