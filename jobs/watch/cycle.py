@@ -411,8 +411,8 @@ class Cycle:
         preread: dict[int, LedgerView | None],
     ) -> Any:
         """The audit a response starts from. A loss reads only the ledgers ``ids`` the bookie
-        index names (:meth:`_loss_ledgers`), recorded as ``run_id``, those in ``preread``
-        read already (:meth:`_first_ledgers`); a stale index is
+        index names (:meth:`_loss_ledgers`; those in ``preread`` were read already, by
+        :meth:`_first_ledgers`), recorded as ``run_id``. A stale index (``ids`` None) is
         rebuilt from a full scan instead; a full ``lost`` audit (the schedule's) reconciles
         the index (:mod:`jobs.watch.index`). A full scan's ledgers are dropped once written
         and indexed: the repair that follows may be long, and needs its findings only."""
