@@ -195,6 +195,11 @@ def main() -> None:
     ap.add_argument("--reconcile-every", type=float, default=1200.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="copy the logs here at the end")
+    ap.add_argument(
+        "--settle-timeout", type=float, default=3600.0,
+        help="seconds to wait, after the hour, for no ledger to name a lost bookie; past "
+        "them (or on Ctrl-C) the results are reported with what was left",
+    )  # fmt: skip
     args = ap.parse_args()
     out: dict[str, Any] = {"ledgers": args.ledgers, "bookies": args.bookies}
     with seeded_farm("watch-soak-", args.ledgers, args.bookies) as cluster:
@@ -264,8 +269,9 @@ def main() -> None:
             rest = args.duration - (time.monotonic() - t_start)
             if rest > 0:
                 time.sleep(rest)
-            out["settle_s"] = round(_settle(zk.connect_string, lost, 3600), 1)
-            out["marks_left"] = _marks_left(zk.connect_string, 600)
+            out.update(_settle(zk.connect_string, lost, args.settle_timeout))
+            if out["settle_s"] is not None:
+                out["marks_left"] = _marks_left(zk.connect_string, 600)
         finally:
             rss.stop.set()
             for r in replicas:
@@ -299,18 +305,29 @@ def _range(start: float, stop: float, step: float) -> list[float]:
     return out
 
 
-def _settle(zk: str, lost: list[str], timeout: float) -> float:
+def _settle(zk: str, lost: list[str], timeout: float) -> dict[str, Any]:
     """Wait until no ledger names a lost bookie (a full read of the metadata every half
-    minute: a bookie resolved by a leader that died before it said so counts too); the
-    seconds it took."""
+    minute: a bookie resolved by a leader that died before it said so counts too). The
+    seconds it took; or, past ``timeout`` (or on Ctrl-C), None and what was left: the
+    ledgers still naming a lost bookie, and those whose every bookie is lost (two losses
+    closer than a repair: no replica left to copy from), so the run still reports."""
     t0 = time.monotonic()
-    with open_store(zk, timeout=30) as store:
-        while time.monotonic() - t0 < timeout:
-            views = scan_dirs(store, LedgerStore(store, DEFAULT_LEDGERS_ROOT).leaf_dirs())
-            if not any(set(lost) & set(v.bookies()) for v in views):
-                return time.monotonic() - t0
-            time.sleep(30)
-    raise SystemExit(f"ledgers still name a lost bookie after {timeout:.0f}s")
+    left: list[Any] = []
+    try:
+        with open_store(zk, timeout=30) as store:
+            while time.monotonic() - t0 < timeout:
+                views = scan_dirs(store, LedgerStore(store, DEFAULT_LEDGERS_ROOT).leaf_dirs())
+                left = [v for v in views if set(lost) & set(v.bookies())]
+                if not left:
+                    return {"settle_s": round(time.monotonic() - t0, 1)}
+                time.sleep(30)
+    except KeyboardInterrupt:
+        pass
+    return {
+        "settle_s": None,
+        "ledgers_still_naming_lost": len(left),
+        "ledgers_with_every_bookie_lost": sum(set(v.bookies()) <= set(lost) for v in left),
+    }
 
 
 def _marks_left(zk: str, timeout: float) -> int:
