@@ -55,6 +55,33 @@ class NoFeedStore:
         raise StoreUnavailable("no reads here", path=next(iter(paths), None))
 
 
+class Feed:
+    """A change feed whose barrier is confirmed while ``flowing``."""
+
+    def __init__(self) -> None:
+        self.flowing = True
+        self.open = True
+
+    def barrier(self, timeout: float) -> bool:
+        return self.flowing and self.open
+
+    def close(self) -> None:
+        self.open = False
+
+
+class FeedStore:
+    """The watch's session as far as the index uses it: a feed per ``watch_tree``."""
+
+    def __init__(self) -> None:
+        self.feeds: list[Feed] = []
+        self.gaps: list[Any] = []
+
+    def watch_tree(self, path: str, on_change: Any, on_gap: Any) -> Feed:
+        self.feeds.append(Feed())
+        self.gaps.append(on_gap)
+        return self.feeds[-1]
+
+
 class Watcher:
     """The registrations as the cycle last saw them: the victim gone, no marks."""
 

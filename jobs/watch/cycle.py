@@ -321,19 +321,22 @@ class Cycle:
         # The marks first, paused or not (the Auditor's are published for whoever repairs);
         # the audit's rows are written after the first copy (WatchAudits.record_now). The
         # first ledgers were marked by their repair: left out here (a mark written after
-        # their repair cleared its own would outlive it), and their repair not waited for.
+        # their repair cleared its own would outlive it), and their repair not waited for
+        # (unless it failed: then the audit marks them, and its repair clears what it finds).
         taken = first.ledger_ids if first is not None else frozenset()
         self.repair.mark([r for r in rows if r["ledger_id"] not in taken], self.known_marks)
         self._reacted("marked", copying)
         if first is not None:
             self.audits.record_now()  # the repair has started: the rows need wait no more
+        early = first.join() if first is not None else FirstOutcome()
+        if early.unmarked:  # its repair failed, maybe before marking them: marked here
+            self.repair.mark([r for r in rows if r["ledger_id"] in early.unmarked], None)
         if self.repair.paused():
             log.info(
                 "watch: underreplication/disable exists: repair paused (%d fragments)", len(rows)
             )
             self.retry_at = now + self.cfg.retry_interval
             return
-        early = first.join() if first is not None else FirstOutcome()
         if early.changed:  # decide again with the bookies as they are now
             self.retry_at = 0.0
             return

@@ -97,6 +97,9 @@ class FirstOutcome:
     changed: bool = False
     """The lost bookies changed meanwhile: the cycle decides again before repairing more."""
     error: str | None = None
+    unmarked: frozenset[int] = frozenset()
+    """Taken, but perhaps never marked (the repair failed, maybe before its marks): the
+    audit's marks, which left them out, add them."""
 
 
 class FirstLedgers:
@@ -139,8 +142,8 @@ class FirstLedgers:
 
     def join(self) -> FirstOutcome:
         """Wait for the repair; what it left for the audit's. A failure is logged and leaves
-        every ledger to the audit's repair (none resolved); a spool past its bound is raised
-        here, as the cycle's own writes raise it (the watch stops)."""
+        every ledger to the audit's marks and repair (none resolved); a spool past its bound
+        is raised here, as the cycle's own writes raise it (the watch stops)."""
         self._thread.join()
         if isinstance(self._raised, SpoolError):
             raise self._raised
@@ -155,6 +158,7 @@ class FirstLedgers:
             self._raised = exc
             out.error = one_line(exc)
             out.resolved = set()
+            out.unmarked = self.ledger_ids
             log.error("watch: the loss's first ledgers: %s; its audit repairs them", out.error)
         finally:
             out.changed = self.changes.changed

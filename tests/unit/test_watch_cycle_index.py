@@ -19,7 +19,7 @@ from bklib.states import Check, CountKey, RunStatus
 from jobs.watch import cycle
 from jobs.watch.cycle import Cycle
 from jobs.watch.index import REBUILD_EVERY
-from tests.watch_stand_ins import OTHERS, VICTIM, Clock, audit_job, leader_cycle
+from tests.watch_stand_ins import OTHERS, VICTIM, Clock, FeedStore, audit_job, leader_cycle
 
 A, B = sorted(OTHERS)
 LEDGERS = {
@@ -28,33 +28,6 @@ LEDGERS = {
     3: (B, VICTIM),
     4: (A, B),
 }
-
-
-class Feed:
-    """A change feed whose barrier is confirmed while ``flowing``."""
-
-    def __init__(self) -> None:
-        self.flowing = True
-        self.open = True
-
-    def barrier(self, timeout: float) -> bool:
-        return self.flowing and self.open
-
-    def close(self) -> None:
-        self.open = False
-
-
-class FeedStore:
-    """The watch's session as far as the index uses it: a feed per ``watch_tree``."""
-
-    def __init__(self) -> None:
-        self.feeds: list[Feed] = []
-        self.gaps: list[Any] = []
-
-    def watch_tree(self, path: str, on_change: Any, on_gap: Any) -> Feed:
-        self.feeds.append(Feed())
-        self.gaps.append(on_gap)
-        return self.feeds[-1]
 
 
 def view(ledger_id: int) -> LedgerView:

@@ -120,6 +120,7 @@ def test_what_the_repair_left_is_handed_to_the_audits_repair() -> None:
     assert [q.ledger_id for q in asked[0]] == [7, 8, 9] and changes.asked == 1
     assert out.resolved == {7}  # 8 and 9 are the audit's repair's
     assert out.error is None and len(out.rows) == 4 and not out.changed
+    assert out.unmarked == frozenset()  # marked by the repair itself
     assert first.bookies_of(out.rows[:1]) == {LOST}
     assert first.bookies_of(out.rows[2:3]) == set()  # locked: nothing copied
 
@@ -140,6 +141,7 @@ def test_a_failed_repair_leaves_every_ledger_to_the_audit() -> None:
     out = first.join()
     assert out.resolved == set() and out.rows == []
     assert out.error == "ConnectionError: bookie client could not start"
+    assert out.unmarked == {7}  # perhaps never marked: the audit's marks take it
 
 
 def test_a_full_spool_stops_the_watch_from_the_cycle_thread() -> None:
