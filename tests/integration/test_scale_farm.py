@@ -11,10 +11,12 @@ open ones, as Java's AutoRecovery does there (bench/autorecovery_farm.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from bklib.meta.registration import registered_ids
 from bklib.meta.stores import open_store
@@ -194,3 +196,38 @@ def test_a_stopped_identity_comes_back_on_its_port_with_its_entries(
         assert first.readResponse.body == lp.entry_body(entry)
         kept = c.call(RawClient.read_req(lp.ledger_id, lp.entries))
         assert kept.readResponse.status == pb.EOK and kept.readResponse.body == extra, kept
+
+
+def test_an_identity_whose_session_expires_registers_again(
+    farm_zk: tuple[str, FarmClient],
+) -> None:
+    """As BookKeeper's BookieStateManager does after a session expiry, so that a ZooKeeper
+    restart that outlasts some identities' sessions (bench/watch_soak.py's fault) does not
+    leave them looking lost for the rest of the run."""
+    zk, farm = farm_zk
+    bookie = farm.bookies[4]
+    hosts, chroot = zk.split("/", 1)
+    path = f"/{chroot}/ledgers/available/{bookie}"
+    sid, pwd = farm.zk_session(bookie)
+    watcher = KazooClient(hosts=hosts)
+    watcher.start(timeout=15)
+    try:
+        stat = watcher.exists(path)
+        assert stat is not None and stat.ephemeralOwner == sid
+        # A second client with the identity's session id and password closes the session.
+        thief = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10)
+        thief.start(timeout=15)
+        thief.stop()
+        thief.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stat = watcher.exists(path)
+            if stat is not None and stat.ephemeralOwner != sid:
+                break
+            time.sleep(0.2)
+        new_sid, _ = farm.zk_session(bookie)
+        assert stat is not None and stat.ephemeralOwner == new_sid != sid
+    finally:
+        watcher.stop()
+        watcher.close()
+    assert not farm.status()[bookie]["stopped"]

@@ -12,7 +12,8 @@ real bookie and what it does not is in docs/scale.md.
 Once every identity is up it writes ``DIR/farm.json`` (``bookies``, ``admin_port``, ``ledgers``,
 ``seed``); :class:`FarmClient` reads it. The admin port takes one JSON command per line
 (bklib.bookie.faults' protocol): ``status``, ``stop``, ``start``, ``stall``, ``fail``,
-``clear`` and ``damage``, each naming its ``bookie``.
+``clear``, ``damage`` and ``zk_session``, each naming its ``bookie``. An identity whose
+session expires registers again in a new one, as a real bookie does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import json
 import logging
 import signal
 import socket
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,10 +139,31 @@ class BookieFarm:
             root=self.root,
             session_timeout=self.zk_timeout,
         )
+        reg.on_session_restored = lambda: self._register_again(ident, reg)
         reg.start()
         reg.check_cookie(ident.storage.data_dir)
         reg.register(False)
         ident.registration = reg
+
+    def _register_again(self, ident: Identity, reg: Registration) -> None:
+        """A new session after an expired one: registered again, as BookKeeper's
+        ``BookieStateManager`` does (a ZooKeeper restart must not look like lost bookies).
+        Called on the store's thread, which must not block: the work is a thread's."""
+
+        def again() -> None:
+            while not ident.stopped and ident.registration is reg:
+                try:
+                    reg.register(False)
+                    return
+                except Exception as exc:  # noqa: BLE001 - retried until it holds, as a bookie
+                    log.warning(
+                        "bookie farm: identity %s not registered again (%s); retrying",
+                        ident.bookie_id,
+                        exc,
+                    )
+                    time.sleep(1.0)
+
+        threading.Thread(target=again, name=f"register-{ident.bookie_id}", daemon=True).start()
 
     async def stop_identity(self, bookie_id: str) -> None:
         """As a bookie process that died: its session closes (the registration goes) and its
@@ -226,9 +250,17 @@ class BookieFarm:
             deleted, _ = storage.delete_entries(int(cmd["ledger"]), entries)
             return {"deleted": deleted}
 
+        async def zk_session(cmd: dict[str, Any]) -> dict[str, Any]:
+            reg = self._identity(str(cmd["bookie"])).registration
+            if reg is None:
+                raise UnknownIdentity(f"identity {cmd['bookie']} is not registered")
+            sid, pwd = reg.session()
+            return {"session_id": sid, "password": pwd.hex()}
+
         return {
             "ping": status,
             "status": status,
+            "zk_session": zk_session,
             "stop": stop,
             "start": start,
             "stall": stall,
@@ -274,6 +306,11 @@ class FarmClient:
 
     def status(self) -> dict[str, Any]:
         return dict(self.admin.call("status")["bookies"])
+
+    def zk_session(self, bookie: str) -> tuple[int, bytes]:
+        """(session id, password) of one identity's registration session (tests expire it)."""
+        r = self.admin.call("zk_session", bookie=bookie)
+        return int(r["session_id"]), bytes.fromhex(r["password"])
 
     def entries_read(self) -> int:
         """Entries every identity has served so far (single and batch reads)."""
