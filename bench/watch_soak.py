@@ -136,6 +136,7 @@ class RssLog(threading.Thread):
         self.rows: list[tuple[float, str, float]] = []
         self.stop = threading.Event()
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
 
     def run(self) -> None:
         while not self.stop.wait(10.0):
@@ -371,9 +372,17 @@ def _results(
     peaks: dict[str, Any] = {}
     for name in {r.name for r in replicas}:
         mine = [(t, mb) for t, n, mb in rss.rows if n == name]
-        first = max((mb for t, mb in mine if t <= quarter), default=0.0)
-        last = max((mb for t, mb in mine if t >= rss_end(rss) - quarter), default=0.0)
-        peaks[name] = {"first_quarter_peak_mb": round(first), "last_quarter_peak_mb": round(last)}
+        first = max(((mb, t) for t, mb in mine if t <= quarter), default=(0.0, 0.0))
+        last = max(((mb, t) for t, mb in mine if t >= rss_end(rss) - quarter), default=(0.0, 0.0))
+        # Where each peak was, and the whole series (seconds from the bench's start, MiB):
+        # a peak is placed against the faults and the scans in the watches' logs.
+        peaks[name] = {
+            "first_quarter_peak_mb": round(first[0]),
+            "first_quarter_peak_at": _clock(rss.wall0 + first[1]),
+            "last_quarter_peak_mb": round(last[0]),
+            "last_quarter_peak_at": _clock(rss.wall0 + last[1]),
+            "series": [[round(t), round(mb)] for t, mb in mine],
+        }
     copies, swaps = _copies_and_swaps(delta.read_rows(str(wh), ACTIONS))
     twice = [k for k, n in copies.items() if n > 1]
     differences = sum(line.count("bookie index differs from the scan") for _, line in lines)
@@ -413,6 +422,11 @@ def _copies_and_swaps(
             for old in (a["old_bookie"] or "").split(","):
                 swaps[(*key, old)] += 1
     return copies, swaps
+
+
+def _clock(epoch: float) -> str:
+    """A wall-clock time as the watches' logs print it (to the second)."""
+    return datetime.fromtimestamp(epoch).strftime("%H:%M:%S")
 
 
 def rss_end(rss: RssLog) -> float:
