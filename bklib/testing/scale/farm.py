@@ -35,6 +35,7 @@ from bklib.bookie.faults import AdminClient, AdminServer, FaultInjector, FaultRu
 from bklib.bookie.journal import Journal
 from bklib.bookie.registration import Registration
 from bklib.bookie.server import BookieServer
+from bklib.errors import BKError
 from bklib.proto import protocol_pb2 as pb
 from bklib.states import DEFAULT_LEDGERS_ROOT
 from bklib.testing.scale.plan import ScalePlan
@@ -155,7 +156,7 @@ class BookieFarm:
                 try:
                     reg.register(False)
                     return
-                except Exception as exc:  # noqa: BLE001 - retried until it holds, as a bookie
+                except BKError as exc:  # the store's: retried until it holds, as a bookie does
                     log.warning(
                         "bookie farm: identity %s not registered again (%s); retrying",
                         ident.bookie_id,
