@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from bklib.audit.bookie_index import BookieIndex, LedgerDifference
 from bklib.audit.engine import read_ledgers
@@ -219,20 +219,30 @@ class IndexKeeper:
         return None if last is None else self.clock() - last
 
     def reconcile(
-        self, ledgers: Iterable[LedgerView], changed_during: set[int]
+        self, scan: Callable[[], Iterable[LedgerView]], changed_during: set[int]
     ) -> list[LedgerDifference]:
-        """Compare the index, made current by :meth:`refresh`, with a full scan's ``ledgers``;
-        ``changed_during`` are the ledgers announced since that scan started, up to the
-        refresh (a :class:`ChangeWindow`'s live ``ids``: either answer may be the newer, so
-        they are left out). Every other difference is returned and logged; the index is then
-        rebuilt from the scan."""
+        """Compare the index, made current by :meth:`refresh`, with a full scan's ledgers,
+        which each call of ``scan`` yields (each ledger once); ``changed_during`` are the
+        ledgers announced since that scan started, up to the refresh (a
+        :class:`ChangeWindow`'s live ``ids``: either answer may be the newer, so they are left
+        out). Every other difference is returned and logged; the index is then rebuilt from
+        the scan (``scan`` is called a second time only then)."""
         self.refresh()
-        # One pass, no list of the views: at a million ledgers a list of them is most of a
-        # gigabyte, held while a repair may be running (docs/benchmarks.md).
-        scanned, unreadable = _index_of(ledgers)
+        # Compared as the views stream, into no list and no second index: at a million
+        # ledgers a list of them is most of a gigabyte and an index 122 MB, held while the
+        # scan's own tables are (docs/benchmarks.md, "The hour under faults at a million").
+        unreadable: set[int] = set()
+
+        def readable() -> Iterator[LedgerView]:
+            for v in scan():
+                if v.ok:
+                    yield v
+                else:
+                    unreadable.add(v.ledger_id)
+
         diffs = [
             d
-            for d in self.index.diff(scanned)
+            for d in self.index.diff_scan(readable())
             if d.ledger_id not in changed_during
             and d.ledger_id not in unreadable
             and d.ledger_id not in self.unreadable
@@ -246,7 +256,7 @@ class IndexKeeper:
             )
         self.differences += len(diffs)
         if diffs:
-            self._install(scanned, unreadable, RebuildCause.RECONCILIATION)
+            self._install(*_index_of(scan()), RebuildCause.RECONCILIATION)
             with self._lock:  # the scan may be older than these: read them again
                 self._pending |= set(changed_during)
         return diffs

@@ -115,7 +115,7 @@ class WatchIndex:
             return
         self.keeper.kind = job.plan.kind
         try:
-            diffs = self.keeper.reconcile(scanned_ledgers(job), window.ids)
+            diffs = self.keeper.reconcile(lambda: scanned_ledgers(job), window.ids)
         except IndexStale as exc:
             log.warning("watch: reconciliation not done (%s); rebuilding", exc.why)
             self.open()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -175,6 +175,17 @@ class Churn:
             self.step()
 
 
+class CountedScan:
+    """A full scan that a reconciliation may read twice; counts its reads."""
+
+    def __init__(self, views: Callable[[], list[LedgerView]]) -> None:
+        self.views, self.calls = views, 0
+
+    def __call__(self) -> list[LedgerView]:
+        self.calls += 1
+        return self.views()
+
+
 def assert_exact(keeper: IndexKeeper, store: MetadataStore) -> None:
     keeper.refresh()
     scanned = index_of(scan(store, keeper.root))
@@ -309,17 +320,20 @@ def test_reconciliation_reports_real_differences_only(locator: str, root: str) -
                 writer.start()
                 views = scan(store, root)
                 writer.join()
-                assert keeper.reconcile(views, window.ids) == []
-            assert keeper.differences == 0
+                first = CountedScan(lambda: views)
+                assert keeper.reconcile(first, window.ids) == []
+            assert keeper.differences == 0 and first.calls == 1  # no rebuild, no second pass
 
             wrong = churn.ids[0]  # the index is made to hold something no store ever said
             keeper.index.apply(wrong, metadata(wrong, random.Random(1)))
             keeper.index.apply(wrong, None)
             with keeper.announced_since() as window:
-                diffs = keeper.reconcile(scan(store, root), window.ids)
+                second = CountedScan(lambda: scan(store, root))
+                diffs = keeper.reconcile(second, window.ids)
             assert [d.ledger_id for d in diffs] == [wrong]
             assert diffs[0].ours is None and diffs[0].theirs is not None
             assert keeper.differences == 1 and keeper.rebuilds[RebuildCause.RECONCILIATION] == 1
+            assert second.calls == 2  # the rebuild read the scan again
             assert_exact(keeper, store)
         finally:
             keeper.close()

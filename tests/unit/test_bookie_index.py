@@ -55,6 +55,7 @@ def check(index: BookieIndex, mds: dict[int, LedgerMetadata], ever: Iterable[int
         if index._numbers.get(name) == n:
             assert index._live[n] == len(by_bookie[name])
             assert len(index._postings[n]) <= 2 * index._live[n]  # compaction's bound
+    assert index.diff_scan(mds.values()) == []  # a scan of what it holds differs nowhere
     for b, lids in by_bookie.items():
         assert index.ledgers_of(b) == lids
     assert index.diff(BookieIndex.from_scan(scan(mds.values()))) == []
@@ -246,6 +247,10 @@ def test_diff_reports_exactly_the_injected_differences() -> None:
     for other in (in_order, reverse):
         assert ours.diff(other) == expected
         assert other.diff(ours) == swapped
+    # Streamed, each side's scan against the other's index says the same.
+    assert ours.diff_scan(theirs.values()) == expected
+    for other in (in_order, reverse):
+        assert other.diff_scan(mds.values()) == swapped
 
 
 def test_a_scan_result_without_metadata_raises_unless_collected() -> None:

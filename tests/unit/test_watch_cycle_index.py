@@ -130,3 +130,33 @@ def test_a_gap_on_a_quiet_cluster_rebuilds_the_index_at_once_and_not_in_a_loop(
     clock.now += REBUILD_EVERY + 1
     c.run()
     assert audits.asked == [None, None, None] and _rebuilds(c, "gap") == 2
+
+
+def test_a_scheduled_lost_audit_reconciles_the_index_and_rebuilds_it_on_a_difference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
+    c, audits, _ = _cycle(tmp_path, clock)
+    _lose(c, clock)
+    c.run()  # the index built from the loss's full scan
+    snap = c.watcher.snapshot()
+
+    def differences() -> float:
+        value = c.metrics.registry.get_sample_value("bkaudit_index_differences_total")
+        return float(value or 0)
+
+    c.respond(Check.LOST, snap, scheduled=True)
+    assert audits.asked[-1] is None  # the schedule's audit is a full scan
+    assert differences() == 0 and _rebuilds(c, "reconciliation") == 0
+
+    keeper = c.index.keeper
+    keeper.index.apply(2, None)  # the index loses a ledger, as a bug would make it
+    keeper.index.apply(5, LedgerMetadata(5, 2, 2, 1, (Segment(0, (A, VICTIM)),)))  # and one too
+    c.respond(Check.LOST, snap, scheduled=True)
+    assert differences() == 2 and _rebuilds(c, "reconciliation") == 1
+    assert keeper.index.bookies_of(2) == frozenset({A, B})  # rebuilt from the scan
+    assert 5 not in keeper.index and len(keeper.index) == len(LEDGERS)
+
+    c.respond(Check.LOST, snap, scheduled=True)
+    assert differences() == 2 and _rebuilds(c, "reconciliation") == 1  # it matches again
