@@ -51,13 +51,18 @@ class Audits:
         return audit_job(run, ledgers)
 
 
-def _cycle(tmp_path: Path, clock: Clock) -> tuple[Cycle, Audits, FeedStore]:
+def _cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Cycle, Audits, FeedStore, Clock]:
+    """A leading cycle over stand-in audits and a stand-in feed, on a clock the test moves."""
+    clock = Clock()
+    monkeypatch.setattr(cycle.time, "monotonic", clock)
     c = leader_cycle(tmp_path, delay_override=0.0)
     store = FeedStore()
     c.index.keeper.store = store  # type: ignore[assignment]
     audits = Audits()
     c.audits.run = audits  # type: ignore[method-assign]
-    return c, audits, store
+    return c, audits, store, clock
 
 
 def _lose(c: Cycle, clock: Clock) -> None:
@@ -75,9 +80,7 @@ def _rebuilds(c: Cycle, cause: str) -> float:
 def test_a_loss_reads_the_ledgers_the_index_names_and_a_stale_index_is_never_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(cycle.time, "monotonic", clock)
-    c, audits, store = _cycle(tmp_path, clock)
+    c, audits, store, clock = _cycle(tmp_path, monkeypatch)
 
     # Never built: the loss is answered by a full scan, which builds the index.
     _lose(c, clock)
@@ -112,9 +115,7 @@ def test_a_loss_reads_the_ledgers_the_index_names_and_a_stale_index_is_never_ask
 def test_a_gap_on_a_quiet_cluster_rebuilds_the_index_at_once_and_not_in_a_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(cycle.time, "monotonic", clock)
-    c, audits, store = _cycle(tmp_path, clock)
+    c, audits, store, clock = _cycle(tmp_path, monkeypatch)
     _lose(c, clock)
     c.run()  # built from the loss's full scan; the victim named by no finding: resolved
     assert audits.asked == [None] and not c.tracker.due
@@ -135,9 +136,7 @@ def test_a_gap_on_a_quiet_cluster_rebuilds_the_index_at_once_and_not_in_a_loop(
 def test_a_scheduled_lost_audit_reconciles_the_index_and_rebuilds_it_on_a_difference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(cycle.time, "monotonic", clock)
-    c, audits, _ = _cycle(tmp_path, clock)
+    c, audits, _, clock = _cycle(tmp_path, monkeypatch)
     _lose(c, clock)
     c.run()  # the index built from the loss's full scan
     snap = c.watcher.snapshot()
